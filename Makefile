@@ -1,0 +1,53 @@
+# msched — `make demo` runs the policy on the embedded simulator; `make test` runs every test.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SLURM_DIR ?= $(CURDIR)/.slurm-dev
+DEMO_DIR ?= out/demo
+
+.PHONY: install test test-fast demo lint bench bench-quick slurm-up slurm-down clean profiles
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -q -ra
+
+test-fast: install
+	$(PY) -m pytest -q -ra -m "not slurm and not slow and not browser"
+
+demo: install
+	mkdir -p $(DEMO_DIR)
+	$(VENV)/bin/msched trace synth --jobs 300 --models non-reference --arrival static --seed 1 --out $(DEMO_DIR)/trace.csv
+	$(VENV)/bin/msched sim --cluster a100:4x2,titanrtx:4x2,rtx2080ti:4x2,titanxp:4x2 \
+		--trace $(DEMO_DIR)/trace.csv --truth profiles/gpu_performance_truth.csv \
+		--policy fifo,fastest,msched-once,msched,oracle --round 60 \
+		--json $(DEMO_DIR)/results.json --plot $(DEMO_DIR)/sim.png
+
+lint: install
+	$(VENV)/bin/ruff check msched slurm_sim tests bench scripts
+
+bench: install
+	$(PY) bench/run_all.py --full
+
+bench-quick: install
+	$(PY) bench/run_all.py --quick
+
+profiles: install
+	$(PY) scripts/build_reference_profiles.py
+
+slurm-up:
+	bash scripts/slurm-dev-cluster.sh up --dir $(SLURM_DIR)
+
+slurm-down:
+	bash scripts/slurm-dev-cluster.sh down --dir $(SLURM_DIR)
+
+clean:
+	rm -rf out build *.egg-info .pytest_cache

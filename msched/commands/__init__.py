@@ -1,0 +1,1 @@
+"""Click commands of `msched`, one module per command, imported lazily by msched.cli."""

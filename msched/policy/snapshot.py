@@ -1,0 +1,95 @@
+"""The policy's view of the cluster: plain frozen dataclasses, no Slurm, no SQL, no CLI.
+
+The round core (`msched.rounds`) builds a `ClusterSnapshot` from whatever `SlurmClient` it is given
+(real or simulated); a `Policy` turns it into a `Plan`; the round core diffs the plan against what Slurm
+holds and applies only the changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    gpu_type: str
+    gpus: int
+    gpus_free: int
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: str
+    gpu_type: str
+    num_gpus: int
+    est_end: float              # absolute time (the snapshot's clock); past estimates are clamped to `now`
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    submit_time: float
+    num_gpus: int
+    priority: int = 0                           # what Slurm holds now
+    est_runtime_s: Mapping[str, float] = field(default_factory=dict)  # per feasible GPU type; {} = unknown
+    allowed_types: tuple[str, ...] = ()         # types the request allows (pins and user constraints applied)
+    pinned_type: str | None = None              # the user chose this type: keep it
+    current_types: tuple[str, ...] = ()         # the GPU types msched's constraint names now (() = any)
+    time_limit_s: float | None = None
+    managed: bool = True                        # submitted through msub (carries a tag)
+    num_nodes: int = 1
+    group: str = ""
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    now: float
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+
+    @property
+    def gpu_types(self) -> list[str]:
+        return sorted({n.gpu_type for n in self.nodes})
+
+    @property
+    def gpus_total(self) -> dict[str, int]:
+        c: Counter[str] = Counter()
+        for n in self.nodes:
+            c[n.gpu_type] += n.gpus
+        return dict(c)
+
+    @property
+    def gpus_free(self) -> dict[str, int]:
+        c: Counter[str] = Counter()
+        for n in self.nodes:
+            c[n.gpu_type] += n.gpus_free
+        return dict(c)
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    """What the plan wants for one pending managed job."""
+
+    job_id: str
+    priority: int
+    gpu_types: tuple[str, ...]      # the GPU-type constraint to hold: one type, several (starving/widened), () = leave
+    est_start: float | None = None
+    est_end: float | None = None
+    est_runtime_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    policy: str
+    decisions: list[JobDecision] = field(default_factory=list)
+    est_makespan_end: float | None = None        # estimated time the last planned job ends (absolute)
+    free_time: dict[str, float] = field(default_factory=dict)   # projected time each GPU type frees up (absolute)
+
+    def by_job(self) -> dict[str, JobDecision]:
+        return {d.job_id: d for d in self.decisions}

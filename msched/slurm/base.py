@@ -1,0 +1,157 @@
+"""The Slurm client interface: what msched needs from a Slurm cluster, real or simulated.
+
+Backends are sibling modules behind this one interface (as in submitit): `cli` (sbatch/squeue/
+scontrol/sinfo, the one CI proves against a real local cluster), `pyslurm` (where pyslurm imports)
+and `slurm_sim.client.SimClient` (the simulator). The reorder round core (`msched.rounds`) only ever
+talks to a `SlurmClient`, so one code path drives the real cluster and the simulator.
+
+Reads are batched: one `jobs()` call and one `nodes()` call per round, never one per job.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from msched.tag import JobTag, parse_comment
+
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+ACTIVE_STATES = (PENDING, RUNNING)
+FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused or could not be reached; the message is one line."""
+
+
+class SlurmUnavailable(SlurmError):
+    """The controller cannot be reached (or the client commands are missing)."""
+
+
+class JobNotPending(SlurmError):
+    """An update hit a job that is no longer pending (it started or ended since it was read)."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as Slurm reports it. GPU counts are totals over the job, whichever TRES field held them."""
+
+    job_id: str
+    state: str
+    name: str = ""
+    user: str = ""
+    partition: str = ""
+    priority: int = 0
+    submit_time: float = 0.0          # epoch seconds (simulated seconds in slurm_sim)
+    start_time: float | None = None
+    end_time: float | None = None
+    time_limit_s: float | None = None
+    num_nodes: int = 1
+    num_gpus: int = 0                 # total GPUs requested
+    gres_gpu_type: str | None = None  # a typed GPU request (gpu:a100:2) = the user pinned this type
+    features: str = ""                # the job's constraint expression, as Slurm holds it
+    comment: str = ""
+    nodes: str = ""                   # allocated node list (running jobs)
+    gpu_type: str | None = None       # GPU type of the allocated nodes (running/finished jobs)
+    reason: str = ""
+
+    @property
+    def tag(self) -> JobTag | None:
+        return parse_comment(self.comment)[0]
+
+    @property
+    def user_comment(self) -> str:
+        return parse_comment(self.comment)[1]
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == PENDING
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == RUNNING
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    gpu_type: str | None          # canonical lowercase GPU type (None: a node without GPUs)
+    gpus: int
+    gpus_alloc: int = 0
+    features: tuple[str, ...] = ()
+    state: str = "IDLE"
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def gpus_free(self) -> int:
+        return 0 if not self.usable else max(0, self.gpus - self.gpus_alloc)
+
+    @property
+    def usable(self) -> bool:
+        s = self.state.upper()
+        return not any(bad in s for bad in ("DOWN", "DRAIN", "FAIL", "INVAL", "NOT_RESPONDING", "UNKNOWN"))
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A submission made by msched itself (calibration jobs, tests, the simulator's trace replay).
+
+    msub does not use this: it hands the user's own argv to the real sbatch untouched.
+    """
+
+    name: str
+    num_gpus: int = 0
+    gpu_type: str | None = None       # typed request (pins the type)
+    constraint: str = ""
+    comment: str = ""
+    time_limit_s: float | None = None
+    partition: str = ""
+    script: str | None = None         # batch script text, or
+    wrap: str | None = None           # a command for --wrap
+    num_nodes: int = 1
+    hold: bool = False
+    extra: dict[str, str] = field(default_factory=dict)   # backend-specific (e.g. simulator's model/iterations)
+
+
+class SlurmClient(abc.ABC):
+    """What the round core, msched jobs, calibrate and the tests need from Slurm."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The cluster's clock (epoch seconds; simulated seconds in slurm_sim)."""
+
+    @abc.abstractmethod
+    def submit(self, request: JobRequest) -> str:
+        """Submit a job; return its id."""
+
+    @abc.abstractmethod
+    def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
+        """All jobs in the given states, in one batched call."""
+
+    @abc.abstractmethod
+    def nodes(self) -> list[SlurmNode]:
+        """All nodes with their GPU type, GPU count and allocation, in one batched call."""
+
+    @abc.abstractmethod
+    def set_priority(self, job_id: str, priority: int) -> None:
+        """Set a pending job's priority. Raises JobNotPending if it is no longer pending."""
+
+    @abc.abstractmethod
+    def set_features(self, job_id: str, features: str) -> None:
+        """Replace a pending job's feature constraint (how its GPU type is changed: SLURM-NOTES)."""
+
+    @abc.abstractmethod
+    def hold(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def release(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str) -> None: ...
+
+    def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
+        """Jobs that ended (for completion tracking); backends read what their Slurm keeps."""
+        return self.jobs(states=FINISHED_STATES)

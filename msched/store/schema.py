@@ -1,0 +1,111 @@
+"""The database schema (SQLAlchemy 2.x ORM). Written only by administrator commands (reorder, sim --db,
+calibrate); read by report and `msched jobs`. msub never touches it (DESIGN: the flow).
+
+Times are epoch seconds (simulated seconds for `msched sim --db` runs, whose `runs.kind` is "sim").
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    """Key/value facts about the database itself, e.g. schema_version."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Run(Base):
+    """A source of jobs and rounds: the real cluster (one row per cluster name) or one simulated policy run."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))            # "slurm" or "sim"
+    name: Mapped[str] = mapped_column(String(128))           # cluster name, or "sim:<policy>:<trace>"
+    policy: Mapped[str] = mapped_column(String(32), default="msched")
+    created_at: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[dict] = mapped_column(JSON, default=dict)    # GPUs per type at creation
+    __table_args__ = (Index("ix_runs_kind_name", "kind", "name", unique=True),)
+
+
+class ReferenceModel(Base):
+    """A reference model as the reorderer last saw it used (group = its family)."""
+
+    __tablename__ = "reference_models"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    group: Mapped[str] = mapped_column(String(64))
+
+
+class Job(Base):
+    """A job msched has seen (ingested from its tag), with what it planned and what actually happened."""
+
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    job_id: Mapped[str] = mapped_column(String(64))           # Slurm's job id
+    user: Mapped[str] = mapped_column(String(64), default="")
+    name: Mapped[str] = mapped_column(String(256), default="")
+    model: Mapped[str] = mapped_column(String(512), default="")
+    reference: Mapped[str] = mapped_column(String(128), default="")
+    group: Mapped[str] = mapped_column(String(64), default="")
+    similarity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    flops_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    iterations: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    num_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    pinned_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    added_constraint: Mapped[str] = mapped_column(String(256), default="")
+    submit_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(32), default="PENDING")
+    planned_type: Mapped[str | None] = mapped_column(String(64), nullable=True)   # last plan's type(s), "|"-joined
+    est_runtime: Mapped[dict] = mapped_column(JSON, default=dict)                 # seconds per type, last plan
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    actual_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    __table_args__ = (Index("ix_jobs_run_job", "run_id", "job_id", unique=True),)
+
+
+class Round(Base):
+    """One reorder round (real or simulated)."""
+
+    __tablename__ = "rounds"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    time: Mapped[float] = mapped_column(Float)
+    pending: Mapped[int] = mapped_column(Integer, default=0)
+    running: Mapped[int] = mapped_column(Integer, default=0)
+    changes: Mapped[int] = mapped_column(Integer, default=0)        # Slurm update calls made
+    skipped: Mapped[int] = mapped_column(Integer, default=0)        # jobs skipped (started mid-round)
+    plan_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    est_makespan_s: Mapped[float | None] = mapped_column(Float, nullable=True)   # est. last end minus round time
+    busy_gpus: Mapped[dict] = mapped_column(JSON, default=dict)     # busy GPUs per type at round time
+    total_gpus: Mapped[dict] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    dry_run: Mapped[bool] = mapped_column(Integer, default=0)
+    __table_args__ = (Index("ix_rounds_run_time", "run_id", "time"),)
+
+
+class Decision(Base):
+    """What one round decided for one job."""
+
+    __tablename__ = "decisions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id"))
+    job_id: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer)
+    gpu_type: Mapped[str] = mapped_column(String(64), default="")
+    est_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    est_runtime: Mapped[dict] = mapped_column(JSON, default=dict)
+    changed: Mapped[bool] = mapped_column(Integer, default=0)
+    __table_args__ = (Index("ix_decisions_round", "round_id"),)

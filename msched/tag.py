@@ -1,0 +1,76 @@
+"""The Slurm job tag: what msub tells the reorderer, carried in the job's comment.
+
+Format (DESIGN, a stable interface): `msched:v1;key=value;...` at the start of the comment, then one
+space and the user's own comment, if any. Values are percent-encoded so they never hold a space,
+`;`, `=` or `%`. Keys:
+
+    ver     msched version that wrote the tag
+    model   the model spec (torchvision name or path/to/file.py:factory)
+    ref     nearest reference model            group   similarity group (family of `ref`)
+    sim     similarity to `ref`                flops   FLOPs ratio job / reference
+    iters   iterations (work), if known        bs      per-GPU batch size
+    added   the constraint msched added ("" = none), e.g. `a100|titanv`
+    pinned  the GPU type the user pinned, if any
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from urllib.parse import quote, unquote
+
+PREFIX = "msched:v1;"
+_SAFE = "|:/.,-_+()[]&!*"
+
+
+@dataclass(frozen=True)
+class JobTag:
+    model: str
+    ref: str = ""
+    group: str = ""
+    sim: float = 0.0
+    flops: float = 1.0
+    iters: int | None = None
+    bs: int | None = None
+    added: str = ""
+    pinned: str = ""
+    ver: str = ""
+
+    def encode(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == "":
+                continue
+            if isinstance(value, float):
+                value = f"{value:.6g}"
+            parts.append(f"{f.name}={quote(str(value), safe=_SAFE)}")
+        return PREFIX + ";".join(parts)
+
+
+_CONVERT = {"sim": float, "flops": float, "iters": int, "bs": int}
+
+
+def with_tag(tag: JobTag, user_comment: str | None) -> str:
+    """The comment msub submits: the tag, then the user's own comment kept after one space."""
+    encoded = tag.encode()
+    return f"{encoded} {user_comment}" if user_comment else encoded
+
+
+def parse_comment(comment: str | None) -> tuple[JobTag | None, str]:
+    """Split a Slurm comment into (tag or None, the user's own comment). Never raises."""
+    if not comment or not comment.startswith(PREFIX):
+        return None, comment or ""
+    head, _, user = comment.partition(" ")
+    values: dict[str, object] = {}
+    known = {f.name for f in fields(JobTag)}
+    for item in head[len(PREFIX):].split(";"):
+        key, sep, raw = item.partition("=")
+        if not sep or key not in known:
+            continue
+        try:
+            values[key] = _CONVERT.get(key, str)(unquote(raw))
+        except ValueError:
+            continue
+    if "model" not in values:
+        return None, comment
+    return JobTag(**values), user
