@@ -27,7 +27,7 @@ demo: install
 	mkdir -p $(DEMO_DIR)
 	$(VENV)/bin/msched trace synth --jobs 300 --models non-reference --arrival static --seed 1 --out $(DEMO_DIR)/trace.csv
 	$(VENV)/bin/msched sim --cluster a100:4x2,titanrtx:4x2,rtx2080ti:4x2,titanxp:4x2 \
-		--trace $(DEMO_DIR)/trace.csv --truth profiles/gpu_performance_truth.csv \
+		--trace $(DEMO_DIR)/trace.csv --truth profiles/measured_perf.csv \
 		--policy fifo,fastest,msched-once,msched,oracle --round 60 \
 		--json $(DEMO_DIR)/results.json --plot $(DEMO_DIR)/sim.png
 

@@ -49,6 +49,7 @@ class PerfTable:
         self._index: dict[tuple[str, str, str], list[PerfRow]] = defaultdict(list)
         for row in self.rows:
             self._index[(row.model, row.gpu_type, row.precision)].append(row)
+        self._models = frozenset(row.model for row in self.rows)   # has_model is on every round's hot path
         self._cache: dict[tuple, float | None] = {}
 
     # ----------------------------------------------------------------- loading
@@ -75,7 +76,7 @@ class PerfTable:
         return sorted({r.gpu_type for r in self.rows})
 
     def has_model(self, model: str) -> bool:
-        return any(key[0] == model for key in self._index)
+        return model in self._models
 
     def types_for(self, model: str, precision: str = DEFAULT_PRECISION) -> list[str]:
         """GPU types with at least one measurement of this model at this precision."""

@@ -8,6 +8,8 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
     model   the model spec (torchvision name or path/to/file.py:factory)
     ref     nearest reference model            group   similarity group (family of `ref`)
     sim     similarity to `ref`                flops   FLOPs ratio job / reference
+    pref    the nearest reference that has measurements (estimates come from it; DESIGN point 3),
+            when it is not `ref`              pflops  FLOPs ratio job / `pref`
     iters   iterations (work), if known        bs      per-GPU batch size
     added   the constraint msched added ("" = none), e.g. `a100|titanv`
     pinned  the GPU type the user pinned, if any
@@ -16,6 +18,7 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from urllib.parse import quote, unquote
 
 PREFIX = "msched:v1;"
@@ -34,6 +37,17 @@ class JobTag:
     added: str = ""
     pinned: str = ""
     ver: str = ""
+    pref: str = ""
+    pflops: float | None = None
+
+    @property
+    def perf_reference(self) -> str:
+        """The reference whose measurements give this job's estimates."""
+        return self.pref or self.ref or self.model
+
+    @property
+    def perf_flops_ratio(self) -> float:
+        return self.pflops if self.pref and self.pflops else self.flops
 
     def encode(self) -> str:
         parts = []
@@ -47,7 +61,7 @@ class JobTag:
         return PREFIX + ";".join(parts)
 
 
-_CONVERT = {"sim": float, "flops": float, "iters": int, "bs": int}
+_CONVERT = {"sim": float, "flops": float, "iters": int, "bs": int, "pflops": float}
 
 
 def with_tag(tag: JobTag, user_comment: str | None) -> str:
@@ -56,8 +70,12 @@ def with_tag(tag: JobTag, user_comment: str | None) -> str:
     return f"{encoded} {user_comment}" if user_comment else encoded
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_comment(comment: str | None) -> tuple[JobTag | None, str]:
-    """Split a Slurm comment into (tag or None, the user's own comment). Never raises."""
+    """Split a Slurm comment into (tag or None, the user's own comment). Never raises.
+
+    Cached: a reorder round asks for each job's tag several times (snapshot, ingestion, completion
+    tracking), and the result is immutable."""
     if not comment or not comment.startswith(PREFIX):
         return None, comment or ""
     head, _, user = comment.partition(" ")

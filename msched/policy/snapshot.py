@@ -52,6 +52,7 @@ class ClusterSnapshot:
     nodes: tuple[NodeState, ...]
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
+    starvation_age_s: float | None = None       # pending longer than this: first, widened (None = no guard)
 
     @property
     def gpu_types(self) -> list[str]:

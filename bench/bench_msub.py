@@ -1,0 +1,160 @@
+"""msub against plain sbatch on the local Slurm cluster: what msched adds to a submission.
+
+Interleaved runs (sbatch, msub, sbatch, msub, ...) of the same script, held jobs (`--hold`, so nothing
+occupies the cluster; all cancelled at the end), wall-clock time of the whole command as a user sees it
+(interpreter start included). Reports the median added milliseconds
+- for a torchvision model found in the script (goal: under 100 ms), and
+- for a user's own model file profiled for the first time (`file.py:factory`, a new file content each
+  run so the per-user profile cache always misses: torch is imported in the profiling subprocess),
+and the modules msub's hot path imports (count, and whether torch/numpy/sklearn/sqlalchemy/rich are among them).
+
+    SLURM_CONF=.slurm-dev/slurm.conf .venv/bin/python bench/bench_msub.py [--runs 15] [--user-runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+HEAVY = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich")
+
+SCRIPT = """#!/bin/sh
+#SBATCH --gres=gpu:1
+#SBATCH -t 10
+python train.py --arch resnet50 --epochs 1
+"""
+
+USER_MODEL = """
+import torch.nn as nn
+
+def build():
+    # run {n}
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(16, 10))
+"""
+
+
+CPU: dict[str, list[float]] = {}
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: str, label: str = "") -> tuple[float, str]:
+    """Wall milliseconds of one command (and its CPU milliseconds, children included, under `label`)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    elapsed = (time.perf_counter() - t0) * 1000.0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if label:
+        cpu = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1000.0
+        CPU.setdefault(label, []).append(cpu)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_msub: {' '.join(argv[:2])} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return elapsed, proc.stdout.strip().split(";")[0]
+
+
+def hot_path_modules(env: dict[str, str]) -> tuple[int, list[str], int]:
+    """(modules loaded by msub's path for a torchvision model, heavy ones among them, bare interpreter's count)."""
+    code = (
+        "import sys, json; base = len(sys.modules); from msched.submit import main; "
+        "main(['--msched-dry-run', '--model=resnet50', '--gres=gpu:1', '--wrap', 'true'], allow_exec=False); "
+        f"print(json.dumps([len(sys.modules), [m for m in {HEAVY!r} if m in sys.modules], base]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    last = proc.stdout.strip().splitlines()[-1]
+    n, heavy, base = json.loads(last)
+    return n, heavy, base
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15, help="interleaved pairs for the torchvision case")
+    ap.add_argument("--user-runs", type=int, default=3, help="pairs for the first-time user-model case")
+    ap.add_argument("--sbatch", default="/usr/bin/sbatch")
+    args = ap.parse_args()
+
+    conf = os.environ.get("SLURM_CONF") or str(REPO / ".slurm-dev" / "slurm.conf")
+    if not Path(conf).exists():
+        print("bench_msub: no Slurm cluster (run `make slurm-up` and export SLURM_CONF)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-msub-"))
+    state = work / "state"
+    state.mkdir()
+    (state / "gpu_free_time.json").write_text(json.dumps(
+        {"time": time.time(), "free_at": {"a100": 0, "titanv": 0, "rtx2080ti": 0, "titanxp": 0}}))
+    cfg = work / "msched.toml"
+    cfg.write_text(f'sbatch = "{args.sbatch}"\nstate_dir = "{state}"\n')
+    env = {**os.environ, "SLURM_CONF": conf, "MSCHED_CONFIG": str(cfg), "XDG_CACHE_HOME": str(work / "cache"),
+           # an installed package has its bytecode compiled (pip does it); this checkout's dev shell may
+           # forbid writing .pyc, so compile into a private prefix during the warm-up runs instead
+           "PYTHONPYCACHEPREFIX": str(work / "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    script = work / "train.sh"
+    script.write_text(SCRIPT)
+    msub = str(VENV_BIN / "msub")
+    job_ids: list[str] = []
+    try:
+        # warm the file cache and the controller once each
+        for argv in ([args.sbatch, "--hold", "--parsable", str(script)], [msub, "--hold", "--parsable", str(script)]):
+            job_ids.append(_timed(argv, env, str(work))[1])
+
+        plain_ms, msub_ms, bare_ms = [], [], []
+        for _ in range(args.runs):
+            bare_ms.append(_timed([sys.executable, "-c", "pass"], env, str(work), "python")[0])
+            t, j = _timed([args.sbatch, "--hold", "--parsable", str(script)], env, str(work), "sbatch")
+            plain_ms.append(t)
+            job_ids.append(j)
+            t, j = _timed([msub, "--hold", "--parsable", str(script)], env, str(work), "msub")
+            msub_ms.append(t)
+            job_ids.append(j)
+
+        user_plain, user_msub = [], []
+        for n in range(args.user_runs):
+            (work / "mymodel.py").write_text(USER_MODEL.format(n=f"{n}-{time.time()}"))
+            uscript = work / "user.sh"
+            uscript.write_text("#!/bin/sh\n#SBATCH --gres=gpu:1\n#MSCHED --model=mymodel.py:build\ntrue\n")
+            t, j = _timed([args.sbatch, "--hold", "--parsable", str(uscript)], env, str(work))
+            user_plain.append(t)
+            job_ids.append(j)
+            t, j = _timed([msub, "--hold", "--parsable", str(uscript)], env, str(work))
+            user_msub.append(t)
+            job_ids.append(j)
+    finally:
+        if job_ids:
+            subprocess.run(["scancel", *job_ids], env=env, capture_output=True, timeout=60)
+
+    n_mods, heavy, base = hot_path_modules(env)
+    med_plain, med_msub = statistics.median(plain_ms), statistics.median(msub_ms)
+    added = statistics.median(m - p for m, p in zip(msub_ms, plain_ms, strict=True))
+    print(f"torchvision model (resnet50 found by --arch), {args.runs} interleaved pairs:")
+    print(f"  sbatch median {med_plain:.1f} ms, msub median {med_msub:.1f} ms, "
+          f"added median {added:.1f} ms (ratio {med_msub / med_plain:.2f}x) -> goal < 100 ms: "
+          f"{'met' if added < 100 else 'NOT met'}")
+    bare = statistics.median(bare_ms)
+    print(f"  of which the Python interpreter's own start (`python -c pass`, this venv): median {bare:.1f} ms; "
+          f"msched's share (msub - sbatch - interpreter): {med_msub - med_plain - bare:.1f} ms")
+    cpu_plain, cpu_msub = statistics.median(CPU["sbatch"]), statistics.median(CPU["msub"])
+    print(f"  CPU time (user+sys, children included): sbatch median {cpu_plain:.1f} ms, msub median "
+          f"{cpu_msub:.1f} ms, added {cpu_msub - cpu_plain:.1f} ms; load average now "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    if user_msub:
+        uadded = statistics.median(m - p for m, p in zip(user_msub, user_plain, strict=True))
+        print(f"user model file, first-time profile, {args.user_runs} pairs:")
+        print(f"  sbatch median {statistics.median(user_plain):.1f} ms, msub median "
+              f"{statistics.median(user_msub):.1f} ms, added median {uadded:.1f} ms")
+    print(f"msub hot path imports {n_mods} modules ({n_mods - base} beyond a bare interpreter); "
+          f"heavy among them: {heavy or 'none'}; torch imported: {'torch' in heavy}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Simulator speed: a 20,000-job online trace on 1,000 GPUs of 6 types, 60 s reorder rounds under msched.
+
+Prints jobs/s and rounds/s measured in this one run (and the makespan ratio to fifo when --fifo is
+given). `--full` also runs 100,000 jobs. The goal (issue 4): 20k jobs in well under a minute on 2 cores.
+
+    .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from msched.perf import PerfTable  # noqa: E402
+from slurm_sim.cluster import parse_cluster  # noqa: E402
+from slurm_sim.commands import default_truth_path  # noqa: E402
+from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402
+from slurm_sim.trace import default_philly_path, synth  # noqa: E402
+
+# 1,000 GPUs over the six types of the shared table (titanv and gtx1080ti: fewer models measured)
+CLUSTER = "a100:8x25,titanrtx:8x25,rtx2080ti:8x25,titanxp:8x25,titanv:8x13,gtx1080ti:8x12"
+FALLBACK_REFERENCES = ("resnet50", "resnext50_32x4d", "vgg16", "densenet121", "mobilenet_v2", "shufflenet_v2_x1_0",
+                       "squeezenet1_1", "mnasnet1_0")
+
+
+def knowledge(truth: PerfTable) -> tuple[PerfTable, list[str] | None]:
+    perf_path = ROOT / "profiles" / "gpu_performance.csv"
+    if perf_path.exists():
+        return PerfTable.load(perf_path), None
+    refs = [r for r in FALLBACK_REFERENCES if truth.has_model(r)]
+    return PerfTable([r for r in truth.rows if r.model in refs]), refs
+
+
+def online_trace(n: int, truth: PerfTable, cluster, seed: int, load: float):
+    """Poisson arrivals whose mean gap makes the offered load about `load` of the cluster."""
+    models = sorted(truth.models())
+    philly = default_philly_path()
+    cap = max(cluster.max_gpus(t) for t in cluster.gpu_types)
+    static = synth(n, models, truth, seed=seed, arrival="static", philly=philly, max_gpus=min(8, cap))
+    work = 0.0
+    for j in static:
+        per = sorted(ms for ms in (truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) for t in cluster.gpu_types) if ms)
+        work += j.num_gpus * j.iterations * per[len(per) // 2] / 1000.0
+    gap = work / (n * cluster.total_gpus * load)
+    return synth(n, models, truth, seed=seed, arrival=f"poisson:{gap:.3f}", philly=philly, max_gpus=min(8, cap)), gap
+
+
+def run(n: int, policies: list[str], seed: int, load: float) -> None:
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster(CLUSTER)
+    perf, refs = knowledge(truth)
+    t0 = time.perf_counter()
+    trace, gap = online_trace(n, truth, cluster, seed, load)
+    t_trace = time.perf_counter() - t0
+    setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), round_s=60.0)
+    print(f"{n} jobs, {cluster.total_gpus} GPUs of {len(cluster.gpu_types)} types, mean gap {gap:.1f} s "
+          f"(offered load {load:.0%}), trace built in {t_trace:.1f} s")
+    base = None
+    for p in policies:
+        t1 = time.perf_counter()
+        res = replay(trace, p, setup)
+        wall = time.perf_counter() - t1
+        m = res.metrics
+        base = m["makespan_s"] if p == "fifo" else base
+        ratio = f", makespan x fifo {m['makespan_s'] / base:.3f}" if base and p != "fifo" else ""
+        print(f"  {p:12s} wall {wall:6.1f} s | {n / wall:8.0f} jobs/s | rounds {res.rounds:6d} "
+              f"({res.rounds / wall:6.1f} rounds/s, {res.rounds_skipped} skipped, planning {res.plan_seconds:.1f} s) "
+              f"| simulated {m['makespan_s'] / 86400:.1f} days, mean JCT {m['mean_jct_s'] / 3600:.2f} h{ratio}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--full", action="store_true", help="also 100,000 jobs")
+    ap.add_argument("--fifo", action="store_true", help="run fifo first and print msched's ratio to it")
+    ap.add_argument("--policy", default="msched")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--load", type=float, default=0.85, help="offered load (fraction of the cluster)")
+    a = ap.parse_args()
+    policies = (["fifo"] if a.fifo else []) + [p for p in a.policy.split(",") if p]
+    run(a.jobs, policies, a.seed, a.load)
+    if a.full:
+        run(100_000, policies, a.seed, a.load)
+
+
+if __name__ == "__main__":
+    main()

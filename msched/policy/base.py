@@ -1,0 +1,163 @@
+"""What every policy is, and the machinery they share: Slurm's queue order and the list-scheduling pass.
+
+A policy is a small object with `.name`, `.replans` (does it re-plan in rounds), `.estimator_kind`
+("tag": msched's knowledge, "truth": the oracle's; whoever builds the round picks the estimator from it),
+`.submit_types(job, free_time)` (the GPU-type constraint at submit time, the one function msub and the
+round-less baselines share) and `.plan(snapshot) -> Plan`, a pure function of the snapshot.
+
+`simulate` is the planner's model of what Slurm will do with a queue: jobs in priority order (ties by
+submit time, then job id, as Slurm and slurm_sim sort them); each job starts on the allowed type that
+can start it first (that is what Slurm does with `a|b` or an untyped request), or on the one type the
+plan chose. Without backfill Slurm starts jobs of a partition in strict priority order (a top job
+waiting for its type blocks the rest), so each start is at or after the previous one; with backfill
+(`backfill=True`) a later job may start earlier when it fits.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.timeline import Timeline
+
+DEFAULT_SLACK = 1.25
+DEFAULT_UNKNOWN_RUNTIME_S = 3600.0
+
+
+def queue_key(job: PendingJob, priority: int | None = None) -> tuple:
+    """Slurm's order: priority high first, then submit time, then job id (numeric when it is one)."""
+    jid = job.job_id
+    return (-(job.priority if priority is None else priority), job.submit_time,
+            (0, int(jid), "") if jid.isdigit() else (1, 0, jid))
+
+
+def runtime_guess(job: PendingJob, default_s: float = DEFAULT_UNKNOWN_RUNTIME_S) -> float:
+    """Runtime of a job msched cannot estimate (unmanaged or unknown model): its time limit, else a default."""
+    return float(job.time_limit_s) if job.time_limit_s else default_s
+
+
+def feasible_types(job: PendingJob, cluster_types: Sequence[str]) -> tuple[str, ...]:
+    """Types the job may be given: estimated (so within its time limit), allowed by its request, present."""
+    allowed = set(job.allowed_types) if job.allowed_types else None
+    return tuple(t for t in cluster_types if t in job.est_runtime_s and (allowed is None or t in allowed))
+
+
+@dataclass(frozen=True)
+class Placed:
+    gpu_type: str
+    start: float
+    end: float
+
+
+def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
+             choose: Callable[[PendingJob, Timeline, float], tuple[tuple[str, ...], Mapping[str, float]]],
+             *, backfill: bool = False, timeline: Timeline | None = None) -> tuple[dict[str, Placed], Timeline]:
+    """Place `order` (Slurm's order) on the timeline. `choose(job, timeline, not_before)` returns the
+    types the job may start on and its runtime per type; the job starts on whichever can start it first."""
+    tl = timeline or Timeline(snapshot.now, snapshot.nodes, snapshot.running)
+    out: dict[str, Placed] = {}
+    last_start = snapshot.now
+    for job in order:
+        types, runtime = choose(job, tl, last_start)
+        best = None
+        for t in types:
+            if t not in runtime or not tl.fits(t, job.num_gpus):
+                continue
+            p = tl.earliest(t, job.num_gpus, None if backfill else last_start)
+            if p is None:
+                continue
+            key = (p.start, p.start + runtime[t])
+            if best is None or key < best[0]:
+                best = (key, p, runtime[t])
+        if best is None:
+            continue                       # can never run here (too wide for every allowed type)
+        _, p, rt = best
+        tl.commit(p, p.start + rt)
+        out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
+        if not backfill:
+            last_start = max(last_start, p.start)
+    return out, tl
+
+
+def default_types(job: PendingJob, tl: Timeline) -> tuple[str, ...]:
+    """What Slurm lets a job use as it stands: pinned / constrained types, else every type."""
+    if job.pinned_type:
+        pinned = job.allowed_types or tuple(job.pinned_type.split("|"))
+        return tuple(t for t in pinned if t in tl.by_type) or tuple(tl.gpu_types())
+    if job.current_types:
+        return tuple(t for t in job.current_types if t in tl.by_type)
+    if job.allowed_types:
+        return tuple(t for t in job.allowed_types if t in tl.by_type)
+    return tuple(tl.gpu_types())
+
+
+def as_is_runtime(job: PendingJob, types: Sequence[str], default_s: float) -> dict[str, float]:
+    guess = runtime_guess(job, default_s)
+    return {t: job.est_runtime_s.get(t, guess) for t in types}
+
+
+class Policy:
+    """Base: no reordering, no retyping (subclasses override what they change)."""
+
+    name = "abstract"
+    replans = False
+    estimator_kind = "tag"
+
+    def __init__(self, *, slack: float = DEFAULT_SLACK, backfill: bool = False,
+                 unknown_runtime_s: float = DEFAULT_UNKNOWN_RUNTIME_S, **unknown):
+        if unknown:
+            raise TypeError(f"policy {self.name!r} takes no option(s) {', '.join(sorted(unknown))}")
+        if slack < 1.0:
+            raise ValueError(f"slack must be >= 1 (got {slack})")
+        self.slack = slack
+        self.backfill = backfill
+        self.unknown_runtime_s = unknown_runtime_s
+
+    def __repr__(self) -> str:
+        return f"<policy {self.name}>"
+
+    # ------------------------------------------------------------ submit time
+    def submit_types(self, job: PendingJob, free_time: Mapping[str, float] | None = None,
+                     now: float | None = None) -> tuple[str, ...]:
+        """The GPU-type constraint at submit time; () = none (take whatever frees first)."""
+        return ()
+
+    # ------------------------------------------------------------ rounds
+    def plan(self, snapshot: ClusterSnapshot) -> Plan:
+        """Leave the queue as Slurm holds it; the plan still carries the projected starts and free times."""
+        order = sorted(snapshot.pending, key=queue_key)
+        placed, tl = simulate(snapshot, order, self._as_is, backfill=self.backfill)
+        decisions = [JobDecision(j.job_id, j.priority, (), *self._times(placed, j), dict(j.est_runtime_s))
+                     for j in order if j.managed]
+        return self._plan(decisions, placed, tl, snapshot)
+
+    def _as_is(self, job: PendingJob, tl: Timeline, not_before: float):
+        types = default_types(job, tl)
+        return types, as_is_runtime(job, types, self.unknown_runtime_s)
+
+    @staticmethod
+    def _times(placed: Mapping[str, Placed], job: PendingJob) -> tuple[float | None, float | None]:
+        p = placed.get(job.job_id)
+        return (p.start, p.end) if p else (None, None)
+
+    def _plan(self, decisions: list[JobDecision], placed: Mapping[str, Placed], tl: Timeline,
+              snapshot: ClusterSnapshot) -> Plan:
+        ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
+        return Plan(policy=self.name, decisions=decisions, est_makespan_end=max(ends, default=None),
+                    free_time=tl.free_at())
+
+
+def completion_choice(job: PendingJob, est: Mapping[str, float], free_time: Mapping[str, float] | None,
+                      now: float | None, slack: float) -> tuple[str, ...]:
+    """Types within `slack` of the best projected completion (free time of the type + estimate)."""
+    if not est:
+        return ()
+    now = _time.time() if now is None else now
+    free_time = free_time or {}
+    types = [t for t in est if (not free_time or t in free_time)] or list(est)
+    done = {t: max(now, free_time.get(t, now)) + est[t] for t in types}
+    best = min(done.values())
+    horizon = now + (best - now) * slack
+    return tuple(sorted((t for t in types if done[t] <= horizon + 1e-9), key=lambda t: (done[t], t)))

@@ -1,0 +1,168 @@
+"""The planner's model of the cluster: when each GPU of each node frees up.
+
+A job runs on one node, or on whole nodes of one type (DESIGN, trace format). The model keeps, per node,
+the sorted free times of its GPUs, and per (GPU type, GPU count) a lazy heap of "the time this node could
+start a job of that many GPUs" (its g-th earliest GPU), so finding the earliest start of a g-GPU job on a
+type is a heap peek instead of a scan over every node. That is what keeps a 10,000-job plan well under a
+second. Jobs wider than a node of their type take whole nodes (ceil(g / GPUs per node) of them): those are
+rare and found by a scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from msched.policy.snapshot import NodeState, RunningJob
+
+
+@dataclass(frozen=True)
+class Placement:
+    gpu_type: str
+    start: float
+    nodes: tuple[int, ...]          # node indices in the timeline
+    per_node: int                   # GPUs taken on each node
+
+
+class Timeline:
+    """GPU free times per node; `earliest` finds a start, `commit` books it."""
+
+    def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
+                 unknown_busy_s: float = 3600.0):
+        self.now = now
+        self.names: list[str] = []
+        self.types: list[str] = []
+        self.free: list[list[float]] = []
+        self.by_type: dict[str, list[int]] = defaultdict(list)
+        index: dict[str, int] = {}
+        busy: list[int] = []
+        for n in nodes:
+            if n.gpus <= 0 or not n.gpu_type:
+                continue
+            i = len(self.names)
+            index[n.name] = i
+            self.names.append(n.name)
+            self.types.append(n.gpu_type)
+            self.free.append([now] * max(0, min(n.gpus, n.gpus_free)))
+            busy.append(max(0, n.gpus - max(0, n.gpus_free)))
+            self.by_type[n.gpu_type].append(i)
+        # Running jobs hold GPUs until their estimated end; spread over the nodes they hold (or, when the
+        # node list is unknown, over the type's nodes that still have unexplained busy GPUs).
+        for job in sorted(running, key=lambda r: r.est_end):
+            end = max(now, job.est_end)
+            where = [index[n] for n in job.nodes if n in index]
+            if not where:
+                where = [i for i in self.by_type.get(job.gpu_type, ()) if busy[i] > 0]
+            left = job.num_gpus
+            for k, i in enumerate(where):
+                take = min(busy[i], math.ceil(left / max(1, len(where) - k)) if job.nodes else left)
+                self.free[i].extend([end] * take)
+                busy[i] -= take
+                left -= take
+                if left <= 0:
+                    break
+        for i, b in enumerate(busy):       # busy GPUs no running job explains (another partition, ...)
+            self.free[i].extend([now + unknown_busy_s] * b)
+            self.free[i].sort()
+        self.size = [len(f) for f in self.free]
+        self.max_node = {t: max(self.size[i] for i in idx) for t, idx in self.by_type.items()}
+        self.version = [0] * len(self.free)
+        self._heaps: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
+        self._heaps_of: dict[str, dict[int, list[tuple[float, int, int, int]]]] = defaultdict(dict)
+
+    # ----------------------------------------------------------------- queries
+    def gpu_types(self) -> list[str]:
+        return sorted(self.by_type)
+
+    def fits(self, gpu_type: str, num_gpus: int) -> bool:
+        """Could this type ever run a job this wide (on one node or on whole nodes)?"""
+        idx = self.by_type.get(gpu_type)
+        if not idx:
+            return False
+        g = max(1, num_gpus)
+        if g <= self.max_node[gpu_type]:
+            return True
+        return sum(self.size[i] for i in idx) >= g
+
+    def _heap(self, gpu_type: str, g: int) -> list[tuple[float, int, int, int]]:
+        key = (gpu_type, g)
+        h = self._heaps.get(key)
+        if h is None:
+            h = [self._entry(i, g) for i in self.by_type[gpu_type] if self.size[i] >= g]
+            heapq.heapify(h)
+            self._heaps[key] = h
+            self._heaps_of[gpu_type][g] = h
+        return h
+
+    def _entry(self, i: int, g: int) -> tuple[float, int, int, int]:
+        """Heap key: when g GPUs of node i are free; among equal times the best fit (the node with the
+        fewest GPUs free by then, so whole nodes stay whole for wide jobs)."""
+        f = self.free[i]
+        t = f[g - 1]
+        return (t, bisect.bisect_right(f, t), self.version[i], i)
+
+    def start_time(self, gpu_type: str, num_gpus: int) -> float | None:
+        """Just the earliest start of `earliest` (the planner's hot path: no placement object)."""
+        mx = self.max_node.get(gpu_type)
+        if mx is None:
+            return None
+        g = num_gpus if num_gpus > 1 else 1
+        if g > mx:
+            p = self.earliest(gpu_type, g)
+            return None if p is None else p.start
+        h = self._heaps.get((gpu_type, g))
+        if h is None:
+            h = self._heap(gpu_type, g)
+        ver = self.version
+        while h and h[0][2] != ver[h[0][3]]:
+            heapq.heappop(h)
+        return h[0][0] if h else None
+
+    def earliest(self, gpu_type: str, num_gpus: int, not_before: float | None = None) -> Placement | None:
+        """Where and when a job of `num_gpus` could start on this type at the earliest; None if it never fits."""
+        lb = self.now if not_before is None else max(self.now, not_before)
+        if gpu_type not in self.by_type:
+            return None
+        g = max(1, num_gpus)
+        if g <= self.max_node[gpu_type]:
+            h = self._heap(gpu_type, g)
+            while h and h[0][2] != self.version[h[0][3]]:
+                heapq.heappop(h)
+            if not h:
+                return None
+            t, _, _, i = h[0]
+            return Placement(gpu_type, max(t, lb), (i,), g)
+        # whole nodes: k nodes with per_node GPUs each
+        per_node = self.max_node[gpu_type]
+        k = math.ceil(g / per_node)
+        per_node = math.ceil(g / k)
+        ready = [(self.free[i][per_node - 1], i) for i in self.by_type[gpu_type] if self.size[i] >= per_node]
+        if len(ready) < k:
+            return None
+        chosen = heapq.nsmallest(k, ready)
+        return Placement(gpu_type, max(chosen[-1][0], lb), tuple(i for _, i in chosen), per_node)
+
+    def commit(self, placement: Placement, end: float) -> None:
+        """Book the placement's GPUs from its start until `end`."""
+        for i in placement.nodes:
+            f = self.free[i]
+            del f[:placement.per_node]           # the earliest-free GPUs of the node are the ones taken
+            for _ in range(placement.per_node):
+                bisect.insort(f, end)
+            self.version[i] += 1
+            size = self.size[i]
+            for g, h in self._heaps_of[self.types[i]].items():
+                if g <= size:
+                    heapq.heappush(h, self._entry(i, g))
+
+    def free_at(self) -> dict[str, float]:
+        """Per type, the earliest time one GPU is free after everything booked so far."""
+        return {t: min(self.free[i][0] for i in idx if self.size[i]) for t, idx in self.by_type.items()
+                if any(self.size[i] for i in idx)}
+
+    def last_end(self) -> float:
+        return max((f[-1] for f in self.free if f), default=self.now)

@@ -1,0 +1,137 @@
+"""Where profiles come from without building a model: the shipped table, then a per-user cache.
+
+msub's hot path lives here: a torchvision model name is answered from `profiles/torchvision_features.json`
+(precomputed by scripts/build_reference_profiles.py), so naming a torchvision model never imports torch.
+A user's own model (`path/to/file.py:factory`) is profiled once in a subprocess and cached per user,
+keyed by absolute path, the file's SHA-256, the factory, the input size and the library versions (read
+from package metadata, not by importing them): editing the file or upgrading torch re-profiles it.
+Pure Python: this module must not import torch, numpy or scikit-learn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from msched.config import PROFILES_DIR
+from msched.profiler import (
+    DEFAULT_TIMEOUT_S,
+    Profile,
+    ProfileError,
+    library_versions,
+    parse_spec,
+    profile_in_process,
+    profile_subprocess,
+    unknown_name_error,
+)
+
+SHIPPED_FEATURES = PROFILES_DIR / "torchvision_features.json"
+
+
+def cache_dir() -> Path:
+    """The calling user's profile cache (XDG_CACHE_HOME/msched/profiles, else ~/.cache/msched/profiles)."""
+    base = os.environ.get("MSCHED_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    sub = "profiles" if os.environ.get("MSCHED_CACHE_DIR") else os.path.join("msched", "profiles")
+    return Path(base) / sub
+
+
+@lru_cache(maxsize=4)
+def _load_shipped(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"cannot read shipped profiles {path}: {exc}") from exc
+
+
+def shipped_profiles(path: str | os.PathLike | None = None) -> dict[str, Profile]:
+    """All shipped torchvision profiles by model name (at each model's own default input size)."""
+    data = _load_shipped(str(path or SHIPPED_FEATURES))
+    return {name: Profile.from_dict(p) for name, p in data.get("models", {}).items()}
+
+
+def shipped_names(path: str | os.PathLike | None = None) -> list[str]:
+    return sorted(_load_shipped(str(path or SHIPPED_FEATURES)).get("models", {}))
+
+
+def shipped_profile(name: str, path: str | os.PathLike | None = None) -> Profile | None:
+    raw = _load_shipped(str(path or SHIPPED_FEATURES)).get("models", {}).get(name)
+    return Profile.from_dict(raw) if raw else None
+
+
+def _file_key(model_path: str, factory: str, input_size: int | None) -> str:
+    try:
+        digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ProfileError(f"{model_path}: cannot read: {exc.strerror}") from exc
+    versions = library_versions()
+    material = json.dumps([model_path, digest, factory, input_size, versions], sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cache_read(key: str) -> Profile | None:
+    p = cache_dir() / f"{key}.json"
+    try:
+        with open(p) as fh:
+            return Profile.from_dict(json.load(fh))
+    except (OSError, json.JSONDecodeError, TypeError):
+        return None
+
+
+def _cache_write(key: str, prof: Profile) -> None:
+    """Write atomically with owner-only permissions; a cache that cannot be written is no error."""
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(prof.to_dict(), fh)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        pass
+
+
+def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                use_cache: bool = True) -> Profile:
+    """The profile of SPEC, as cheaply as possible.
+
+    torchvision name at its default size: the shipped table (no torch). Other sizes: the user cache,
+    else an in-process build (torch, but no user code). `file.py:factory`: the user cache, else a
+    subprocess with `timeout`. Raises ProfileError with a one-line message.
+    """
+    names = shipped_names()
+    ms = parse_spec(spec)
+    if not ms.is_file:
+        shipped = shipped_profile(ms.name)
+        if shipped is None:
+            # only a torchvision other than the one the table was built with can know more names
+            built_with = _load_shipped(str(SHIPPED_FEATURES)).get("versions", {}).get("torchvision")
+            if built_with and built_with == library_versions().get("torchvision"):
+                raise unknown_name_error(ms.name, names)
+            from msched.profiler import torchvision_names
+
+            if ms.name not in torchvision_names():
+                raise unknown_name_error(ms.name, names)
+        elif input_size in (None, shipped.input_size):
+            return shipped
+        key = hashlib.sha256(json.dumps([ms.name, input_size, library_versions()]).encode()).hexdigest()
+        cached = _cache_read(key) if use_cache else None
+        if cached is not None:
+            return cached
+        prof = profile_in_process(ms.name, input_size)
+        if use_cache:
+            _cache_write(key, prof)
+        return prof
+    key = _file_key(ms.path, ms.factory, input_size)
+    cached = _cache_read(key) if use_cache else None
+    if cached is not None:
+        return cached
+    prof = profile_subprocess(f"{ms.path}:{ms.factory}", input_size, timeout=timeout)
+    if use_cache:
+        _cache_write(key, prof)
+    return prof

@@ -1,0 +1,348 @@
+"""The reorderer: one round of re-planning the pending queue, around the shared round core.
+
+`msched reorder` (cron, or `--every N`) and the simulator's rounds run the same `msched.rounds.run_round`;
+this module adds what only the real cluster needs, in an order that keeps the queue valid whatever fails:
+
+1. take the round lock (flock, non-blocking: a second run steps aside and exits 0);
+2. check that the database can be written *before* anything changes in Slurm;
+3. read jobs and nodes once (batched), ingest tags not seen before;
+4. run the round (plan, diff, apply only the changes; jobs that started meanwhile are skipped);
+5. record the round, its decisions and the jobs' actual starts/ends/types (completion tracking);
+6. publish the projected free time per GPU type for msub (an atomic rename, world-readable).
+
+Failure handling: Slurm unreachable or the database unwritable before step 4 -> nothing is changed,
+one line, non-zero exit. If recording fails after step 4, the changes already made are a valid queue
+(each update is a whole priority or constraint on a pending job), and the log line says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msched.config import Config
+from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+
+log = logging.getLogger("msched.reorder")
+
+STATE_DIR_MODE = 0o755      # the free-time file in it is for every user's msub
+FREE_TIME_MODE = 0o644
+LOCK_MODE = 0o600
+COMPLETION_OVERLAP_S = 120.0   # re-read finished jobs this far before the last round: clocks and late writes
+
+
+class ReorderError(RuntimeError):
+    """A round that could not run; one line, and it says whether Slurm was changed."""
+
+
+class LockBusy(RuntimeError):
+    """Another reorder round holds the lock."""
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one round did, for the log line, the dry-run table and the tests."""
+
+    result: Any                           # msched.rounds.RoundResult
+    round_id: int | None = None
+    new_jobs: int = 0
+    completions: int = 0
+    free_time: dict[str, float] = field(default_factory=dict)
+    dry_run: bool = False
+    db_seconds: float = 0.0               # checking, ingesting and recording (the database's share)
+
+    def summary(self) -> str:
+        r = self.result
+        snap = r.snapshot
+        managed = sum(1 for p in snap.pending if getattr(p, "managed", True))
+        plan = r.plan
+        est = getattr(plan, "est_makespan_end", None) if plan is not None else None
+        makespan = f"{est - r.time:.0f}s" if est is not None else "-"
+        free = snap.gpus_free
+        total = snap.gpus_total
+        gpus = ",".join(f"{t}:{free.get(t, 0)}/{total[t]}" for t in sorted(total))
+        head = "dry-run round" if self.dry_run else "round"
+        updates = f"would_update={len(r.updates)}" if self.dry_run else f"updates={r.update_calls}"
+        return (f"{head} pending={len(snap.pending)} managed={managed} running={len(snap.running)} "
+                f"{updates} skipped={len(r.skipped)} new={self.new_jobs} "
+                f"completions={self.completions} plan={r.plan_seconds * 1000:.1f}ms est_makespan={makespan} "
+                f"free_gpus={gpus}")
+
+
+# ---------------------------------------------------------------------------------------------- lock
+@contextmanager
+def round_lock(path: Path) -> Iterator[None]:
+    """Hold the reorder lock for one round; raise LockBusy at once when another round holds it."""
+    ensure_state_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LockBusy(f"another msched reorder round holds {path}") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)      # closing drops the flock
+
+
+def ensure_state_dir(path: Path) -> None:
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, STATE_DIR_MODE)
+
+
+def open_site_store(config: Config):  # noqa: ANN201
+    """The site's store, with the state directory made first as msub needs it (0755: every user's msub
+    reads the free-time file there; the database file itself is 0640 and the lock 0600)."""
+    from msched.store.db import open_store
+
+    ensure_state_dir(config.state_dir)
+    return open_store(config)
+
+
+# ------------------------------------------------------------------------------------------ free time
+def publish_free_time(path: Path, now: float, free_at: dict[str, float]) -> None:
+    """Write `{"time": now, "free_at": {type: epoch}}` for msub: temp file + rename, so a reader sees
+    the old file or the new one, never half of one."""
+    ensure_state_dir(path.parent)
+    data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
+    fd, tmp = tempfile.mkstemp(prefix=".gpu_free_time.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.chmod(tmp, FREE_TIME_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if not os.stat(path.parent).st_mode & 0o001:
+        log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
+                    path)
+
+
+def free_time_from_plan(result: Any, snapshot_now: float) -> dict[str, float]:
+    """The plan's projected free time per GPU type; types the plan does not mention are free now."""
+    free = dict(getattr(result.plan, "free_time", {}) or {}) if result.plan is not None else {}
+    for t in result.snapshot.gpus_total:
+        free.setdefault(t, snapshot_now)
+    return {t: max(float(v), snapshot_now) for t, v in free.items()}
+
+
+# ------------------------------------------------------------------------------------------ reorderer
+def _fail(msg: str) -> ReorderError:
+    return ReorderError(msg.replace("\n", " "))
+
+
+class Reorderer:
+    """One site's reorder rounds: a Slurm client (real or simulated), the store, a policy and an
+    estimator. `run_round` of `msched.rounds` does the planning and the writing; this class wraps it
+    with ingestion, recording, completion tracking and publishing."""
+
+    def __init__(self, config: Config, client: SlurmClient, store, *, objective: str | None = None,  # noqa: ANN001
+                 policy=None, estimator=None, run_kind: str = "slurm", run_name: str | None = None,  # noqa: ANN001
+                 publish: bool = True):
+        self.config = config
+        self.client = client
+        self.store = store
+        self.objective = objective or config.objective
+        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s)
+        self._estimator = estimator
+        self.run_kind = run_kind
+        self.run_name = run_name or config.cluster_name
+        self.publish = publish
+        self._run_id: int | None = None
+        self._last_completion_check: float | None = None
+
+    @property
+    def estimator(self):  # noqa: ANN201
+        """Loaded on first use: `--release` must work without a readable performance table."""
+        if self._estimator is None:
+            self._estimator = default_estimator(self.config)
+        return self._estimator
+
+    # ---------------------------------------------------------------- reading
+    def read(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
+        """One batched read of the queue and the nodes; Slurm unreachable -> ReorderError."""
+        try:
+            return list(self.client.jobs(ACTIVE_STATES)), list(self.client.nodes())
+        except SlurmUnavailable as exc:
+            raise _fail(f"Slurm unreachable: {_one_line(exc)}; nothing changed") from None
+        except SlurmError as exc:
+            raise _fail(f"cannot read the queue from Slurm: {_one_line(exc)}; nothing changed") from None
+
+    def run_id(self, nodes: Sequence[SlurmNode]) -> int:
+        if self._run_id is None:
+            gpus: dict[str, int] = {}
+            for n in nodes:
+                if n.gpu_type:
+                    gpus[n.gpu_type] = gpus.get(n.gpu_type, 0) + n.gpus
+            self._run_id = self.store.run_id(self.run_kind, self.run_name, policy=self.policy.name, gpus=gpus)
+        return self._run_id
+
+    # ---------------------------------------------------------------- a round
+    def round(self, *, dry_run: bool = False, now: float | None = None,
+              jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundOutcome:
+        """One round. Raises ReorderError (one line, saying whether Slurm was changed).
+
+        A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
+        (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
+        the round's one read (tests pass an older read to make jobs start between read and write)."""
+        from msched.rounds import run_round
+        from msched.store.db import StoreError
+        from msched.store.records import ingest_jobs
+
+        db_s = 0.0
+        if not dry_run:
+            t0 = time.perf_counter()
+            try:
+                self.store.check_writable()
+            except StoreError as exc:
+                raise _fail(f"{exc}; nothing changed in Slurm") from None
+            db_s += time.perf_counter() - t0
+        if jobs is None or nodes is None:
+            read_jobs, read_nodes = self.read()
+            jobs = read_jobs if jobs is None else jobs
+            nodes = read_nodes if nodes is None else nodes
+        if now is None:
+            now = self.client.now()
+        new = 0
+        if not dry_run:
+            t0 = time.perf_counter()
+            try:
+                rid = self.run_id(nodes)
+                with self.store.write() as session:
+                    new = ingest_jobs(session, rid, jobs, now)
+            except Exception as exc:  # noqa: BLE001 - any database failure: stop before touching Slurm
+                raise _fail(f"cannot record jobs in {self.store.display_url}: {_one_line(exc)}; "
+                            "nothing changed in Slurm") from None
+            db_s += time.perf_counter() - t0
+        try:
+            result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
+                               starvation_age_s=self.config.starvation_age_s,
+                               gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes)
+        except SlurmError as exc:
+            raise _fail(f"Slurm failed during the round: {_one_line(exc)}; every update already written "
+                        "leaves a valid queue; the next round re-plans") from None
+        if log.isEnabledFor(logging.DEBUG):
+            verb = "would set" if dry_run else "set"
+            for u in result.updates:
+                log.debug("job %s: %s %s %s (was %s)", u.job_id, verb, u.field, u.value, u.old)
+        free = free_time_from_plan(result, now)
+        if dry_run:
+            return RoundOutcome(result, free_time=free, dry_run=True)
+        if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
+            try:
+                publish_free_time(self.config.free_time_path, now, free)
+            except OSError as exc:
+                log.warning("cannot publish %s: %s (msub treats all types as free)",
+                            self.config.free_time_path, exc.strerror)
+        try:
+            round_id, done, record_s = self._record(result, jobs, now)
+        except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
+            raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
+                        f"{_one_line(exc)}; the queue is valid (the next round re-plans)") from None
+        return RoundOutcome(result, round_id=round_id, new_jobs=new, completions=done, free_time=free,
+                            db_seconds=db_s + record_s)
+
+    def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
+        """Record the round and track completions: started jobs from this read, ended ones from
+        `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
+        from sqlalchemy import func, select
+
+        from msched.store.records import active_job_ids, mark_vanished, record_completions, record_round
+        from msched.store.schema import Round
+
+        finished: list[SlurmJob] = []
+        rid = self.run_id([])
+        if self._last_completion_check is None:     # a new process (cron): since the last recorded round
+            with self.store.read() as session:
+                last = session.scalar(select(func.max(Round.time)).where(Round.run_id == rid))
+            self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
+        finished_ok = True
+        try:
+            finished = list(self.client.finished_jobs(since=self._last_completion_check))
+        except SlurmError as exc:
+            finished_ok = False
+            log.warning("cannot read finished jobs: %s (completions recorded next round)", _one_line(exc))
+        started = [j for j in jobs if j.start_time is not None and not j.is_pending]
+        t0 = time.perf_counter()
+        with self.store.read() as session:
+            believed_active = active_job_ids(session, rid)
+        seen = {j.job_id for j in jobs} | {j.job_id for j in finished}
+        vanished = believed_active - seen if finished_ok else set()
+        if vanished and self._last_completion_check is not None:
+            # ended before the window we asked about (reorder was not running): ask for everything
+            try:
+                older = [j for j in self.client.finished_jobs(since=None) if j.job_id in vanished]
+            except SlurmError as exc:
+                log.warning("cannot read finished jobs: %s", _one_line(exc))
+                older, vanished = [], set()
+            finished += older
+            vanished -= {j.job_id for j in older}
+        with self.store.write() as session:
+            round_id = record_round(session, rid, result)
+            done = record_completions(session, rid, started + finished, now=now)
+            if vanished:
+                lost = mark_vanished(session, rid, sorted(vanished))
+                log.info("%d job(s) no longer known to Slurm (end not recorded): state UNKNOWN", lost)
+        self._last_completion_check = now - COMPLETION_OVERLAP_S
+        return round_id, done, time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- release
+    def release_all(self) -> list[str]:
+        """Hand every managed pending job back to Slurm's own priorities and drop msched's type
+        constraint (the round core's `release`). Returns the released job ids.
+
+        The switch that turns msched off must work when the database does not: it needs none."""
+        from msched.rounds import release
+
+        jobs, nodes = self.read()
+        try:
+            return release(self.client, jobs=jobs, nodes=nodes, gpu_type_of=self.config.canonical_gpu_type)
+        except SlurmError as exc:
+            raise _fail(f"Slurm failed during release: {exc}; jobs released so far are back to Slurm's "
+                        "priorities; run --release again") from None
+
+
+def default_policy(objective: str, starvation_age_s: float = 86400.0):  # noqa: ANN201
+    from msched.policy import get_policy
+
+    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s)
+
+
+def default_estimator(config: Config):  # noqa: ANN201
+    from msched.estimators import TagEstimator
+    from msched.perf import PerfTable
+
+    return TagEstimator(PerfTable.load(config.performance))
+
+
+def _one_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    msg = str(orig if orig is not None else exc) or type(exc).__name__
+    return msg.splitlines()[0]
+
+
+def wait_interval(seconds: float, started: float) -> None:
+    """Sleep until `seconds` after `started` (monotonic), so rounds keep a steady cadence."""
+    delay = seconds - (time.monotonic() - started)
+    if delay > 0:
+        time.sleep(delay)

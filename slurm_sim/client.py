@@ -1,0 +1,140 @@
+"""`SimClient`: msched's `SlurmClient` interface over the simulator, so a reorder round runs unchanged
+against a simulated cluster (DESIGN: one code path for the real cluster and the simulator).
+
+Behaves like the real backends where the contract tests look: ids are strings of integers, a fresh job
+stays PENDING until the clock moves (real Slurm starts it about a second later: call `advance(0)` or
+`advance(1)`), updates of a job that is no longer pending raise `JobNotPending`, a held job shows
+priority 0 and reason JobHeldUser, refused requests raise `SlurmError` with one line.
+
+`JobRequest.extra` carries what the simulator needs to know the job's true runtime: `model`,
+`iterations`, `batch_size` (per GPU); or `runtime_s` directly; a model-less job runs for the N of a
+`--wrap "sleep N"`, else for its time limit. `extra["user"]` sets the job's user.
+"""
+
+from __future__ import annotations
+
+import os
+
+from msched.perf import PerfTable
+from msched.slurm.base import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    PENDING,
+    JobNotPending,
+    JobRequest,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+)
+from slurm_sim.cluster import ClusterSpec, parse_cluster
+from slurm_sim.simulator import SimError, SimJob, Simulator, sleep_seconds
+
+
+class SimClient(SlurmClient):
+    name = "sim"
+
+    def __init__(self, simulator: Simulator):
+        self.sim = simulator
+
+    @classmethod
+    def from_spec(cls, spec: str | os.PathLike | ClusterSpec, truth: PerfTable | None = None, *,
+                  backfill: bool = False, **kwargs) -> SimClient:
+        """A client over a fresh simulated cluster, e.g. `from_spec("a100:4x1,titanv:4x1", truth=table)`."""
+        cluster = spec if isinstance(spec, ClusterSpec) else parse_cluster(spec)
+        return cls(Simulator(cluster, truth, backfill=backfill, **kwargs))
+
+    # ------------------------------------------------------------------ clock
+    def now(self) -> float:
+        return self.sim.now
+
+    def advance(self, seconds: float) -> float:
+        """Move the simulated clock forward (0 lets the scheduler act on what was just changed)."""
+        if seconds < 0:
+            raise ValueError("cannot advance the clock backwards")
+        self.sim.run_until(self.sim.now + seconds)
+        return self.sim.now
+
+    def run_until(self, t: float) -> float:
+        self.sim.run_until(max(t, self.sim.now))
+        return self.sim.now
+
+    # ------------------------------------------------------------------ SlurmClient
+    def submit(self, request: JobRequest) -> str:
+        extra = request.extra or {}
+        try:
+            runtime = extra.get("runtime_s")
+            if runtime is None and not extra.get("model"):
+                runtime = sleep_seconds(request.wrap)
+            return self.sim.submit(
+                num_gpus=int(request.num_gpus), name=request.name, user=str(extra.get("user", "")),
+                model=str(extra.get("model", "")),
+                iterations=_num(extra.get("iterations")), batch_size=_int(extra.get("batch_size")),
+                runtime_s=_num(runtime), time_limit_s=request.time_limit_s,
+                gpu_type=request.gpu_type, constraint=request.constraint, comment=request.comment,
+                hold=request.hold)
+        except (SimError, ValueError) as exc:
+            raise SlurmError(f"sbatch: error: {exc}") from None
+
+    def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
+        view = self.sim.job_view
+        wanted = set(states)
+        out = []
+        if wanted & set(ACTIVE_STATES):
+            out.extend(view(j) for j in self.sim.active.values() if j.state in wanted)
+        if wanted - set(ACTIVE_STATES):
+            out.extend(view(j) for j in self.sim.finished if j.state in wanted)
+        return out
+
+    def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
+        view = self.sim.job_view
+        return [view(j) for j in self.sim.finished
+                if j.state in FINISHED_STATES and (since is None or (j.end_time or 0) >= since)]
+
+    def nodes(self) -> list[SlurmNode]:
+        return [self.sim.node_view(i) for i in range(len(self.sim.node_names))]
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        job = self._pending(job_id)
+        if job.held:
+            raise SlurmError(f"job {job_id} is held: release it before setting a priority")
+        self.sim.set_priority(job, int(priority))
+
+    def set_features(self, job_id: str, features: str) -> None:
+        job = self._pending(job_id)
+        try:
+            self.sim.set_features(job, features)
+        except SimError as exc:
+            raise SlurmError(f"scontrol: error: {exc}") from None
+
+    def hold(self, job_id: str) -> None:
+        self.sim.hold(self._pending(job_id))
+
+    def release(self, job_id: str) -> None:
+        self.sim.release(self._pending(job_id))
+
+    def cancel(self, job_id: str) -> None:
+        job = self._job(job_id)
+        if job.state in ACTIVE_STATES:
+            self.sim.cancel(job)
+
+    # ------------------------------------------------------------------ helpers
+    def _job(self, job_id: str) -> SimJob:
+        job = self.sim.jobs.get(str(job_id))
+        if job is None:
+            raise SlurmError(f"Invalid job id specified: {job_id}")
+        return job
+
+    def _pending(self, job_id: str) -> SimJob:
+        job = self._job(job_id)
+        if job.state != PENDING:
+            raise JobNotPending(f"job {job_id} is {job.state}, not pending")
+        return job
+
+
+def _num(v) -> float | None:
+    return None if v is None or v == "" else float(v)
+
+
+def _int(v) -> int | None:
+    return None if v is None or v == "" else int(float(v))

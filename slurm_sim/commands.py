@@ -1,0 +1,270 @@
+"""`msched sim` (compare policies on a simulated cluster) and `msched trace synth` (build workloads).
+
+I/O lives here (files, the terminal, the database); the simulation itself is in `slurm_sim.compare`.
+Every bad input ends in one line (click.UsageError / ClickException) naming the file, row or option.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from msched.config import PROFILES_DIR, ConfigError, load_config
+from msched.perf import PerfTable, PerfTableError
+
+SHARED_TABLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gpu-train-benchmarks" / "perf_table.csv"
+
+
+def default_truth_path() -> Path:
+    """The simulator's default truth: all measured models (profiles/measured_perf.csv), else the shared table."""
+    shipped = PROFILES_DIR / "measured_perf.csv"
+    return shipped if shipped.exists() or not SHARED_TABLE.exists() else SHARED_TABLE
+
+
+def _load_table(path: str | Path, what: str) -> PerfTable:
+    try:
+        table = PerfTable.load(path)
+    except PerfTableError as exc:
+        raise click.ClickException(f"{what}: {exc}") from None
+    if not table.rows:
+        raise click.ClickException(f"{what} {path} has no rows")
+    return table
+
+
+def _cluster(spec: str):
+    from slurm_sim.cluster import ClusterSpecError, parse_cluster
+    try:
+        return parse_cluster(spec)
+    except ClusterSpecError as exc:
+        raise click.UsageError(f"--cluster: {exc}") from None
+
+
+def reference_names(config=None) -> list[str]:
+    """The default reference models' names (H1's shipped set)."""
+    try:
+        from msched.similarity import ClassifyError, load_references
+        try:
+            return list(load_references(config).names)
+        except ClassifyError as exc:
+            raise click.ClickException(f"cannot read the reference set: {exc}") from None
+    except ImportError:
+        raise click.ClickException("the reference set is not available (msched.similarity missing)") from None
+
+
+def resolve_models(text: str, truth: PerfTable, config=None) -> list[str]:
+    """`all` (every model of the truth table), `non-reference` (all minus the references) or NAME,NAME."""
+    known = sorted(truth.models())
+    key = text.strip().lower()
+    if key == "all":
+        return known
+    if key == "non-reference":
+        refs = set(reference_names(config))
+        out = [m for m in known if m not in refs]
+        if not out:
+            raise click.UsageError("--models non-reference: every model of the truth table is a reference")
+        return out
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise click.UsageError(f"--models: unknown model(s) {', '.join(bad) or '(none given)'}; use all, "
+                               f"non-reference or names from the truth table: {', '.join(known)}")
+    return names
+
+
+# ----------------------------------------------------------------------------- msched trace
+@click.group("trace")
+def trace() -> None:
+    """Build workload traces for `msched sim` (DESIGN's trace CSV)."""
+
+
+@trace.command("synth")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), required=True, help="Number of jobs.")
+@click.option("--models", default="non-reference", show_default=True,
+              help="all, non-reference (all minus the reference set) or a comma-separated list.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same trace).")
+@click.option("--arrival", default="poisson:600", show_default=True,
+              help="static (all at time 0), poisson:MEAN_S (mean gap in seconds) or philly (Philly's timestamps).")
+@click.option("--philly", "philly_path", type=click.Path(dir_okay=False),
+              help="Philly jobs CSV for sizes/durations (default: the shared copy when present).")
+@click.option("--no-philly", is_flag=True, help="Ignore the Philly trace: Gavel's size and duration distribution.")
+@click.option("--gpus-per-job", "gpus_dist", default=None,
+              help="GPU-count distribution, e.g. 1:0.7,2:0.1,4:0.15,8:0.05 (default: Philly's, else that one).")
+@click.option("--time-limit-factor", type=click.FloatRange(min=1.0), default=None,
+              help="Give each job a time limit of F x its true runtime on its slowest type.")
+@click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
+              help="Performance table that turns durations into iterations [default: profiles/measured_perf.csv].")
+@click.option("--cluster", "cluster_spec", default=None, help="Keep job sizes that fit this cluster.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Output CSV (default: stdout).")
+def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limit_factor, truth_path,
+              cluster_spec, out_path) -> None:
+    """Synthesise a workload: Philly-shaped sizes and durations, turned into iterations of real models."""
+    from slurm_sim.trace import TraceError, default_philly_path, parse_size_dist, synth, write_trace
+
+    truth = _load_table(truth_path or default_truth_path(), "--truth")
+    names = resolve_models(models, truth)
+    philly = None if no_philly else (philly_path or default_philly_path())
+    max_gpus = None
+    if cluster_spec:
+        cl = _cluster(cluster_spec)
+        max_gpus = max(cl.max_gpus(t) for t in cl.gpu_types)
+    try:
+        sizes = parse_size_dist(gpus_dist) if gpus_dist else None
+        jobs = synth(n_jobs, names, truth, seed=seed, arrival=arrival, philly=philly, sizes=sizes,
+                     time_limit_factor=time_limit_factor, max_gpus=max_gpus)
+        if out_path:
+            write_trace(out_path, jobs)
+        else:
+            write_trace(sys.stdout, jobs)
+    except TraceError as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out_path}: {exc.strerror}") from None
+    if out_path:
+        span = max(j.submit_time for j in jobs)
+        click.echo(f"wrote {len(jobs)} jobs ({len(names)} models, arrivals over {span:.0f} s, sizes and durations "
+                   f"from {'Philly' if philly else 'Gavel'}) to {out_path}", err=True)
+
+
+# ----------------------------------------------------------------------------- msched sim
+def _fmt_s(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v < 120:
+        return f"{v:.0f}s"
+    if v < 7200:
+        return f"{v / 60:.1f}m"
+    return f"{v / 3600:.2f}h"
+
+
+def _fmt_r(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+@click.command("sim")
+@click.option("--cluster", "cluster_spec", required=True, help="TYPE:GPUSxNODES,... or a TOML file.")
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="Trace CSV (DESIGN).")
+@click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
+              help="What really happens [default: profiles/measured_perf.csv].")
+@click.option("--perf", "perf_path", type=click.Path(dir_okay=False), default=None,
+              help="What the policy knows [default: the configured table, profiles/gpu_performance.csv].")
+@click.option("--references", default=None,
+              help="Comma-separated reference models (default: the configured set); --perf rows of others are ignored.")
+@click.option("--policy", "policies", default="fifo,fastest,msched-once,msched,oracle", show_default=True,
+              help="Comma-separated policies to compare.")
+@click.option("--round", "round_s", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="Seconds between reorder rounds.")
+@click.option("--objective", type=click.Choice(["makespan", "jct"]), default=None,
+              help="What msched/oracle optimise [default: the config's objective].")
+@click.option("--backfill", is_flag=True, help="Slurm's backfill scheduler on (time limits only).")
+@click.option("--starvation-age", "starvation_age", type=click.FloatRange(min=0), default=None,
+              help="Seconds after which a pending job is put first and widened to every type "
+                   "[default: the config's, 86400]; 0 turns the guard off.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results (a JSON list).")
+@click.option("--jobs-csv", "jobs_csv", type=click.Path(dir_okay=False),
+              help="Write job_id,policy,gpu_type,submit,start,end per job and policy.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG: utilisation and jobs over time.")
+@click.option("--db", "db_path", default=None, help="Record runs, rounds and jobs in this database (file or URL).")
+def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, round_s, objective, backfill,
+        starvation_age, json_path, jobs_csv, plot_path, db_path) -> None:
+    """Replay a trace on a simulated Slurm cluster under each policy and compare them."""
+    from slurm_sim.compare import POLICIES, Classifier, SimRunError, SimSetup, compare
+    from slurm_sim.trace import TraceError, load_trace
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    bad = [p for p in names if p not in POLICIES]
+    if bad or not names:
+        raise click.UsageError(f"--policy: unknown {', '.join(bad) or '(none)'}; choose from {', '.join(POLICIES)}")
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    cluster = _cluster(cluster_spec)
+    truth = _load_table(truth_path or default_truth_path(), "--truth")
+    perf = _load_table(perf_path or config.performance, "--perf")
+    ref_names = None
+    if references:
+        ref_names = [r.strip() for r in references.split(",") if r.strip()]
+        missing = [r for r in ref_names if not perf.has_model(r)]
+        if missing:
+            raise click.UsageError(f"--references: {', '.join(missing)} not in the performance table "
+                                   f"({perf_path or config.performance}); it has {', '.join(sorted(perf.models()))}")
+        perf = PerfTable([r for r in perf.rows if r.model in set(ref_names)])
+    try:
+        trace_jobs = load_trace(trace_path, truth, cluster)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    store = None
+    if db_path:
+        from msched.store.db import Store, StoreError
+        url = db_path if "://" in db_path else f"sqlite:///{Path(db_path).expanduser().resolve()}"
+        try:
+            store = Store(url)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+    setup = SimSetup(cluster=cluster, truth=truth, perf=perf, classifier=Classifier(ref_names, perf),
+                     round_s=round_s, objective=objective or config.objective, backfill=backfill,
+                     starvation_age_s=_starvation(starvation_age, config), trace_name=Path(trace_path).name)
+    try:
+        results = compare(trace_jobs, names, setup, store=store,
+                          progress=lambda m: click.echo(m, err=True))
+    except SimRunError as exc:
+        raise click.ClickException(str(exc)) from None
+    if setup.classifier.fallback:
+        click.echo("warning: msched.similarity unavailable: jobs were classified by name family (a stand-in)",
+                   err=True)
+    _print_table(results, cluster, len(trace_jobs), backfill)
+    for r in results:
+        if r.unfinished:
+            click.echo(f"warning: {r.policy}: {len(r.unfinished)} job(s) never started "
+                       f"(e.g. job {r.unfinished[0]}): their constraints allow no type that can run them", err=True)
+    try:
+        if json_path:
+            Path(json_path).write_text(json.dumps([r.metrics for r in results], indent=2) + "\n")
+        if jobs_csv:
+            with open(jobs_csv, "w", newline="") as fh:
+                w = csv.writer(fh)
+                w.writerow(["job_id", "policy", "gpu_type", "submit", "start", "end"])
+                for r in results:
+                    for o in r.outcomes:
+                        w.writerow([o.job_id, o.policy, o.gpu_type or "", _num(o.submit), _num(o.start), _num(o.end)])
+        if plot_path:
+            from slurm_sim.plot import plot_runs
+            plot_runs(plot_path, [(r.policy, r.outcomes) for r in results], cluster,
+                      title=f"{Path(trace_path).name} on {cluster.describe()}")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write output: {exc}") from None
+
+
+def _starvation(value: float | None, config) -> float | None:
+    if value is None:
+        return config.starvation_age_s
+    return None if value == 0 else value
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}".rstrip("0").rstrip(".")
+
+
+def _print_table(results, cluster, n_jobs: int, backfill: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{n_jobs} jobs on {cluster.describe()} ({cluster.total_gpus} GPUs)"
+                  + (", backfill" if backfill else ""))
+    for col in ("policy", "makespan", "mean JCT", "p99 JCT", "mean wait", "GPU util", "x fifo", "x lower bound",
+                "rounds"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in results:
+        m = r.metrics
+        table.add_row(r.policy, _fmt_s(m.get("makespan_s")), _fmt_s(m.get("mean_jct_s")), _fmt_s(m.get("p99_jct_s")),
+                      _fmt_s(m.get("mean_wait_s")), f"{m.get('gpu_utilization', 0):.1%}", _fmt_r(m.get("ratio_to_fifo")),
+                      _fmt_r(m.get("ratio_to_lower_bound")), str(r.rounds))
+    Console(file=sys.stdout, width=max(120, Console().width)).print(table)
+    lb = results[0].metrics.get("lower_bound_s") if results else None
+    click.echo(f"lower bound on the makespan: {_fmt_s(lb)} (longest job at its best type; work after each "
+               "submit time spread over all GPUs)")

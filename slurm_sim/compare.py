@@ -1,0 +1,357 @@
+"""Replaying a trace under each policy, through the same round core the real reorderer runs.
+
+For every trace job, at its submit time, the replay does what `msub` would do on a real cluster: it
+classifies the model (nearest reference, group, similarity, FLOPs ratio), writes the msched tag into
+the job's comment, and adds the policy's submit-time GPU-type constraint (`policy.submit_types`; none
+for fifo; a user-pinned type stays a typed gres and gets no constraint). Then, for policies that
+re-plan, every `round_s` seconds `msched.rounds.run_round` runs against the simulator through
+`SimClient`, exactly as cron's `msched reorder` runs against Slurm. Rounds whose snapshot has not
+changed since the last round (same pending and running sets) are skipped, and the clock jumps to the
+next grid time at which something can have changed.
+
+What msub knows of the future differs by policy, as on a real cluster: a re-planning policy's msub reads
+the free time per GPU type that the last round published; `msched-once` has no reorderer, so the replay
+gives its msub a fresh projection of the queue at each submission (a dry-run plan: the most a
+round-less submit-time choice can know), which keeps the comparison with rounds honest.
+
+`--perf` (what the policy knows) and `--truth` (what happens) are separate tables on purpose.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from msched import __version__
+from msched.perf import PerfTable
+from msched.policy.snapshot import PendingJob
+from msched.slurm.base import PENDING, JobRequest, SlurmJob
+from msched.tag import JobTag, with_tag
+from slurm_sim.client import SimClient
+from slurm_sim.cluster import ClusterSpec
+from slurm_sim.metrics import JobOutcome, lower_bound, summarize
+from slurm_sim.simulator import Simulator
+from slurm_sim.trace import TraceJob
+
+POLICIES = ("fifo", "fastest", "msched-once", "msched", "oracle")
+
+
+class SimRunError(RuntimeError):
+    """A replay that cannot go on (e.g. jobs that can never start); one-line message."""
+
+
+# ----------------------------------------------------------------------------- classification
+@dataclass(frozen=True)
+class ModelClass:
+    ref: str
+    group: str
+    sim: float
+    flops: float
+
+
+class Classifier:
+    """What msub learns about a model: its nearest reference and group. Cached per model name.
+
+    Uses `msched.similarity.classify` (shipped profiles; no torch for torchvision names). Only where that
+    module is missing (a partial checkout) does it fall back to a crude stand-in: the model itself when
+    it is a reference, else the first reference sharing the name's family prefix; that fallback is
+    reported by `.fallback` so results made with it are never mistaken for the real policy.
+    """
+
+    def __init__(self, references: Sequence[str] | None = None, perf: PerfTable | None = None):
+        self.references = list(references) if references else None
+        self.perf = perf
+        self.fallback = False
+        self._cache: dict[str, ModelClass] = {}
+        self._classify: Callable[[str], ModelClass] | None = None
+
+    def __call__(self, model: str) -> ModelClass:
+        hit = self._cache.get(model)
+        if hit is None:
+            hit = self._cache[model] = self._impl()(model)
+        return hit
+
+    def _impl(self) -> Callable[[str], ModelClass]:
+        if self._classify is None:
+            try:
+                from msched import similarity
+                from msched.config import PROFILES_DIR
+                if not (PROFILES_DIR / "torchvision_features.json").exists():
+                    raise ImportError("no shipped profiles")
+            except ImportError:
+                self.fallback = True
+                self._classify = self._by_name
+            else:
+                refs = self.references
+                by_name: dict[str, str] = {}     # DESIGN: a reference by name is its own reference
+                try:
+                    refset = similarity.resolve_references(refs)
+                    by_name = {n: refset.group_of(n) for n in refset.names}
+                except Exception:  # noqa: BLE001 - the classifier below reports a broken set
+                    by_name = {n: _family(n) for n in refs or ()}
+
+                def real(model: str) -> ModelClass:
+                    if model in by_name:
+                        return ModelClass(model, by_name[model] or _family(model), 1.0, 1.0)
+                    try:
+                        c = similarity.classify(model, references=refs)
+                    except similarity.ClassifyError as exc:
+                        raise SimRunError(f"cannot classify {model}: {exc}") from None
+                    return ModelClass(c.nearest_reference, c.group, float(c.similarity), float(c.flops_ratio))
+
+                self._classify = real
+        return self._classify
+
+    def _by_name(self, model: str) -> ModelClass:
+        refs = self.references or sorted(self.perf.models() if self.perf else [])
+        if model in refs:
+            return ModelClass(model, _family(model), 1.0, 1.0)
+        fam = _family(model)
+        for r in refs:
+            if _family(r) == fam:
+                return ModelClass(r, fam, 0.0, 1.0)
+        return ModelClass(refs[0] if refs else "", fam, 0.0, 1.0)
+
+
+def _family(name: str) -> str:
+    for prefix in ("wide_resnet", "resnext", "resnet", "densenet", "vgg", "mobilenet", "mnasnet",
+                   "shufflenet", "squeezenet", "efficientnet", "regnet", "convnext", "vit", "swin"):
+        if name.startswith(prefix):
+            return prefix
+    return name
+
+
+# ----------------------------------------------------------------------------- one run
+@dataclass
+class RunResult:
+    policy: str
+    outcomes: list[JobOutcome]
+    metrics: dict[str, Any]
+    rounds: int = 0
+    rounds_skipped: int = 0
+    update_calls: int = 0
+    plan_seconds: float = 0.0
+    wall_s: float = 0.0
+    unfinished: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    """Everything a replay needs besides the policy name."""
+
+    cluster: ClusterSpec
+    truth: PerfTable
+    perf: PerfTable
+    classifier: Classifier
+    round_s: float = 60.0
+    objective: str = "makespan"
+    backfill: bool = False
+    starvation_age_s: float | None = 86400.0     # None: no starvation guard
+    trace_name: str = "trace"
+
+
+def make_policy(name: str, setup: SimSetup):
+    """The policy object; the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
+    from msched.policy import get_policy
+    return get_policy(name, backfill=setup.backfill, objective=setup.objective, perf=setup.perf)
+
+
+def make_estimator(policy, setup: SimSetup):
+    from msched.estimators import TagEstimator, TruthEstimator
+    if getattr(policy, "estimator_kind", "tag") == "truth":
+        return _PerJobCache(TruthEstimator(setup.truth, knowledge=setup.perf))
+    return _PerJobCache(TagEstimator(setup.perf))
+
+
+class _PerJobCache:
+    """An estimator remembered per job: a job's estimate depends only on what it was submitted with
+    (tag, GPUs, time limit, pinned type), which never changes in the simulator, and every round asks
+    again for every running and pending job. Saves most of a round's snapshot time on big traces."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self._memo: dict[tuple, dict[str, float]] = {}
+
+    def __call__(self, job: SlurmJob, tag: JobTag) -> dict[str, float]:
+        key = (job.job_id, job.comment, job.num_gpus, job.time_limit_s, job.gres_gpu_type)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self.inner(job, tag)
+        return hit
+
+
+def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, store=None,
+           progress: Callable[[str], None] | None = None) -> RunResult:
+    """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`."""
+    from msched.rounds import run_round
+
+    wall0 = _time.perf_counter()
+    policy = make_policy(policy_name, setup)
+    estimator = make_estimator(policy, setup)
+    sim = Simulator(setup.cluster, setup.truth, backfill=setup.backfill)
+    client = SimClient(sim)
+    recorder = _Recorder(store, policy_name, setup) if store is not None else None
+    jobs = sorted(trace, key=lambda j: j.submit_time)
+    n = len(jobs)
+    t0 = jobs[0].submit_time if jobs else 0.0
+    replans = bool(getattr(policy, "replans", False))
+    use_constraint = policy_name != "fifo"
+    fresh_free_time = not replans and use_constraint and policy_name != "fastest"
+    round_s = float(setup.round_s)
+    types = setup.cluster.gpu_types
+    published: dict[str, float] = {}
+    sim_id_of: dict[str, str] = {}
+    trace_of: dict[str, TraceJob] = {}
+    rounds = skipped = calls = 0
+    plan_s = 0.0
+    last_version: int | None = None
+    next_round = t0 if replans else float("inf")
+    i = 0
+    inf = float("inf")
+
+    def submit(tj: TraceJob) -> None:
+        mc = setup.classifier(tj.model)
+        tag = JobTag(model=tj.model, ref=mc.ref, group=mc.group, sim=mc.sim, flops=mc.flops,
+                     iters=int(tj.iterations), bs=int(tj.batch_size), pinned=tj.gpu_type or "", ver=__version__)
+        added: tuple[str, ...] = ()
+        if use_constraint and not tj.gpu_type:
+            free = published or dict.fromkeys(types, sim.now)
+            if fresh_free_time:
+                free = _projected_free_time(client, policy, estimator, setup)
+            view = _pending_view(tj, tag, estimator, sim.now, types)
+            added = tuple(policy.submit_types(view, free, now=sim.now)) if view.est_runtime_s else ()
+        if added:
+            tag = replace(tag, added="|".join(added))
+        req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
+                         constraint="|".join(added), comment=with_tag(tag, None), time_limit_s=tj.time_limit_s,
+                         extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,
+                                "user": tj.user})
+        jid = client.submit(req)
+        sim_id_of[tj.job_id] = jid
+        trace_of[jid] = tj
+
+    while True:
+        t_sub = jobs[i].submit_time if i < n else inf
+        if i >= n and not sim.active:
+            break
+        t = min(t_sub, next_round)
+        if t == inf:                     # nothing left to submit and no rounds: play out the queue
+            nxt = sim.next_event_time()
+            if nxt is None:
+                break
+            sim.run_until(nxt)
+            continue
+        sim.run_until(t)
+        if t_sub <= t:
+            while i < n and jobs[i].submit_time <= t:
+                submit(jobs[i])
+                i += 1
+            sim.run_until(t)             # Slurm looks at the new jobs at once
+        if replans and next_round <= t:
+            if sim.version != last_version and sim.pending_count() == 0:
+                last_version = sim.version   # nothing to plan: a round could change nothing
+                skipped += 1
+            elif sim.version != last_version:
+                result = run_round(client, policy, estimator, now=sim.now,
+                                   starvation_age_s=setup.starvation_age_s)
+                rounds += 1
+                calls += int(getattr(result, "update_calls", 0) or 0)
+                plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
+                if result.plan is not None:
+                    published = dict(result.plan.free_time or {})
+                if recorder is not None:
+                    recorder.round(result, sim.now)
+                sim.run_until(t)         # Slurm acts on the changes
+                last_version = sim.version
+            else:
+                skipped += 1
+            next_round = t + round_s
+            if sim.version == last_version:
+                # nothing changes before the next event or submission: jump to the grid time after it
+                nxt = min(sim.next_event_time() or inf, jobs[i].submit_time if i < n else inf)
+                if nxt == inf:
+                    if i >= n and sim.active:
+                        break            # stuck: nothing will ever change again
+                elif nxt > next_round:
+                    steps = -(-(nxt - t0) // round_s)
+                    next_round = max(next_round, t0 + steps * round_s)
+        if progress is not None and rounds and rounds % 2000 == 0:
+            progress(f"{policy_name}: t={sim.now:.0f}s, {len(sim.finished)}/{n} done")
+
+    unfinished = [j.job_id for j in sim.active.values()]
+    outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
+                           submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
+                           state=j.state, model=j.model)
+                for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
+    lb = lower_bound(trace, setup.truth, setup.cluster)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb)
+    metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
+                    "plan_seconds": round(plan_s, 3)})
+    if recorder is not None:
+        recorder.finish(client, sim.now)
+    wall = _time.perf_counter() - wall0
+    metrics["sim_wall_s"] = round(wall, 3)
+    return RunResult(policy_name, outcomes, metrics, rounds, skipped, calls, plan_s, wall,
+                     [trace_of[j].job_id for j in unfinished])
+
+
+def compare(trace: Sequence[TraceJob], policies: Sequence[str], setup: SimSetup, *, store=None,
+            progress: Callable[[str], None] | None = None) -> list[RunResult]:
+    """Every policy on the same trace; each result's `metrics` gains `ratio_to_fifo` when fifo ran."""
+    results = [replay(trace, p, setup, store=store, progress=progress) for p in policies]
+    base = next((r for r in results if r.policy == "fifo"), None)
+    for r in results:
+        ms = r.metrics.get("makespan_s")
+        b = base.metrics.get("makespan_s") if base else None
+        r.metrics["ratio_to_fifo"] = (ms / b) if (b and ms is not None) else None
+    return results
+
+
+# ----------------------------------------------------------------------------- helpers
+def _pending_view(tj: TraceJob, tag: JobTag, estimator, now: float, types: Sequence[str]) -> PendingJob:
+    """The PendingJob msub's submit-time choice looks at (the job as it is about to be submitted)."""
+    job = SlurmJob(job_id="0", state=PENDING, submit_time=now, num_gpus=tj.num_gpus,
+                   time_limit_s=tj.time_limit_s, gres_gpu_type=tj.gpu_type)
+    est = {t: v for t, v in (estimator(job, tag) or {}).items() if t in types}
+    return PendingJob(job_id="0", submit_time=now, num_gpus=tj.num_gpus, est_runtime_s=est,
+                      allowed_types=tuple(types), time_limit_s=tj.time_limit_s, group=tag.group,
+                      reference=tag.ref)
+
+
+def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) -> dict[str, float]:
+    """A dry-run plan of the queue as it stands: when each GPU type frees up."""
+    from msched.rounds import run_round
+    result = run_round(client, policy, estimator, now=client.now(), dry_run=True,
+                       starvation_age_s=setup.starvation_age_s)
+    return dict(result.plan.free_time or {}) if result.plan is not None else {}
+
+
+class _Recorder:
+    """Writes a simulated run into the store as the real reorderer writes real rounds."""
+
+    def __init__(self, store, policy: str, setup: SimSetup):
+        from sqlalchemy import select
+
+        from msched.store.schema import Run
+        self.store = store
+        base = f"sim:{policy}:{setup.trace_name}"[:120]
+        with store.read() as s:
+            taken = set(s.scalars(select(Run.name).where(Run.name.like(base + "%"))))
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = f"{base}#{k}"
+        self.run_id = store.run_id("sim", name, policy=policy, gpus=setup.cluster.gpus_total)
+
+    def round(self, result, now: float) -> None:
+        from msched.store import records
+        with self.store.write() as s:
+            records.ingest_jobs(s, self.run_id, result.jobs, now)
+            records.record_round(s, self.run_id, result)
+
+    def finish(self, client: SimClient, now: float) -> None:
+        from msched.store import records
+        with self.store.write() as s:
+            records.record_completions(s, self.run_id, client.finished_jobs() + client.jobs(), now)

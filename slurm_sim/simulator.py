@@ -1,0 +1,607 @@
+"""A discrete-event simulator of one Slurm partition whose nodes carry typed GPUs.
+
+What it models, and why (the rules msched's planner has to live with on a real cluster):
+- Nodes have a GPU type, a GPU count and features (the type is one of them). One partition.
+- Pending jobs are ordered by priority (high first), then submit time, then submission order.
+- Without backfill the main scheduler is strict: it starts jobs from the top of the queue and stops at
+  the first one that cannot start now; a top job waiting for its GPU type blocks every job below it,
+  even jobs that want other, idle types. Held jobs and jobs whose constraint no node can ever satisfy
+  are passed over (Slurm does not let them block the partition).
+- With backfill, every `bf_interval` seconds (while something is blocked) a backfill pass walks the
+  first `bf_max_job_test` pending jobs in priority order, gives each blocked job a reservation at its
+  earliest possible start and starts lower jobs now only where they end (by their *time limit*, which is
+  all Slurm knows; jobs without one get the partition default) before they would delay a reservation.
+- A job runs on one node, or on whole nodes of one size and type (k x GPUs-per-node GPUs).
+- A job runs for iterations x the true iteration time of its model on the type it got (the truth
+  table's fill rules); a (model, type) pair without data is never placed there. A job is killed at its
+  time limit (state TIMEOUT), as Slurm does.
+
+Speed: an event heap (job ends, backfill wake-ups); a lazily rebuilt priority heap of pending jobs so
+the strict pass costs O(jobs started + 1) per event; per node-class counters of nodes by free GPUs so
+"can this job start now" is O(GPUs per node) per class; jobs' `SlurmJob` views are cached and rebuilt
+only when the job changes; `version` changes only when the pending/running sets change, so callers
+can skip rounds that would see the same snapshot.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from msched.perf import PerfTable
+from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
+from msched.tag import parse_comment
+from slurm_sim.cluster import ClusterSpec
+from slurm_sim.constraint import ConstraintError, feature_names, parse_constraint
+
+PARTITION = "sim"
+BASE_PRIORITY = 4_294_901_759        # priority/basic: the first job's priority, then one less per job
+_SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*$")
+_END, _WAKE = 0, 1
+
+
+@dataclass(frozen=True)
+class SimSlurmJob(SlurmJob):
+    """squeue's view of a simulated job. The tag is parsed once per view (views are cached until
+    the job changes), since every round reads every job's tag."""
+
+    @cached_property
+    def tag(self):  # noqa: D102 - same meaning as SlurmJob.tag
+        return parse_comment(self.comment)[0]
+
+
+@dataclass(frozen=True)
+class SimSlurmNode(SlurmNode):
+    """sinfo's view of a simulated node: simulated nodes never go down or drain."""
+
+    @property
+    def usable(self) -> bool:
+        return True
+
+    @property
+    def gpus_free(self) -> int:
+        return self.gpus - self.gpus_alloc
+
+
+class SimError(ValueError):
+    """A request the simulated controller refuses (as sbatch/scontrol would); one-line message."""
+
+
+@dataclass(eq=False)
+class SimJob:
+    """A job inside the simulator (mutable; callers see `SlurmJob` views)."""
+
+    seq: int
+    job_id: str
+    name: str
+    user: str
+    submit_time: float
+    num_gpus: int
+    runtime_by_type: dict[str, float]       # true seconds on each GPU type where the job can run
+    time_limit_s: float | None = None       # the job's own limit (None: the partition default applies)
+    pinned: str | None = None               # typed gres request
+    features: str = ""
+    comment: str = ""
+    priority: int = 0
+    held: bool = False
+    model: str = ""
+    iterations: float | None = None
+    batch_size: int | None = None
+    state: str = PENDING
+    start_time: float | None = None
+    end_time: float | None = None
+    nodes: tuple[int, ...] = ()
+    gpu_type: str | None = None
+    classes: tuple[int, ...] = ()            # node classes the request allows now
+    view: SlurmJob | None = field(default=None, repr=False)
+    key: tuple = ()
+
+
+@dataclass(frozen=True)
+class _NodeClass:
+    gpu_type: str
+    gpus: int
+    features: frozenset[str]
+    nodes: tuple[int, ...]
+
+
+class Simulator:
+    """The simulated controller. Time is in seconds from 0."""
+
+    def __init__(self, cluster: ClusterSpec, truth: PerfTable | None = None, *, backfill: bool = False,
+                 bf_interval: float = 30.0, bf_max_job_test: int = 500):
+        self.cluster = cluster
+        self.truth = truth
+        self.backfill = backfill
+        self.bf_interval = bf_interval
+        self.bf_max_job_test = bf_max_job_test
+        self.default_time_s = cluster.default_time_s
+        self.now = 0.0
+        self.version = 0                      # bumps when the pending/running sets change
+        self.n_pending = 0
+        self.node_names = [n.name for n in cluster.nodes]
+        self.node_type = [n.gpu_type for n in cluster.nodes]
+        self.node_gpus = [n.gpus for n in cluster.nodes]
+        self.node_features = [frozenset(f.lower() for f in n.features) for n in cluster.nodes]
+        self.free = list(self.node_gpus)
+        self.all_features = frozenset().union(*self.node_features) if cluster.nodes else frozenset()
+        classes: dict[tuple, list[int]] = {}
+        for i, n in enumerate(cluster.nodes):
+            classes.setdefault((n.gpu_type, n.gpus, self.node_features[i]), []).append(i)
+        self.classes = [_NodeClass(t, g, f, tuple(ix)) for (t, g, f), ix in classes.items()]
+        self.node_class = [0] * len(cluster.nodes)
+        for c, cls in enumerate(self.classes):
+            for i in cls.nodes:
+                self.node_class[i] = c
+        # by_free[c][f] = nodes of class c with exactly f free GPUs
+        self.by_free: list[list[set[int]]] = [
+            [set() for _ in range(cls.gpus + 1)] for cls in self.classes]
+        for c, cls in enumerate(self.classes):
+            self.by_free[c][cls.gpus].update(cls.nodes)
+        self.types = sorted({c.gpu_type for c in self.classes})
+        self.busy_by_type = dict.fromkeys(self.types, 0)
+        self.jobs: dict[str, SimJob] = {}          # every job ever submitted
+        self.active: dict[str, SimJob] = {}        # pending + running
+        self.finished: list[SimJob] = []
+        self._events: list[tuple[float, int, int, str]] = []
+        self._event_seq = 0
+        self._queue: list[tuple] = []              # heap of (key, job_id) for pending jobs
+        self._queue_dirty = False
+        self._needs_pass = False
+        self._seq = 0
+        self._blocked: str | None = None
+        self._last_bf = -math.inf
+        self._wake_at: float | None = None
+        self._updates = 0                      # scontrol updates (priority, features, hold, release)
+        self._bf_seen: tuple[int, int] | None = None
+        self._node_views: list[SlurmNode | None] = [None] * len(cluster.nodes)
+
+    # --------------------------------------------------------------------- submission
+    def submit(self, *, num_gpus: int, name: str = "", user: str = "", model: str = "",
+               iterations: float | None = None, batch_size: int | None = None,
+               runtime_s: float | None = None, time_limit_s: float | None = None,
+               gpu_type: str | None = None, constraint: str = "", comment: str = "",
+               hold: bool = False, priority: int | None = None) -> str:
+        """Queue a job now; the scheduler looks at it on the next `run_until`/`advance`."""
+        if num_gpus < 0:
+            raise SimError("num_gpus must not be negative")
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise SimError("time limit must be positive")
+        runtime = self._runtimes(model, num_gpus, iterations, batch_size, runtime_s, time_limit_s)
+        pinned = gpu_type.lower() if gpu_type else None
+        if pinned is not None and pinned not in self.types:
+            raise SimError(f"Invalid generic resource (gres) specification: no node has GPU type {pinned!r} "
+                           f"(types: {', '.join(self.types)})")
+        self._check_features(constraint)
+        self._seq += 1
+        job = SimJob(seq=self._seq, job_id=str(self._seq), name=name or f"job{self._seq}", user=user,
+                     submit_time=self.now, num_gpus=num_gpus, runtime_by_type=runtime,
+                     time_limit_s=time_limit_s, pinned=pinned, features=constraint or "", comment=comment,
+                     priority=priority if priority is not None else max(1, BASE_PRIORITY - self._seq),
+                     held=hold, model=model, iterations=iterations, batch_size=batch_size)
+        job.classes = self._allowed_classes(job)
+        if not self._possible_classes(job):
+            raise SimError(f"Requested node configuration is not available: {num_gpus} GPU(s)"
+                           + (f" of type {pinned}" if pinned else "")
+                           + (f" for model {model}" if model else "")
+                           + f" (cluster {self.cluster.describe()})")
+        self.jobs[job.job_id] = job
+        self.active[job.job_id] = job
+        self._enqueue(job)
+        self.n_pending += 1
+        self.version += 1
+        self._needs_pass = True
+        return job.job_id
+
+    def _runtimes(self, model: str, num_gpus: int, iterations, batch_size, runtime_s, time_limit_s) -> dict[str, float]:
+        if runtime_s is not None:
+            return dict.fromkeys(self.types, float(runtime_s))
+        if model:
+            if self.truth is None:
+                raise SimError(f"model {model!r} given but the simulator has no truth table")
+            if not self.truth.has_model(model):
+                raise SimError(f"model {model!r} is not in the truth table")
+            if iterations is None or batch_size is None:
+                raise SimError(f"model {model!r} needs iterations and batch_size for the truth")
+            out = {}
+            for t in self.types:
+                ms = self.truth.iter_ms(model, t, max(1, num_gpus), int(batch_size))
+                if ms is not None:
+                    out[t] = float(iterations) * ms / 1000.0
+            return out
+        return dict.fromkeys(self.types, float(time_limit_s or self.default_time_s))
+
+    def _check_features(self, constraint: str) -> None:
+        try:
+            parse_constraint(constraint or "")
+        except ConstraintError as exc:
+            raise SimError(str(exc)) from None
+        unknown = feature_names(constraint) - self.all_features
+        if unknown:
+            raise SimError(f"Invalid feature specification: {', '.join(sorted(unknown))} "
+                           f"(node features: {', '.join(sorted(self.all_features))})")
+
+    def _possible_classes(self, job: SimJob) -> list[int]:
+        """Classes the job could use under any constraint (type data, pin and size only)."""
+        return [c for c, cls in enumerate(self.classes)
+                if cls.gpu_type in job.runtime_by_type and (job.pinned is None or cls.gpu_type == job.pinned)
+                and _fits(cls, job.num_gpus)]
+
+    def _allowed_classes(self, job: SimJob) -> tuple[int, ...]:
+        pred = parse_constraint(job.features) if job.features else None
+        return tuple(c for c in self._possible_classes(job)
+                     if pred is None or pred(self.classes[c].features))
+
+    # --------------------------------------------------------------------- updates (scontrol)
+    def set_priority(self, job: SimJob, priority: int) -> None:
+        job.priority = int(priority)
+        job.view = None
+        self._queue_dirty = True
+        self._needs_pass = True
+        self._updates += 1
+
+    def set_features(self, job: SimJob, features: str) -> None:
+        self._check_features(features)
+        job.features = features or ""
+        job.classes = self._allowed_classes(job)
+        job.view = None
+        self._needs_pass = True
+        self._updates += 1
+
+    def hold(self, job: SimJob) -> None:
+        job.held = True
+        job.view = None
+        self._needs_pass = True
+        self._updates += 1
+
+    def release(self, job: SimJob) -> None:
+        job.held = False
+        job.view = None
+        self._needs_pass = True
+        self._updates += 1
+
+    def cancel(self, job: SimJob) -> None:
+        if job.state == RUNNING:
+            self._release_nodes(job)
+        elif job.state == PENDING:
+            self.n_pending -= 1
+        job.state = "CANCELLED"
+        job.end_time = self.now
+        job.view = None
+        self.active.pop(job.job_id, None)
+        self.finished.append(job)
+        self.version += 1
+        self._needs_pass = True
+
+    # --------------------------------------------------------------------- time
+    def next_event_time(self) -> float | None:
+        return self._events[0][0] if self._events else None
+
+    def run_until(self, t: float) -> None:
+        """Advance the clock to `t`, processing every event up to and including it."""
+        if self._needs_pass:
+            self._schedule()
+        while self._events and self._events[0][0] <= t:
+            tt = self._events[0][0]
+            self.now = max(self.now, tt)
+            while self._events and self._events[0][0] <= tt:
+                _, _, kind, job_id = heapq.heappop(self._events)
+                if kind == _END:
+                    self._finish(self.jobs[job_id])
+                else:
+                    self._wake_at = None
+            self._schedule()
+        self.now = max(self.now, t)
+        if self._needs_pass:
+            self._schedule()
+
+    def run(self) -> None:
+        """Run until no event is left (no rounds: whatever the queue holds now plays out)."""
+        while True:
+            self.run_until(self.now)
+            nxt = self.next_event_time()
+            if nxt is None:
+                return
+            self.run_until(nxt)
+
+    def _push_event(self, t: float, kind: int, job_id: str) -> None:
+        self._event_seq += 1
+        heapq.heappush(self._events, (t, self._event_seq, kind, job_id))
+
+    # --------------------------------------------------------------------- scheduling
+    def _enqueue(self, job: SimJob) -> None:
+        job.key = (-job.priority, job.submit_time, job.seq)
+        heapq.heappush(self._queue, (job.key, job.job_id))
+
+    def _rebuild_queue(self) -> None:
+        entries = []
+        for job in self.active.values():
+            if job.state == PENDING:
+                job.key = (-job.priority, job.submit_time, job.seq)
+                entries.append((job.key, job.job_id))
+        heapq.heapify(entries)
+        self._queue = entries
+        self._queue_dirty = False
+
+    def effective_limit(self, job: SimJob) -> float:
+        return job.time_limit_s if job.time_limit_s is not None else self.default_time_s
+
+    def _schedule(self) -> None:
+        self._needs_pass = False
+        if self._queue_dirty:
+            self._rebuild_queue()
+        queue = self._queue
+        passed_over = []
+        blocked = None
+        while queue:
+            key, job_id = queue[0]
+            job = self.jobs[job_id]
+            if job.state != PENDING or key != job.key:
+                heapq.heappop(queue)
+                continue
+            if job.held or not job.classes:
+                passed_over.append(heapq.heappop(queue))
+                continue
+            placement = self._place(job)
+            if placement is None:
+                blocked = job
+                break
+            heapq.heappop(queue)
+            self._start(job, *placement)
+        for entry in passed_over:
+            heapq.heappush(queue, entry)
+        self._set_blocked(blocked)
+        if blocked is not None and self.backfill:
+            state = (self.version, self._updates)
+            if state == self._bf_seen:
+                return          # nothing changed since the last pass: it would decide the same
+            if self.now >= self._last_bf + self.bf_interval:
+                self._backfill()
+                self._last_bf = self.now
+                self._bf_seen = (self.version, self._updates)
+            if self._blocked is not None:
+                t = max(self._last_bf + self.bf_interval, self.now)
+                if self._wake_at is None or self._wake_at > t:
+                    self._wake_at = t
+                    self._push_event(t, _WAKE, "")
+
+    def _set_blocked(self, job: SimJob | None) -> None:
+        new = job.job_id if job is not None else None
+        if new != self._blocked:
+            for jid in (self._blocked, new):
+                if jid is not None:
+                    self.jobs[jid].view = None
+            self._blocked = new
+
+    def _place(self, job: SimJob) -> tuple[int, tuple[int, ...]] | None:
+        """Where the job can start now: best fit over its allowed classes (class order breaks ties)."""
+        g = job.num_gpus
+        best: tuple[int, int, int] | None = None        # (free level, class, node)
+        for c in job.classes:
+            cls = self.classes[c]
+            levels = self.by_free[c]
+            if g <= cls.gpus:
+                for f in range(max(g, 0), cls.gpus + 1):
+                    if levels[f]:
+                        if best is None or f < best[0]:
+                            best = (f, c, min(levels[f]) if len(levels[f]) < 64 else next(iter(levels[f])))
+                        break
+            else:
+                k = g // cls.gpus
+                if len(levels[cls.gpus]) >= k:
+                    return c, tuple(sorted(levels[cls.gpus])[:k])
+        if best is None:
+            return None
+        return best[1], (best[2],)
+
+    def _take(self, node: int, gpus: int) -> None:
+        c = self.node_class[node]
+        self.by_free[c][self.free[node]].discard(node)
+        self.free[node] -= gpus
+        self.by_free[c][self.free[node]].add(node)
+        self._node_views[node] = None
+
+    def _start(self, job: SimJob, c: int, nodes: tuple[int, ...]) -> None:
+        cls = self.classes[c]
+        per_node = job.num_gpus if len(nodes) == 1 else cls.gpus
+        for n in nodes:
+            self._take(n, per_node)
+        job.state = RUNNING
+        self.n_pending -= 1
+        job.start_time = self.now
+        job.nodes = nodes
+        job.gpu_type = cls.gpu_type
+        job.view = None
+        self.busy_by_type[cls.gpu_type] += job.num_gpus
+        runtime = job.runtime_by_type[cls.gpu_type]
+        limit = self.effective_limit(job)
+        self._push_event(self.now + min(runtime, limit), _END, job.job_id)
+        self.version += 1
+
+    def _release_nodes(self, job: SimJob) -> None:
+        per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
+        for n in job.nodes:
+            self._take(n, -per_node)
+        self.busy_by_type[job.gpu_type] -= job.num_gpus
+
+    def _finish(self, job: SimJob) -> None:
+        if job.state != RUNNING:        # cancelled meanwhile
+            return
+        self._release_nodes(job)
+        runtime = job.runtime_by_type[job.gpu_type]
+        job.state = "COMPLETED" if runtime <= self.effective_limit(job) else "TIMEOUT"
+        job.end_time = self.now
+        job.view = None
+        self.active.pop(job.job_id, None)
+        self.finished.append(job)
+        self.version += 1
+
+    # --------------------------------------------------------------------- backfill
+    def _backfill(self) -> None:
+        """Reservations for blocked jobs, starts for jobs that fit in front of them (time limits only)."""
+        now = self.now
+        prof: dict[int, _Profile] = {}
+
+        def profile(n: int) -> _Profile:
+            p = prof.get(n)
+            if p is None:
+                p = prof[n] = _Profile(now, self.free[n])
+            return p
+
+        for job in self.active.values():
+            if job.state == RUNNING:
+                end = max(now, job.start_time + self.effective_limit(job))
+                per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
+                for n in job.nodes:
+                    profile(n).add(end, math.inf, per_node)
+        candidates = heapq.nsmallest(self.bf_max_job_test,
+                                     (e for e in self._queue if self.jobs[e[1]].state == PENDING
+                                      and e[0] == self.jobs[e[1]].key))
+        for _key, job_id in candidates:
+            job = self.jobs[job_id]
+            if job.held or not job.classes or job.state != PENDING:
+                continue
+            limit = self.effective_limit(job)
+            best = None              # (start, class, nodes)
+            for c in job.classes:
+                cls = self.classes[c]
+                if job.num_gpus <= cls.gpus:
+                    for n in cls.nodes:
+                        t = profile(n).earliest(job.num_gpus, limit)
+                        if t is not None and (best is None or t < best[0]):
+                            best = (t, c, (n,))
+                else:
+                    k = job.num_gpus // cls.gpus
+                    t, chosen = _earliest_whole(cls, [profile(n) for n in cls.nodes], k, limit)
+                    if t is not None and (best is None or t < best[0]):
+                        best = (t, c, chosen)
+            if best is None:
+                continue
+            t, c, nodes = best
+            per_node = job.num_gpus if len(nodes) == 1 else self.classes[c].gpus
+            for n in nodes:
+                profile(n).add(t, t + limit, -per_node)
+            if t <= now and all(self.free[n] >= per_node for n in nodes):
+                self._start(job, c, nodes)
+                if job_id == self._blocked:
+                    self._blocked = None
+        if self._blocked is not None and self.jobs[self._blocked].state != PENDING:
+            self._blocked = None
+
+    # --------------------------------------------------------------------- views (squeue / sinfo)
+    def job_view(self, job: SimJob) -> SlurmJob:
+        if job.view is None:
+            if job.state == PENDING:
+                reason = ("JobHeldUser" if job.held else "BadConstraints" if not job.classes
+                          else "Resources" if job.job_id == self._blocked else "Priority")
+            else:
+                reason = "TimeLimit" if job.state == "TIMEOUT" else "None"
+            job.view = SimSlurmJob(
+                job_id=job.job_id, state=job.state, name=job.name, user=job.user, partition=PARTITION,
+                priority=0 if job.held else job.priority, submit_time=job.submit_time,
+                start_time=job.start_time, end_time=job.end_time, time_limit_s=self.effective_limit(job),
+                num_nodes=max(1, len(job.nodes)), num_gpus=job.num_gpus, gres_gpu_type=job.pinned,
+                features=job.features, comment=job.comment,
+                nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason)
+        return job.view
+
+    def node_view(self, n: int) -> SlurmNode:
+        v = self._node_views[n]
+        if v is None:
+            alloc = self.node_gpus[n] - self.free[n]
+            state = "IDLE" if alloc == 0 else "ALLOCATED" if self.free[n] == 0 else "MIXED"
+            v = self._node_views[n] = SimSlurmNode(
+                name=self.node_names[n], gpu_type=self.node_type[n], gpus=self.node_gpus[n], gpus_alloc=alloc,
+                features=tuple(self.cluster.nodes[n].features), state=state, partitions=(PARTITION,))
+        return v
+
+    def pending_count(self) -> int:
+        return self.n_pending
+
+
+def _fits(cls: _NodeClass, g: int) -> bool:
+    if g <= cls.gpus:
+        return True
+    return g % cls.gpus == 0 and g // cls.gpus <= len(cls.nodes)
+
+
+class _Profile:
+    """Free GPUs of one node over time, as a step function (backfill's view: time limits only)."""
+
+    __slots__ = ("times", "free")
+
+    def __init__(self, now: float, free: int):
+        self.times = [now]
+        self.free = [free]
+
+    def _split(self, t: float) -> int:
+        times = self.times
+        i = len(times) - 1
+        while i > 0 and times[i] > t:
+            i -= 1
+        if times[i] == t:
+            return i
+        times.insert(i + 1, t)
+        self.free.insert(i + 1, self.free[i])
+        return i + 1
+
+    def add(self, start: float, end: float, delta: int) -> None:
+        start = max(start, self.times[0])
+        i = self._split(start)
+        j = self._split(end) if end != math.inf else len(self.times)
+        for k in range(i, j):
+            self.free[k] += delta
+
+    def earliest(self, need: int, length: float) -> float | None:
+        times, free = self.times, self.free
+        for i in range(len(times)):
+            t = times[i]
+            ok = True
+            k = i
+            while k < len(times) and times[k] < t + length:
+                if free[k] < need:
+                    ok = False
+                    break
+                k += 1
+            if ok:
+                return t
+        return None
+
+    def earliest_at(self, t: float, need: int, length: float) -> bool:
+        times, free = self.times, self.free
+        i = len(times) - 1
+        while i > 0 and times[i] > t:
+            i -= 1
+        while i < len(times) and times[i] < t + length:
+            if free[i] < need:
+                return False
+            i += 1
+        return True
+
+
+def _earliest_whole(cls: _NodeClass, profiles: list[_Profile], k: int, length: float
+                    ) -> tuple[float | None, tuple[int, ...]]:
+    """Earliest time k whole nodes of the class are all free for `length` seconds."""
+    candidates = sorted({t for p in profiles for t in p.times})
+    for t in candidates:
+        ok = [cls.nodes[i] for i, p in enumerate(profiles) if p.earliest_at(t, cls.gpus, length)]
+        if len(ok) >= k:
+            return t, tuple(ok[:k])
+    return None, ()
+
+
+def runtime_of(truth: PerfTable, model: str, gpu_type: str, num_gpus: int, batch_size: int,
+               iterations: float) -> float | None:
+    """True seconds of a job on one type (None: no data, cannot run there)."""
+    ms = truth.iter_ms(model, gpu_type, max(1, num_gpus), batch_size)
+    return None if ms is None else iterations * ms / 1000.0
+
+
+def sleep_seconds(wrap: str | None) -> float | None:
+    """`--wrap "sleep N"` → N: how long a model-less job runs in the simulator."""
+    m = _SLEEP.match(wrap or "")
+    return float(m.group(1)) if m else None
+

@@ -1,0 +1,347 @@
+"""Workload traces: reading DESIGN's trace CSV (with errors that name the row) and synthesising them.
+
+Trace CSV (DESIGN, a stable interface): `job_id,submit_time,user,model,num_gpus,batch_size,iterations
+[,gpu_type][,time_limit_s]`; seconds from trace start, `batch_size` per GPU, `gpu_type` only where the
+user pins one.
+
+Synthetic workloads (`synth`) have Philly-shaped sizes and durations: rows drawn from the Philly trace
+(`philly_jobs.csv`, jobs of the allowed GPU counts; durations clipped to [60 s, 600,000 s] so one
+months-long job does not swamp a comparison) when that file is available, else Gavel's distribution
+(GPUs 1/2/4/8 with P = 0.7/0.1/0.15/0.05; duration 60*10^U(1.5,3) s w.p. 0.8, else 60*10^U(3,4) s).
+A duration becomes iterations through the model's true iteration time: the duration is taken to be the
+job's runtime on a "middle" GPU type, the median over the types with data of the iteration time at the
+job's GPU count and batch size, so no single type is favoured by construction.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+import os
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import IO
+
+from msched.perf import PerfTable
+from slurm_sim.cluster import ClusterSpec
+
+REQUIRED = ("job_id", "submit_time", "user", "model", "num_gpus", "batch_size", "iterations")
+OPTIONAL = ("gpu_type", "time_limit_s")
+GAVEL_SIZES = ((1, 0.7), (2, 0.1), (4, 0.15), (8, 0.05))
+MIN_DURATION_S, MAX_DURATION_S = 60.0, 600_000.0
+DEFAULT_BATCH = 12
+ARRIVALS = ("static", "poisson:MEAN_S", "philly")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be used; the message is one line naming the file and row."""
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: str
+    submit_time: float
+    user: str
+    model: str
+    num_gpus: int
+    batch_size: int
+    iterations: int
+    gpu_type: str | None = None
+    time_limit_s: float | None = None
+
+
+# ----------------------------------------------------------------------------- reading
+def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
+               cluster: ClusterSpec | None = None) -> list[TraceJob]:
+    """Read and check a trace. With `truth` and `cluster`, every job must be able to run somewhere."""
+    name = str(path)
+    try:
+        fh = open(path, newline="")
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {name}: {exc.strerror}") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        cols = [c.strip() for c in (reader.fieldnames or [])]
+        missing = [c for c in REQUIRED if c not in cols]
+        if missing:
+            raise TraceError(f"{name} line 1: missing column(s) {', '.join(missing)}; expected "
+                             f"{','.join(REQUIRED)}[,gpu_type][,time_limit_s]")
+        reader.fieldnames = cols
+        jobs: list[TraceJob] = []
+        seen: set[str] = set()
+        for lineno, rec in enumerate(reader, start=2):
+            job = _parse_row(rec, name, lineno)
+            where = f"{name} line {lineno} (job {job.job_id})"
+            if job.job_id in seen:
+                raise TraceError(f"{where}: duplicate job_id")
+            seen.add(job.job_id)
+            if truth is not None:
+                _check_runnable(job, truth, cluster, where)
+            jobs.append(job)
+    if not jobs:
+        raise TraceError(f"{name}: no jobs")
+    return jobs
+
+
+def _parse_row(rec: dict, name: str, lineno: int) -> TraceJob:
+    def field_(key: str) -> str:
+        v = rec.get(key)
+        return "" if v is None else v.strip()
+
+    job_id = field_("job_id")
+    where = f"{name} line {lineno}" + (f" (job {job_id})" if job_id else "")
+    if None in rec:
+        raise TraceError(f"{where}: more values than columns")
+    if not job_id:
+        raise TraceError(f"{where}: empty job_id")
+    model = field_("model")
+    if not model:
+        raise TraceError(f"{where}: empty model")
+
+    def number(key: str, kind, minimum: float, optional: bool = False):
+        raw = field_(key)
+        if raw == "" and optional:
+            return None
+        try:
+            value = kind(float(raw)) if kind is int else float(raw)
+            if kind is int and float(raw) != int(float(raw)):
+                raise ValueError
+        except ValueError:
+            raise TraceError(f"{where}: {key} {raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not math.isfinite(value) or value < minimum:
+            raise TraceError(f"{where}: {key} must be >= {minimum:g} (got {raw})")
+        return value
+
+    gpu_type = field_("gpu_type").lower() or None
+    return TraceJob(job_id=job_id, submit_time=number("submit_time", float, 0.0), user=field_("user"),
+                    model=model, num_gpus=number("num_gpus", int, 1), batch_size=number("batch_size", int, 1),
+                    iterations=number("iterations", int, 1), gpu_type=gpu_type,
+                    time_limit_s=number("time_limit_s", float, 1.0, optional=True))
+
+
+def _check_runnable(job: TraceJob, truth: PerfTable, cluster: ClusterSpec | None, where: str) -> None:
+    if not truth.has_model(job.model):
+        raise TraceError(f"{where}: model {job.model!r} is not in the truth table "
+                         f"(it has {len(truth.models())} models, e.g. {', '.join(sorted(truth.models())[:4])})")
+    if cluster is None:
+        return
+    types = cluster.gpu_types
+    if job.gpu_type is not None and job.gpu_type not in types:
+        raise TraceError(f"{where}: gpu_type {job.gpu_type!r} is not in the cluster (types: {', '.join(types)})")
+    allowed = [job.gpu_type] if job.gpu_type else types
+    fitting = [t for t in allowed if cluster.fits(t, job.num_gpus)]
+    if not fitting:
+        most = max(cluster.max_gpus(t) for t in allowed)
+        raise TraceError(f"{where}: {job.num_gpus} GPUs is more than the cluster can give one job"
+                         f"{' of type ' + job.gpu_type if job.gpu_type else ''} (at most {most}: one node "
+                         "or whole nodes of one type)")
+    with_data = [t for t in fitting if truth.iter_ms(job.model, t, job.num_gpus, job.batch_size) is not None]
+    if not with_data:
+        raise TraceError(f"{where}: the truth table has no data for {job.model} on "
+                         f"{', '.join(fitting)}, the only type(s) that can hold {job.num_gpus} GPUs")
+
+
+def write_trace(path: str | os.PathLike | IO[str], jobs: Sequence[TraceJob]) -> None:
+    """Write DESIGN's trace CSV (optional columns only when some job uses them) to a path or open file."""
+    if hasattr(path, "write"):
+        _write_rows(path, jobs)
+        return
+    with open(path, "w", newline="") as fh:
+        _write_rows(fh, jobs)
+
+
+def _write_rows(fh: IO[str], jobs: Sequence[TraceJob]) -> None:
+    pinned = any(j.gpu_type for j in jobs)
+    limits = any(j.time_limit_s is not None for j in jobs)
+    cols = list(REQUIRED) + (["gpu_type"] if pinned else []) + (["time_limit_s"] if limits else [])
+    w = csv.writer(fh)
+    w.writerow(cols)
+    for j in jobs:
+        row = [j.job_id, f"{j.submit_time:.3f}".rstrip("0").rstrip("."), j.user, j.model, j.num_gpus,
+               j.batch_size, j.iterations]
+        if pinned:
+            row.append(j.gpu_type or "")
+        if limits:
+            row.append("" if j.time_limit_s is None else f"{j.time_limit_s:.0f}")
+        w.writerow(row)
+
+
+# ----------------------------------------------------------------------------- synthesis
+def parse_size_dist(text: str) -> list[tuple[int, float]]:
+    """`1:0.7,2:0.1,4:0.15,8:0.05` -> [(1, 0.7), ...] (weights normalised)."""
+    out = []
+    for item in text.split(","):
+        k, sep, v = item.partition(":")
+        try:
+            size, weight = int(k), float(v)
+        except ValueError:
+            raise TraceError(f"bad --gpus-per-job item {item.strip()!r}: expected GPUS:WEIGHT, e.g. 1:0.7") from None
+        if not sep or size < 1 or weight < 0:
+            raise TraceError(f"bad --gpus-per-job item {item.strip()!r}: GPUs >= 1 and weight >= 0")
+        out.append((size, weight))
+    total = sum(w for _, w in out)
+    if not out or total <= 0:
+        raise TraceError("--gpus-per-job needs at least one positive weight")
+    return [(s, w / total) for s, w in out]
+
+
+def parse_arrival(text: str) -> tuple[str, float]:
+    text = text.strip().lower()
+    if text in ("static", "philly"):
+        return text, 0.0
+    kind, _, mean = text.partition(":")
+    if kind == "poisson":
+        try:
+            m = float(mean)
+        except ValueError:
+            m = -1.0
+        if m > 0:
+            return "poisson", m
+    raise TraceError(f"bad --arrival {text!r}; choose one of {', '.join(ARRIVALS)}")
+
+
+@dataclass(frozen=True)
+class _PhillyRow:
+    time: float
+    duration: float
+    num_gpus: int
+
+
+def load_philly(path: str | os.PathLike) -> list[_PhillyRow]:
+    """Philly's jobs sorted by submit time (read once per process: 82k rows take a second or two)."""
+    return list(_load_philly(str(Path(path).resolve())))
+
+
+@lru_cache(maxsize=2)
+def _load_philly(path: str) -> tuple[_PhillyRow, ...]:
+    rows = []
+    try:
+        with open(path, newline="") as fh:
+            for rec in csv.DictReader(fh):
+                try:
+                    ts = datetime.fromisoformat(rec["timestamp"]).timestamp()
+                    rows.append(_PhillyRow(ts, float(rec["duration"]), int(float(rec["num_gpus"]))))
+                except (KeyError, TypeError, ValueError):
+                    continue
+    except OSError as exc:
+        raise TraceError(f"cannot read Philly trace {path}: {exc.strerror}") from None
+    if not rows:
+        raise TraceError(f"{path}: no usable rows (expected columns timestamp,duration,num_gpus)")
+    rows.sort(key=lambda r: r.time)
+    return tuple(rows)
+
+
+def synth(n_jobs: int, models: Sequence[str], truth: PerfTable, *, seed: int = 0, arrival: str = "static",
+          philly: str | os.PathLike | None = None, sizes: list[tuple[int, float]] | None = None,
+          time_limit_factor: float | None = None, max_gpus: int | None = None, users: int = 16) -> list[TraceJob]:
+    """A reproducible synthetic trace (same arguments and seed → same jobs)."""
+    if n_jobs < 1:
+        raise TraceError("--jobs must be at least 1")
+    if not models:
+        raise TraceError("no models to draw from")
+    unknown = [m for m in models if not truth.has_model(m)]
+    if unknown:
+        raise TraceError(f"model(s) not in the truth table: {', '.join(unknown)}")
+    kind, mean = parse_arrival(arrival)
+    rng = random.Random(seed)
+    rows = load_philly(philly) if philly else None
+    if kind == "philly" and rows is None:
+        raise TraceError("--arrival philly needs the Philly trace (--philly PATH)")
+    explicit_sizes = sizes is not None
+    size_dist = sizes or list(GAVEL_SIZES)
+    allowed_sizes = {s for s, w in size_dist if w > 0}
+    if max_gpus is not None:
+        allowed_sizes = {s for s in allowed_sizes if s <= max_gpus}
+        if not allowed_sizes:
+            raise TraceError(f"no GPU count in the distribution fits the cluster (at most {max_gpus})")
+    if rows is not None:
+        rows = [r for r in rows if r.num_gpus in allowed_sizes and r.duration > 0]
+        if not rows:
+            raise TraceError("no Philly job has one of the allowed GPU counts")
+
+    # what each job looks like: (arrival offset, num_gpus, duration)
+    shapes: list[tuple[float, int, float]] = []
+    if kind == "philly":
+        assert rows is not None
+        start = rng.randrange(0, max(1, len(rows) - n_jobs))
+        window = rows[start:start + n_jobs]
+        while len(window) < n_jobs:          # a short file: wrap around, shifted in time
+            window = window + [_PhillyRow(r.time + (window[-1].time - rows[0].time) + 1, r.duration, r.num_gpus)
+                               for r in rows[: n_jobs - len(window)]]
+        t0 = window[0].time
+        shapes = [(r.time - t0, r.num_gpus, r.duration) for r in window]
+    else:
+        by_size: dict[int, list[float]] = {}
+        if rows is not None:
+            for r in rows:
+                by_size.setdefault(r.num_gpus, []).append(r.duration)
+        cum = _cumulative([(s, w) for s, w in size_dist if s in allowed_sizes])
+        t = 0.0
+        for _ in range(n_jobs):
+            if rows is not None and not explicit_sizes:
+                r = rows[rng.randrange(len(rows))]
+                g, dur = r.num_gpus, r.duration
+            else:
+                g = cum[1][bisect.bisect_left(cum[0], rng.random() * cum[0][-1])]
+                pool = by_size.get(g) if rows is not None else None
+                dur = pool[rng.randrange(len(pool))] if pool else _gavel_duration(rng)
+            shapes.append((t, g, dur))
+            if kind == "poisson":
+                t += rng.expovariate(1.0 / mean)
+
+    batch: dict[str, int] = {}
+    speeds: dict[tuple[str, int], list[float]] = {}
+    jobs = []
+    for i, (t, g, dur) in enumerate(shapes, start=1):
+        dur = min(MAX_DURATION_S, max(MIN_DURATION_S, dur))
+        model = models[rng.randrange(len(models))]
+        if model not in batch:
+            batch[model] = _batch_size(truth, model)
+        bs = batch[model]
+        if (model, g) not in speeds:
+            speeds[model, g] = [ms for ms in (truth.iter_ms(model, ty, g, bs) for ty in truth.types_for(model))
+                                if ms]
+        per_type = speeds[model, g]
+        if not per_type:
+            raise TraceError(f"the truth table has no iteration time for {model}")
+        iters = max(1, round(dur * 1000.0 / statistics.median(per_type)))
+        limit = None
+        if time_limit_factor is not None:
+            slowest = max(per_type) * iters / 1000.0
+            limit = math.ceil(time_limit_factor * slowest / 60.0) * 60.0
+        jobs.append(TraceJob(job_id=str(i), submit_time=round(t, 3), user=f"u{rng.randrange(users) + 1:02d}",
+                             model=model, num_gpus=g, batch_size=bs, iterations=iters, time_limit_s=limit))
+    return jobs
+
+
+def _cumulative(dist: list[tuple[int, float]]) -> tuple[list[float], list[int]]:
+    acc, cum, vals = 0.0, [], []
+    for s, w in dist:
+        acc += w
+        cum.append(acc)
+        vals.append(s)
+    return cum, vals
+
+
+def _gavel_duration(rng: random.Random) -> float:
+    if rng.random() < 0.8:
+        return 60.0 * 10 ** rng.uniform(1.5, 3.0)
+    return 60.0 * 10 ** rng.uniform(3.0, 4.0)
+
+
+def _batch_size(truth: PerfTable, model: str) -> int:
+    sizes = [r.batch_size for r in truth.rows if r.model == model]
+    return statistics.mode(sizes) if sizes else DEFAULT_BATCH
+
+
+def default_philly_path() -> Path | None:
+    """The shared Philly trace, when this checkout sits beside it (used only if present)."""
+    from msched.config import PROJECT_ROOT
+    p = PROJECT_ROOT.parent / "shared" / "data" / "philly" / "philly_jobs.csv"
+    return p if p.exists() else None

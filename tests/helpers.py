@@ -1,0 +1,104 @@
+"""Helpers shared by the tests: bounded waiting, running commands as another user, job cleanup.
+
+Why here and not in conftest.py: test modules import these directly (`from tests.helpers import ...`
+or `from helpers import ...`), while fixtures stay in conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent          # the venv running pytest (msub, msched live here)
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    """A bounded wait ran out; the message says what was awaited and the last value seen."""
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 15.0, interval: float = 0.05,
+             message: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy, at most `timeout` seconds.
+
+    Returns that value. Tests never sleep a fixed time: a bounded poll is both faster and less flaky.
+    """
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {message} (last value: {last!r})")
+        time.sleep(interval)
+
+
+def user_env(user: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A clean environment for `user`: venv bin first on PATH, SLURM_CONF/MSCHED_* carried over."""
+    pw = pwd.getpwnam(user)
+    env = {
+        "HOME": pw.pw_dir,
+        "USER": user,
+        "LOGNAME": user,
+        "SHELL": pw.pw_shell or "/bin/sh",
+        "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
+    for key, value in os.environ.items():
+        if key in ("SLURM_CONF", "TZ") or key.startswith("MSCHED_"):
+            env[key] = value
+    env.pop("MSCHED_REQUIRE_SLURM", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_as(user: str | None, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
+           cwd: str | os.PathLike | None = None, input: str | None = None, timeout: float = 120.0,
+           check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run argv (a list, never a shell string) as `user` through `runuser`, or as ourselves when None.
+
+    The child gets exactly `user_env(user, env)` (nothing leaks from the test process but SLURM_CONF
+    and MSCHED_*), and runs in the user's home unless `cwd` is given (sbatch writes slurm-N.out there).
+    """
+    if user is None or user == pwd.getpwuid(os.geteuid()).pw_name:
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        cmd = list(argv)
+    else:
+        full_env = user_env(user, env)
+        cmd = ["runuser", "-u", user, "--", "env", "-i"] + [f"{k}={v}" for k, v in full_env.items()] + list(argv)
+        full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        if cwd is None:
+            cwd = pwd.getpwnam(user).pw_dir
+    return subprocess.run(cmd, env=full_env, cwd=cwd, input=input, capture_output=True, text=True,
+                          timeout=timeout, check=check)
+
+
+class JobJanitor:
+    """Remembers job ids a test submitted and cancels them all at the end (keeps the shared cluster clean)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        self.ids: list[str] = []
+        self.env = dict(env) if env is not None else dict(os.environ)
+
+    def add(self, job_id: str) -> str:
+        self.ids.append(str(job_id))
+        return str(job_id)
+
+    def extend(self, ids: Iterable[str]) -> None:
+        self.ids.extend(str(i) for i in ids)
+
+    def cancel_all(self) -> None:
+        if self.ids:
+            subprocess.run(["scancel", *self.ids], env=self.env, capture_output=True, timeout=30)
+            self.ids.clear()

@@ -1,0 +1,257 @@
+"""slurm_sim's semantics on small cases whose outcome is worked out by hand in each test."""
+
+from __future__ import annotations
+
+import pytest
+
+from msched.perf import PerfRow, PerfTable
+from msched.slurm.base import JobNotPending, JobRequest, SlurmError
+from slurm_sim.client import SimClient
+from slurm_sim.cluster import ClusterSpecError, parse_cluster
+from slurm_sim.compare import Classifier, SimSetup, replay
+from slurm_sim.constraint import ConstraintError, parse_constraint, satisfies
+from slurm_sim.metrics import lower_bound, percentile_nearest_rank
+from slurm_sim.trace import TraceJob
+
+
+def table(*rows: tuple[str, str, float]) -> PerfTable:
+    """Single-GPU rows at batch 12: (model, type, iter_ms)."""
+    return PerfTable(PerfRow(m, t, 1, 12, "float", ms) for m, t, ms in rows)
+
+
+def job(client: SimClient, gpus: int = 1, seconds: float = 100, **kw) -> str:
+    return client.submit(JobRequest(name=kw.pop("name", "j"), num_gpus=gpus, extra={"runtime_s": seconds}, **kw))
+
+
+def state(client: SimClient, jid: str):
+    return client.sim.jobs[jid]
+
+
+# ------------------------------------------------------------------------------ cluster specs
+def test_cluster_spec_string_and_errors(tmp_path):
+    c = parse_cluster("a100:8x4,rtx2080ti:4x8")
+    assert c.gpus_total == {"a100": 32, "rtx2080ti": 32}
+    assert [n.name for n in c.nodes[:2]] == ["a100-1", "a100-2"]
+    assert c.nodes[0].features == ("a100",)
+    assert c.fits("a100", 16) and not c.fits("a100", 12) and not c.fits("a100", 40)
+    for bad in ("a100:8", "a100:0x2", ":4x1", "a100:4x1,,"):
+        with pytest.raises(ClusterSpecError) as exc:
+            parse_cluster(bad)
+        assert "\n" not in str(exc.value)
+
+
+def test_cluster_toml_with_features(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[partition]\ndefault_time_s = 3600\n[[nodes]]\ntype = "a100"\ngpus = 4\ncount = 2\n'
+                 'features = ["ib"]\n[[nodes]]\ntype = "titanv"\ngpus = 2\n')
+    c = parse_cluster(str(f))
+    assert c.default_time_s == 3600
+    assert [(n.name, n.gpus, n.features) for n in c.nodes] == [
+        ("a100-1", 4, ("a100", "ib")), ("a100-2", 4, ("a100", "ib")), ("titanv-1", 2, ("titanv",))]
+    f.write_text('[[nodes]]\ntype = "a100"\ngpus = 4\ncolour = "red"\n')
+    with pytest.raises(ClusterSpecError, match="unknown key.*colour"):
+        parse_cluster(str(f))
+
+
+def test_constraint_expressions_left_to_right_like_slurm():
+    assert satisfies("a100|titanv", {"titanv"})
+    assert not satisfies("a100&ib", {"a100"})
+    assert satisfies("ib&(a100|titanv)", {"ib", "titanv"})
+    assert not satisfies("a100|titanv&ib", {"a100"})       # (a100|titanv)&ib, as slurmctld reads it
+    assert satisfies("[a100|titanv],ib", {"ib", "a100"})
+    assert parse_constraint("") is None
+    with pytest.raises(ConstraintError):
+        parse_constraint("a100|")
+
+
+# ------------------------------------------------------------------------------ scheduling rules
+def test_job_waits_for_its_type_and_untyped_jobs_take_any():
+    c = SimClient.from_spec("a100:1x1,titanv:1x1")
+    a = job(c, seconds=100, constraint="a100")
+    b = job(c, seconds=50, constraint="a100")          # waits for a100 although titanv is idle
+    c.advance(0)
+    assert state(c, a).gpu_type == "a100" and state(c, b).state == "PENDING"
+    view = {j.job_id: j for j in c.jobs()}
+    assert view[b].reason == "Resources"
+    c.run_until(1000)
+    assert (state(c, b).start_time, state(c, b).end_time, state(c, b).gpu_type) == (100, 150, "a100")
+
+    c2 = SimClient.from_spec("a100:1x1,titanv:1x1")
+    a = job(c2, seconds=100, constraint="a100")
+    u = job(c2, seconds=30)                             # untyped: takes the idle titanv at once
+    c2.advance(0)
+    assert (state(c2, u).gpu_type, state(c2, u).start_time) == ("titanv", 0)
+
+
+def test_top_job_blocks_lower_ones_without_backfill():
+    """Strict priority order: job 2 waits for a100 and blocks job 3, which wants the idle titanv."""
+    c = SimClient.from_spec("a100:1x1,titanv:1x1")
+    job(c, seconds=100, constraint="a100")
+    b = job(c, seconds=10, constraint="a100")
+    d = job(c, seconds=10, constraint="titanv")
+    c.advance(0)
+    assert state(c, d).state == "PENDING"
+    c.run_until(1000)
+    assert state(c, b).start_time == 100 and state(c, d).start_time == 100
+
+
+def test_priority_order_is_obeyed():
+    c = SimClient.from_spec("a100:1x1")
+    ids = [job(c, seconds=10, name=n) for n in ("low", "high", "mid")]
+    for jid, prio in zip(ids, (10, 30, 20), strict=True):
+        c.set_priority(jid, prio)
+    c.run_until(100)
+    starts = {state(c, j).name: state(c, j).start_time for j in ids}
+    assert starts == {"high": 0, "mid": 10, "low": 20}
+
+
+def test_equal_priority_goes_by_submit_time():
+    c = SimClient.from_spec("a100:1x1")
+    first = job(c, seconds=10)
+    c.advance(5)                                        # first runs 0-10
+    second = job(c, seconds=10)
+    third = job(c, seconds=10)
+    for jid in (first, second, third):
+        if state(c, jid).state == "PENDING":
+            c.set_priority(jid, 7)
+    c.run_until(100)
+    assert [state(c, j).start_time for j in (first, second, third)] == [0, 10, 20]
+
+
+@pytest.mark.parametrize("backfill", [False, True])
+def test_backfill_only_when_enabled_and_only_by_time_limits(backfill):
+    """a100:4x1. j1 (2 GPUs, limit 100) runs; j2 (4 GPUs) is top and reserved at 100.
+    j3 (2 GPUs, limit 50) fits before the reservation: backfilled at 0 only with backfill on.
+    j4 (2 GPUs, runs 10 s but limit 150) would delay j2 by its limit: never backfilled."""
+    c = SimClient.from_spec("a100:4x1", backfill=backfill)
+    j1 = job(c, 2, seconds=100, time_limit_s=100)
+    c.advance(0)
+    j2 = job(c, 4, seconds=100, time_limit_s=100)
+    j3 = job(c, 2, seconds=50, time_limit_s=50)
+    j4 = job(c, 2, seconds=10, time_limit_s=150)
+    for jid, prio in ((j2, 300), (j3, 200), (j4, 100)):
+        c.set_priority(jid, prio)
+    c.run_until(1000)
+    assert state(c, j1).start_time == 0
+    assert state(c, j2).start_time == 100
+    assert state(c, j3).start_time == (0 if backfill else 200)
+    assert state(c, j4).start_time == 200 if not backfill else state(c, j4).start_time >= 200
+
+
+def test_jobs_without_limit_get_partition_default_for_backfill(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[partition]\ndefault_time_s = 40\n[[nodes]]\ntype = "a100"\ngpus = 4\n')
+    c = SimClient.from_spec(str(f), backfill=True)
+    job(c, 2, seconds=40)                               # limit: the default, 40
+    c.advance(0)
+    top = job(c, 4, seconds=10, time_limit_s=10)
+    small = job(c, 2, seconds=30)                       # default limit 40 > 40 - 0? ends at 40 == reservation
+    c.set_priority(top, 100)
+    c.set_priority(small, 50)
+    c.run_until(500)
+    assert state(c, top).start_time == 40
+    assert state(c, small).start_time == 0              # ends by 40, the reservation's start
+
+
+def test_three_job_makespan_hand_computed():
+    """a100 (100 ms/iter) and titanv (200 ms/iter), one GPU each, fifo, all at t=0:
+    j1 1000 it -> a100 0-100; j2 1000 it -> titanv 0-200; j3 500 it -> a100 at 100, 100-150.
+    makespan 200, mean JCT (100 + 200 + 150) / 3 = 150; lower bound max(100, (100+100+50)/2) = 125."""
+    truth = table(("resnet50", "a100", 100.0), ("resnet50", "titanv", 200.0))
+    cluster = parse_cluster("a100:1x1,titanv:1x1")
+    trace = [TraceJob(str(i), 0.0, "u", "resnet50", 1, 12, it) for i, it in ((1, 1000), (2, 1000), (3, 500))]
+    setup = SimSetup(cluster, truth, truth, Classifier(["resnet50"], truth))
+    result = replay(trace, "fifo", setup)
+    got = {o.job_id: (o.gpu_type, o.start, o.end) for o in result.outcomes}
+    assert got == {"1": ("a100", 0, 100), "2": ("titanv", 0, 200), "3": ("a100", 100, 150)}
+    m = result.metrics
+    assert m["makespan_s"] == pytest.approx(200)
+    assert m["mean_jct_s"] == pytest.approx(150)
+    assert m["lower_bound_s"] == pytest.approx(125)
+    assert m["gpu_utilization"] == pytest.approx(350 / 400)
+    assert lower_bound(trace, truth, cluster) <= m["makespan_s"]
+
+
+def test_multi_node_jobs_take_whole_nodes_of_one_type():
+    c = SimClient.from_spec("a100:4x2,titanv:4x1")
+    small = job(c, 1, seconds=10, constraint="a100")
+    wide = job(c, 8, seconds=100)                       # needs both a100 nodes whole: waits for `small`
+    c.advance(0)
+    assert state(c, wide).state == "PENDING"            # titanv has one node only: cannot hold 8
+    c.run_until(10)
+    w = state(c, wide)
+    assert (w.state, w.start_time, w.gpu_type) == ("RUNNING", 10, "a100")
+    view = next(j for j in c.jobs() if j.job_id == wide)
+    assert view.num_nodes == 2 and view.nodes == "a100-1,a100-2"
+    assert all(n.gpus_alloc == 4 for n in c.nodes() if n.gpu_type == "a100")
+    with pytest.raises(SlurmError, match="node configuration is not available"):
+        job(c, 6)                                       # not one node, not whole nodes
+
+
+def test_no_data_means_never_placed_there_and_timeouts():
+    truth = table(("vgg16", "a100", 10.0))              # vgg16 has no titanv data
+    c = SimClient.from_spec("a100:1x1,titanv:1x1", truth=truth)
+    ex = {"model": "vgg16", "iterations": 1000, "batch_size": 12}
+    a = c.submit(JobRequest(name="a", num_gpus=1, extra=ex))
+    b = c.submit(JobRequest(name="b", num_gpus=1, extra=ex, time_limit_s=5))
+    c.advance(0)
+    assert state(c, a).gpu_type == "a100" and state(c, b).state == "PENDING"   # titanv idle, but no data
+    c.run_until(100)
+    jb = state(c, b)
+    assert (jb.start_time, jb.end_time, jb.state, jb.gpu_type) == (10, 15, "TIMEOUT", "a100")
+    with pytest.raises(SlurmError, match="not in the truth table"):
+        c.submit(JobRequest(name="x", num_gpus=1, extra={"model": "nope", "iterations": 1, "batch_size": 12}))
+    with pytest.raises(SlurmError, match="not available"):
+        c.submit(JobRequest(name="x", num_gpus=1, gpu_type="titanv", extra=ex))
+
+
+def test_feature_constraints_with_other_features(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[[nodes]]\ntype = "a100"\ngpus = 1\nfeatures = ["ib"]\n[[nodes]]\ntype = "a100"\ngpus = 1\n'
+                 '[[nodes]]\ntype = "titanv"\ngpus = 1\nfeatures = ["ib"]\n')
+    c = SimClient.from_spec(str(f))
+    x = job(c, seconds=100, constraint="ib&(a100|titanv)")
+    y = job(c, seconds=100, constraint="ib&a100")
+    z = job(c, seconds=100, constraint="a100")
+    c.advance(0)
+    # x takes a100-1 (first class that fits), so y (ib&a100) must wait; z goes to the plain a100 node
+    assert state(c, x).nodes == (0,)
+    assert state(c, y).state == "PENDING"
+    c.run_until(1000)
+    assert state(c, y).start_time == 100 and state(c, y).gpu_type == "a100"
+    with pytest.raises(SlurmError, match="Invalid feature"):
+        job(c, constraint="infiniband")
+
+
+# ------------------------------------------------------------------------------ the client
+def test_client_updates_hold_release_cancel():
+    c = SimClient.from_spec("a100:1x1,titanv:1x1")
+    run = job(c, seconds=100, constraint="a100")
+    held = job(c, seconds=10, hold=True)
+    waiting = job(c, seconds=10, constraint="a100")
+    c.advance(0)
+    with pytest.raises(JobNotPending):
+        c.set_priority(run, 5)
+    with pytest.raises(JobNotPending):
+        c.set_features(run, "titanv")
+    views = {j.job_id: j for j in c.jobs()}
+    assert views[held].state == "PENDING" and views[held].priority == 0 and views[held].reason == "JobHeldUser"
+    c.set_features(waiting, "titanv")                 # retype a pending job: starts at once on titanv
+    c.advance(0)
+    assert state(c, waiting).gpu_type == "titanv"
+    c.release(held)
+    c.advance(1)
+    assert state(c, held).state == "PENDING"          # titanv busy until 10, a100 until 100: untyped waits
+    c.run_until(10)
+    assert state(c, held).start_time == 10
+    c.cancel(run)
+    finished = {j.job_id: j.state for j in c.finished_jobs()}
+    assert finished[run] == "CANCELLED" and finished[waiting] == "COMPLETED"
+    assert run not in {j.job_id for j in c.jobs()}
+    with pytest.raises(SlurmError, match="Invalid job id"):
+        c.hold("999")
+
+
+def test_percentile_nearest_rank():
+    assert percentile_nearest_rank(list(range(1, 101)), 99) == 99
+    assert percentile_nearest_rank([5.0], 99) == 5.0
