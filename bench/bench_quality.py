@@ -38,7 +38,7 @@ METRICS = (("makespan_s", "makespan h", 3600.0), ("mean_jct_s", "mean JCT h", 36
 RATIOS = (("msched", "fifo"), ("msched", "oracle"), ("msched", "msched-once"), ("oracle", "fifo"))
 # jobs per trace: the static batch is several times its longest job; the online traces' arrival windows
 # span hours on their clusters (the 256-GPU Alibaba cluster needs more jobs for the same load to build up)
-SIZES = {"quick": {"seeds": 2, "jobs": {"philly": 120, "static": 200, "alibaba": 300, "gavel": 80}},
+SIZES = {"quick": {"seeds": 3, "jobs": {"philly": 120, "static": 200, "alibaba": 300, "gavel": 80}},
          "full": {"seeds": 5, "jobs": {"philly": 600, "static": 600, "alibaba": 1500, "gavel": 300}}}
 
 
@@ -65,14 +65,8 @@ def run_case(case: Case, workdir: Path, round_s: float, timeout: float, extra: l
     sim_args = [*w.sim_args(trace), "--policy", ",".join(POLICIES), "--round", f"{round_s:g}", "--json", str(out),
                 *extra]
     argv = [*sim_command(), *sim_args]
-    shim = False
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0 and "cannot classify" in proc.stderr and w.references is not None:
-            # Gavel's non-torchvision references: apply DESIGN's by-name rule (see sim_refs_by_name.py)
-            shim = True
-            argv = [sys.executable, str(Path(__file__).resolve().parent / "sim_refs_by_name.py"), *sim_args]
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"case": case.__dict__, "error": f"msched sim ran over {timeout:g} s", "seconds": timeout,
                 "argv": argv}
@@ -88,7 +82,7 @@ def run_case(case: Case, workdir: Path, round_s: float, timeout: float, extra: l
     if isinstance(results, dict):   # tolerate {"results": [...]} as well as DESIGN's list
         results = results.get("results", results.get("policies", []))
     return {"case": case.__dict__, "results": {r["policy"]: r for r in results}, "seconds": seconds,
-            "describe": wl.describe(w), "argv": argv, "shim": shim}
+            "describe": wl.describe(w), "argv": argv}
 
 
 def _mean_sd(vals: list[float]) -> tuple[float, float]:
@@ -287,11 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     accuracy = None
     if set(names) & {"philly", "static", "alibaba"}:
         accuracy = estimate_accuracy(console)
-    shimmed = sorted({r["case"]["workload"] for r in runs if r.get("shim")})
-    if shimmed:
-        console.print(f"note: {', '.join(shimmed)} ran through bench/sim_refs_by_name.py: `msched sim` could not "
-                      "classify non-torchvision references by name (DESIGN: a reference's own jobs take its "
-                      "measurements as they are)", soft_wrap=True)
     failed = [r for r in runs if "error" in r]
     for r in failed:
         console.print(f"[bold red]FAILED[/] {r['case']['workload']} seed {r['case']['seed']}: {r['error']}",

@@ -69,8 +69,10 @@ def run(n: int, policies: list[str], seed: int, load: float) -> None:
         base = m["makespan_s"] if p == "fifo" else base
         ratio = f", makespan x fifo {m['makespan_s'] / base:.3f}" if base and p != "fifo" else ""
         print(f"  {p:12s} wall {wall:6.1f} s | {n / wall:8.0f} jobs/s | rounds {res.rounds:6d} "
-              f"({res.rounds / wall:6.1f} rounds/s, {res.rounds_skipped} skipped, planning {res.plan_seconds:.1f} s) "
-              f"| simulated {m['makespan_s'] / 86400:.1f} days, mean JCT {m['mean_jct_s'] / 3600:.2f} h{ratio}")
+              f"({res.rounds / wall:6.1f} rounds/s, {res.rounds_skipped} skipped; round core {m['round_seconds']:.1f} s "
+              f"of which plan() {res.plan_seconds:.1f} s) "
+              f"| simulated {m['makespan_s'] / 86400:.1f} days, mean JCT {m['mean_jct_s'] / 3600:.2f} h{ratio}"
+              + (f" | {len(res.unfinished)} job(s) never started" if res.unfinished else ""))
 
 
 def main() -> None:

@@ -366,6 +366,12 @@ def workloads_section() -> list[str]:
              "`MSCHED_SHARED_DATA`) by pure functions of (data, seed, size); `python bench/workloads.py N SEED` "
              "prints a summary of each.")
     L.append("")
+    L.append("Sources (facts and figures only, no code copied): torchvision training times per GPU type from "
+             "github.com/ryujaehun/pytorch-gpu-benchmark (MIT); Gavel's throughputs and workload laws from "
+             "github.com/stanford-futuredata/gavel (MIT); Philly job sizes/durations/arrivals from "
+             "msr-fiddle/philly-traces (as distributed with the Sia artifact); the Alibaba 2023 node and pod lists "
+             "from github.com/alibaba/clusterdata `cluster-trace-gpu-v2023`.")
+    L.append("")
     L.append("| workload | cluster | jobs | truth | what msched knows |")
     L.append("|---|---|---|---|---|")
     L.append(f"| **philly** (a) | `{wl.SHARED_CLUSTER}` (48 GPUs, the shared table's 6 types) | the shared "

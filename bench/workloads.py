@@ -39,8 +39,8 @@ from msched.perf import PerfTable
 REPO = Path(__file__).resolve().parent.parent
 TRACE_COLUMNS = ("job_id", "submit_time", "user", "model", "num_gpus", "batch_size", "iterations")
 
-# Philly jobs shorter than a minute are mostly failed launches (about 10% of the trace); longer than a
-# day they make the makespan one job's length whatever the policy does (about 2%). Both are dropped.
+# Philly jobs shorter than a minute are mostly failed launches (9% of the trace); longer than a
+# day (3%) they make the makespan one job's length whatever the policy does. Both are dropped.
 PHILLY_MIN_S = 60.0
 PHILLY_MAX_S = 86400.0
 # The static batch (makespan setting) keeps jobs up to 4 h (94% of the rest), so that a batch of a few
@@ -106,25 +106,13 @@ def _perf(path: str) -> PerfTable:
 
 
 def default_references() -> tuple[str, ...]:
-    """The shipped default reference set (H1's profiles/reference_models.json), read as msched reads it."""
-    env = os.environ.get("MSCHED_BENCH_REFERENCES")
-    if env:
-        return tuple(n.strip() for n in env.split(",") if n.strip())
+    """msched's default reference set, read as msched reads it (the jobs of (a)-(c) must avoid it)."""
     try:
         from msched.similarity import load_references
 
         return tuple(load_references().names)
-    except ImportError:
-        pass
-    path = REPO / "profiles" / "reference_models.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise WorkloadError(f"default reference set not readable ({path}): {exc}") from exc
-    items = data.get("references", data) if isinstance(data, dict) else data
-    if isinstance(items, dict):
-        return tuple(items)
-    return tuple(i["name"] if isinstance(i, dict) else str(i) for i in items)
+    except ImportError as exc:
+        raise WorkloadError(f"msched's reference set is not available: {exc}") from exc
 
 
 # --------------------------------------------------------------------------- traces and workloads

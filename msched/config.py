@@ -24,7 +24,6 @@ This module must stay cheap to import: msub reads it on every submission.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -102,6 +101,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         if explicit:
             raise ConfigError(f"configuration file {p} does not exist")
         return Config()
+    import tomllib  # only when there is a file: msub starts faster without one
+
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -84,7 +84,8 @@ class TagEstimator(_CachedEstimator):
         """(model whose rows to use, FLOPs factor). A reference model uses its own rows as they are."""
         if tag.model and self.table.has_model(tag.model):
             return tag.model, 1.0
-        return tag.ref, (tag.flops if tag.flops and tag.flops > 0 else 1.0)
+        ratio = tag.perf_flops_ratio
+        return tag.pref or tag.ref, (ratio if ratio and ratio > 0 else 1.0)
 
     def work(self, job: SlurmJob, tag: JobTag) -> float | None:
         """Iterations: the tag's, else the time limit on the slowest allowed type as msched estimates it."""

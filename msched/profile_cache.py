@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -87,6 +86,8 @@ def _cache_write(key: str, prof: Profile) -> None:
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as fh:
             json.dump(prof.to_dict(), fh)

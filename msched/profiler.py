@@ -18,15 +18,9 @@ shipped/cached path (`msched.profile_cache`) never needs torch.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import difflib
-import hashlib
-import importlib.util
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -120,6 +114,8 @@ def parse_spec(spec: str, known_names: list[str] | None = None) -> ModelSpec:
 
 
 def unknown_name_error(name: str, known: list[str]) -> ProfileError:
+    import difflib
+
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known names: {', '.join(sorted(known))}"
     return ProfileError(f"unknown model {name!r}: not a torchvision classification model nor "
@@ -215,6 +211,9 @@ def load_factory(path: str, factory: str):
     p = Path(path)
     if not p.is_file():
         raise ProfileError(f"{path}: no such file")
+    import hashlib
+    import importlib.util
+
     mod_name = "msched_user_model_" + hashlib.sha1(str(p).encode()).hexdigest()[:12]
     sys.path.insert(0, str(p.parent))
     try:
@@ -238,9 +237,9 @@ def load_factory(path: str, factory: str):
 
 
 def build_user(path: str, factory: str):
+    fn = load_factory(path, factory)   # before importing torch: a broken file fails fast
     import torch
 
-    fn = load_factory(path, factory)
     try:
         model, mode = _construct(fn)
     except ProfileError:
@@ -383,7 +382,6 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
         kind = layer_kind(module)
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
-            # attention modules compute with their own projections: count their inner linears too
             handles.append(module.register_forward_hook(hook))
     params = sum(p.numel() for p in model.parameters())
     x = torch.empty(1, 3, input_size, input_size, device="meta")
@@ -438,6 +436,9 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
 
 def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Profile:
     """Profile SPEC in a child Python with a timeout: the user's code never runs in the caller."""
+    import signal
+    import subprocess
+
     argv = [sys.executable, "-m", "msched.profiler", spec, "--json"]
     if input_size:
         argv += ["--input-size", str(int(input_size))]
@@ -473,6 +474,8 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m msched.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m msched.profiler")
     ap.add_argument("spec")
     ap.add_argument("--input-size", type=int, default=None)

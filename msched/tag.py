@@ -41,11 +41,6 @@ class JobTag:
     pflops: float | None = None
 
     @property
-    def perf_reference(self) -> str:
-        """The reference whose measurements give this job's estimates."""
-        return self.pref or self.ref or self.model
-
-    @property
     def perf_flops_ratio(self) -> float:
         return self.pflops if self.pref and self.pflops else self.flops
 

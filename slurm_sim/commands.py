@@ -214,9 +214,6 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
                           progress=lambda m: click.echo(m, err=True))
     except SimRunError as exc:
         raise click.ClickException(str(exc)) from None
-    if setup.classifier.fallback:
-        click.echo("warning: msched.similarity unavailable: jobs were classified by name family (a stand-in)",
-                   err=True)
     _print_table(results, cluster, len(trace_jobs), backfill)
     for r in results:
         if r.unfinished:

@@ -43,84 +43,48 @@ class SimRunError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- classification
-@dataclass(frozen=True)
-class ModelClass:
-    ref: str
-    group: str
-    sim: float
-    flops: float
-
-
 class Classifier:
-    """What msub learns about a model: its nearest reference and group. Cached per model name.
+    """What msub learns about a model (`msched.similarity.classify`), cached per model name.
 
-    Uses `msched.similarity.classify` (shipped profiles; no torch for torchvision names). Only where that
-    module is missing (a partial checkout) does it fall back to a crude stand-in: the model itself when
-    it is a reference, else the first reference sharing the name's family prefix; that fallback is
-    reported by `.fallback` so results made with it are never mistaken for the real policy.
+    A reference named directly is its own reference (DESIGN, policy point 3). The tag's `pref`/`pflops`
+    name the nearest reference with measurements when the nearest one has none (e.g. EfficientNet).
     """
 
     def __init__(self, references: Sequence[str] | None = None, perf: PerfTable | None = None):
+        from msched import similarity
+
         self.references = list(references) if references else None
         self.perf = perf
-        self.fallback = False
-        self._cache: dict[str, ModelClass] = {}
-        self._classify: Callable[[str], ModelClass] | None = None
+        self._similarity = similarity
+        try:
+            self._refset = similarity.resolve_references(self.references)
+            self._names = set(self._refset.names)
+        except similarity.ClassifyError as exc:
+            # references that are not torchvision models (e.g. Gavel's job types) work by name only
+            self._refset, self._names, self._why = None, set(self.references or ()), str(exc)
+        self._cache: dict[str, JobTag] = {}
 
-    def __call__(self, model: str) -> ModelClass:
+    def __call__(self, model: str) -> JobTag:
+        """The tag fields msub would write for this model (model, ref, group, sim, flops, pref, pflops)."""
         hit = self._cache.get(model)
         if hit is None:
-            hit = self._cache[model] = self._impl()(model)
+            hit = self._cache[model] = self._classify(model)
         return hit
 
-    def _impl(self) -> Callable[[str], ModelClass]:
-        if self._classify is None:
-            try:
-                from msched import similarity
-                from msched.config import PROFILES_DIR
-                if not (PROFILES_DIR / "torchvision_features.json").exists():
-                    raise ImportError("no shipped profiles")
-            except ImportError:
-                self.fallback = True
-                self._classify = self._by_name
-            else:
-                refs = self.references
-                by_name: dict[str, str] = {}     # DESIGN: a reference by name is its own reference
-                try:
-                    refset = similarity.resolve_references(refs)
-                    by_name = {n: refset.group_of(n) for n in refset.names}
-                except Exception:  # noqa: BLE001 - the classifier below reports a broken set
-                    by_name = {n: _family(n) for n in refs or ()}
-
-                def real(model: str) -> ModelClass:
-                    if model in by_name:
-                        return ModelClass(model, by_name[model] or _family(model), 1.0, 1.0)
-                    try:
-                        c = similarity.classify(model, references=refs)
-                    except similarity.ClassifyError as exc:
-                        raise SimRunError(f"cannot classify {model}: {exc}") from None
-                    return ModelClass(c.nearest_reference, c.group, float(c.similarity), float(c.flops_ratio))
-
-                self._classify = real
-        return self._classify
-
-    def _by_name(self, model: str) -> ModelClass:
-        refs = self.references or sorted(self.perf.models() if self.perf else [])
-        if model in refs:
-            return ModelClass(model, _family(model), 1.0, 1.0)
-        fam = _family(model)
-        for r in refs:
-            if _family(r) == fam:
-                return ModelClass(r, fam, 0.0, 1.0)
-        return ModelClass(refs[0] if refs else "", fam, 0.0, 1.0)
-
-
-def _family(name: str) -> str:
-    for prefix in ("wide_resnet", "resnext", "resnet", "densenet", "vgg", "mobilenet", "mnasnet",
-                   "shufflenet", "squeezenet", "efficientnet", "regnet", "convnext", "vit", "swin"):
-        if name.startswith(prefix):
-            return prefix
-    return name
+    def _classify(self, model: str) -> JobTag:
+        if model in self._names:
+            group = self._refset.group_of(model) if self._refset else model
+            return JobTag(model=model, ref=model, group=group, sim=1.0, flops=1.0)
+        if self._refset is None:
+            raise SimRunError(f"cannot classify {model}: {self._why}")
+        try:
+            c = self._similarity.classify(model, references=self.references)
+        except self._similarity.ClassifyError as exc:
+            raise SimRunError(f"cannot classify {model}: {exc}") from None
+        measured_elsewhere = c.perf_reference and c.perf_reference != c.nearest_reference
+        return JobTag(model=model, ref=c.nearest_reference, group=c.group, sim=float(c.similarity),
+                      flops=float(c.flops_ratio), pref=c.perf_reference if measured_elsewhere else "",
+                      pflops=float(c.perf_flops_ratio) if measured_elsewhere else None)
 
 
 # ----------------------------------------------------------------------------- one run
@@ -166,19 +130,18 @@ def make_estimator(policy, setup: SimSetup):
 
 
 class _PerJobCache:
-    """An estimator remembered per job: a job's estimate depends only on what it was submitted with
-    (tag, GPUs, time limit, pinned type), which never changes in the simulator, and every round asks
-    again for every running and pending job. Saves most of a round's snapshot time on big traces."""
+    """An estimator remembered per job id: a job's estimate depends only on what it was submitted with
+    (tag, GPUs, time limit, pinned type; msched changes only its priority and features, which estimators
+    do not read), and every round asks again for every running and pending job."""
 
     def __init__(self, inner):
         self.inner = inner
         self._memo: dict[tuple, dict[str, float]] = {}
 
     def __call__(self, job: SlurmJob, tag: JobTag) -> dict[str, float]:
-        key = (job.job_id, job.comment, job.num_gpus, job.time_limit_s, job.gres_gpu_type)
-        hit = self._memo.get(key)
+        hit = self._memo.get(job.job_id)
         if hit is None:
-            hit = self._memo[key] = self.inner(job, tag)
+            hit = self._memo[job.job_id] = self.inner(job, tag)
         return hit
 
 
@@ -206,15 +169,16 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     trace_of: dict[str, TraceJob] = {}
     rounds = skipped = calls = 0
     plan_s = 0.0
+    round_s_total = 0.0                  # wall seconds inside the round core (snapshot, plan, writes)
+    reported = 0
     last_version: int | None = None
     next_round = t0 if replans else float("inf")
     i = 0
     inf = float("inf")
 
     def submit(tj: TraceJob) -> None:
-        mc = setup.classifier(tj.model)
-        tag = JobTag(model=tj.model, ref=mc.ref, group=mc.group, sim=mc.sim, flops=mc.flops,
-                     iters=int(tj.iterations), bs=int(tj.batch_size), pinned=tj.gpu_type or "", ver=__version__)
+        tag = replace(setup.classifier(tj.model), iters=int(tj.iterations), bs=int(tj.batch_size),
+                      pinned=tj.gpu_type or "", ver=__version__)
         added: tuple[str, ...] = ()
         if use_constraint and not tj.gpu_type:
             free = published or dict.fromkeys(types, sim.now)
@@ -254,8 +218,11 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 last_version = sim.version   # nothing to plan: a round could change nothing
                 skipped += 1
             elif sim.version != last_version:
+                seen = sim.version       # the snapshot this round reads
+                r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
-                                   starvation_age_s=setup.starvation_age_s)
+                                   starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
+                round_s_total += _time.perf_counter() - r0
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
@@ -263,8 +230,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                     published = dict(result.plan.free_time or {})
                 if recorder is not None:
                     recorder.round(result, sim.now)
-                sim.run_until(t)         # Slurm acts on the changes
-                last_version = sim.version
+                sim.run_until(t)         # Slurm acts on the changes (what it starts, the next round sees)
+                last_version = seen
             else:
                 skipped += 1
             next_round = t + round_s
@@ -277,7 +244,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 elif nxt > next_round:
                     steps = -(-(nxt - t0) // round_s)
                     next_round = max(next_round, t0 + steps * round_s)
-        if progress is not None and rounds and rounds % 2000 == 0:
+        if progress is not None and rounds >= reported + 2000:
+            reported = rounds
             progress(f"{policy_name}: t={sim.now:.0f}s, {len(sim.finished)}/{n} done")
 
     unfinished = [j.job_id for j in sim.active.values()]
@@ -288,7 +256,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     lb = lower_bound(trace, setup.truth, setup.cluster)
     metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
-                    "plan_seconds": round(plan_s, 3)})
+                    "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
         recorder.finish(client, sim.now)
     wall = _time.perf_counter() - wall0
@@ -310,11 +278,16 @@ def compare(trace: Sequence[TraceJob], policies: Sequence[str], setup: SimSetup,
 
 
 # ----------------------------------------------------------------------------- helpers
+def _canonical(name: str) -> str:
+    """GPU type names in the simulator are canonical already (cluster specs are lowercased)."""
+    return name
+
 def _pending_view(tj: TraceJob, tag: JobTag, estimator, now: float, types: Sequence[str]) -> PendingJob:
     """The PendingJob msub's submit-time choice looks at (the job as it is about to be submitted)."""
     job = SlurmJob(job_id="0", state=PENDING, submit_time=now, num_gpus=tj.num_gpus,
                    time_limit_s=tj.time_limit_s, gres_gpu_type=tj.gpu_type)
-    est = {t: v for t, v in (estimator(job, tag) or {}).items() if t in types}
+    raw = getattr(estimator, "inner", estimator)          # not the per-job-id cache: this job has no id yet
+    est = {t: v for t, v in (raw(job, tag) or {}).items() if t in types}
     return PendingJob(job_id="0", submit_time=now, num_gpus=tj.num_gpus, est_runtime_s=est,
                       allowed_types=tuple(types), time_limit_s=tj.time_limit_s, group=tag.group,
                       reference=tag.ref)
@@ -324,7 +297,7 @@ def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) 
     """A dry-run plan of the queue as it stands: when each GPU type frees up."""
     from msched.rounds import run_round
     result = run_round(client, policy, estimator, now=client.now(), dry_run=True,
-                       starvation_age_s=setup.starvation_age_s)
+                       starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
     return dict(result.plan.free_time or {}) if result.plan is not None else {}
 
 

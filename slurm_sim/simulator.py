@@ -461,6 +461,8 @@ class Simulator:
                                      (e for e in self._queue if self.jobs[e[1]].state == PENDING
                                       and e[0] == self.jobs[e[1]].key))
         for _key, job_id in candidates:
+            if not any(self.free):
+                break                  # nothing can start now: further reservations would change nothing
             job = self.jobs[job_id]
             if job.held or not job.classes or job.state != PENDING:
                 continue
@@ -556,18 +558,21 @@ class _Profile:
             self.free[k] += delta
 
     def earliest(self, need: int, length: float) -> float | None:
+        """First breakpoint t with at least `need` free GPUs throughout [t, t + length): one pass."""
         times, free = self.times, self.free
-        for i in range(len(times)):
-            t = times[i]
-            ok = True
-            k = i
-            while k < len(times) and times[k] < t + length:
-                if free[k] < need:
-                    ok = False
-                    break
+        n = len(times)
+        i = 0
+        while i < n:
+            if free[i] < need:
+                i += 1
+                continue
+            end = times[i] + length
+            k = i + 1
+            while k < n and times[k] < end and free[k] >= need:
                 k += 1
-            if ok:
-                return t
+            if k >= n or times[k] >= end:
+                return times[i]
+            i = k + 1                  # free[k] < need: no start before k+1 can span it
         return None
 
     def earliest_at(self, t: float, need: int, length: float) -> bool:

@@ -275,6 +275,7 @@ def test_priorities_stay_valid_at_the_edges():
     tied = {"a": 1, "b": 1, "c": 1}                             # multifactor with zero weights
     new = assign_priorities(["c", "a", "b"], tied)
     assert new["c"] > new["a"] > new["b"] >= 1
+    assert changed(assign_priorities(["b", "c", "a"], new), new) == 1   # now there is room
 
 
 def test_plan_reverses_a_queue_with_few_writes_and_keeps_values_in_range():

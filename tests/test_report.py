@@ -455,7 +455,10 @@ def test_report_over_real_cluster_jobs(slurm_cluster, janitor, tmp_path):
     assert queue[groups["vgg16"]]["pending"] == 1 and queue[groups["densenet169"]]["pending"] == 1
     assert queue[groups["vgg16"]]["planned"] == {held[later[0]]: 1}            # the type Slurm holds now
     assert queue[groups["densenet169"]]["planned"] == {held[later[1]]: 1}
-    assert held[later[0]] == "a100" and held[later[1]] == "titanv"      # the round retyped them
+    # the round retyped them as it planned (which type depends on what else the shared cluster runs)
+    planned = out1.result.plan.by_job()
+    for job_id in later:
+        assert held[job_id] != "titanxp" and held[job_id] == "|".join(planned[job_id].gpu_types)
     # our pending jobs are among the longest waits, unless (shared cluster) ten others waited longer
     waits = {w["job_id"]: w for w in rr["longest_waits"]}
     for jid in later:

@@ -177,6 +177,7 @@ def test_multi_node_jobs_take_whole_nodes_of_one_type():
     small = job(c, 1, seconds=10, constraint="a100")
     wide = job(c, 8, seconds=100)                       # needs both a100 nodes whole: waits for `small`
     c.advance(0)
+    assert state(c, small).state == "RUNNING"
     assert state(c, wide).state == "PENDING"            # titanv has one node only: cannot hold 8
     c.run_until(10)
     w = state(c, wide)
@@ -214,11 +215,13 @@ def test_feature_constraints_with_other_features(tmp_path):
     y = job(c, seconds=100, constraint="ib&a100")
     z = job(c, seconds=100, constraint="a100")
     c.advance(0)
-    # x takes a100-1 (first class that fits), so y (ib&a100) must wait; z goes to the plain a100 node
+    # x takes a100-1 (the first node that fits), so y (ib&a100) must wait, and z behind it (strict order)
+    # although the plain a100 node is idle
     assert state(c, x).nodes == (0,)
-    assert state(c, y).state == "PENDING"
+    assert state(c, y).state == "PENDING" and state(c, z).state == "PENDING"
     c.run_until(1000)
-    assert state(c, y).start_time == 100 and state(c, y).gpu_type == "a100"
+    assert (state(c, y).start_time, state(c, y).nodes) == (100, (0,))
+    assert (state(c, z).start_time, state(c, z).nodes) == (100, (1,))
     with pytest.raises(SlurmError, match="Invalid feature"):
         job(c, constraint="infiniband")
 
@@ -255,3 +258,19 @@ def test_client_updates_hold_release_cancel():
 def test_percentile_nearest_rank():
     assert percentile_nearest_rank(list(range(1, 101)), 99) == 99
     assert percentile_nearest_rank([5.0], 99) == 5.0
+
+
+def test_submit_time_choice_uses_each_jobs_own_model():
+    """msched-once (decided at submit): resnet50 is 4x faster on a100, vgg16 4x faster on titanv; each job
+    gets its own model's fast type (a cached estimate of the previous job would send both to a100)."""
+    truth = table(("resnet50", "a100", 100.0), ("resnet50", "titanv", 400.0),
+                  ("vgg16", "a100", 400.0), ("vgg16", "titanv", 100.0))
+    cluster = parse_cluster("a100:1x1,titanv:1x1")
+    trace = [TraceJob("1", 0.0, "u", "resnet50", 1, 12, 1000), TraceJob("2", 0.0, "u", "vgg16", 1, 12, 1000)]
+    setup = SimSetup(cluster, truth, truth, Classifier(["resnet50", "vgg16"], truth))
+    for policy in ("msched-once", "msched", "oracle"):
+        got = {o.job_id: (o.gpu_type, o.start, o.end) for o in replay(trace, policy, setup).outcomes}
+        assert got == {"1": ("a100", 0, 100), "2": ("titanv", 0, 100)}, policy
+    swapped = [TraceJob("2", 0.0, "u", "vgg16", 1, 12, 1000), TraceJob("1", 1.0, "u", "resnet50", 1, 12, 1000)]
+    fifo = {o.job_id: o.gpu_type for o in replay(swapped, "fifo", setup).outcomes}
+    assert fifo == {"2": "a100", "1": "titanv"}          # untyped: whatever is free, in node order

@@ -189,3 +189,22 @@ def test_cli_synth_and_sim_outputs(tmp_path, truth_csv):
         done = s.scalar(select(func.count()).select_from(Job).where(Job.run_id == runs["msched"],
                                                                     Job.end_time.is_not(None)))
         assert done == 40
+
+
+def test_cli_sim_backfill_and_pinned_jobs(tmp_path, truth_csv):
+    """Pinned jobs (typed gres) run only on their type under every policy; backfill runs end to end."""
+    trace = write(tmp_path, HEADER.strip() + ",gpu_type,time_limit_s\n" + "".join(
+        f"{i},{i * 30},u,{m},{g},12,{it},{pin},{lim}\n" for i, (m, g, it, pin, lim) in enumerate([
+            ("vgg16", 4, 20000, "", 20000), ("resnet50", 2, 30000, "rtx2080ti", 20000),
+            ("mobilenet_v2", 1, 50000, "", 10000), ("densenet121", 2, 10000, "", 5000),
+            ("resnet101", 4, 8000, "a100", 5000), ("vgg19", 1, 9000, "", 5000)], start=1)))
+    out = tmp_path / "jobs.csv"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:4x1,rtx2080ti:4x1", "--trace", str(trace), "--truth",
+                                 str(truth_csv), "--perf", str(truth_csv), "--references", "resnet50,vgg19",
+                                 "--policy", "fifo,msched", "--backfill", "--jobs-csv", str(out)])
+    assert r.exit_code == 0, r.output
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 12
+    assert {r_["gpu_type"] for r_ in rows if r_["job_id"] == "2"} == {"rtx2080ti"}
+    assert {r_["gpu_type"] for r_ in rows if r_["job_id"] == "5"} == {"a100"}

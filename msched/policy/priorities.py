@@ -18,7 +18,8 @@ moves few jobs"):
       run joins it (and the next, ...) until the widened run fits; at worst it reaches the bottom of the
       queue, where SPACING-apart values always fit. So the first round on tightly packed values rewrites
       from the first moved job down and leaves SPACING gaps; later rounds then move only the moved jobs.
-3. Re-space everything SPACING apart from the highest held value down when even the bottom has no
+3. Re-space everything SPACING apart from the highest held value (raised to 1 + SPACING*(n-1) when it
+   is lower, as with multifactor's all-equal low values) down when even the bottom has no
    room (values near 1), or when more than half the jobs move anyway and most of the resulting values
    are packed tighter than MIN_GAP (a first round on priority/basic's values): one round pays about n
    writes once, instead of every later round paying for the lack of room.
@@ -99,9 +100,9 @@ def _spaced(r: int, hi: int | None, lo: int | None, top: int) -> list[int] | Non
 
 def respace(order: Sequence[str], current: Mapping[str, int]) -> dict[str, int]:
     """Last resort: every job of `order` a value, highest first, SPACING apart from the highest held
-    value down (squeezed evenly into [1, highest] when that would reach 0)."""
+    value (at least 1 + SPACING*(n-1)) down (squeezed evenly into [1, MAX_PRIORITY] if need be)."""
     n = len(order)
-    top = min(MAX_PRIORITY, max(max((current[j] for j in order), default=1), n))
+    top = min(MAX_PRIORITY, max(max((current[j] for j in order), default=1), 1 + SPACING * (n - 1)))
     step = SPACING if top - SPACING * (n - 1) >= 1 else max(1, (top - 1) // max(1, n - 1))
     return {job: top - step * k for k, job in enumerate(order)}
 

@@ -106,13 +106,14 @@ class MschedPolicy(MschedOncePolicy):
         self.starvation_age_s = starvation_age_s
 
     # ------------------------------------------------------------------ order
-    def length(self, job: PendingJob, types: list[str]) -> float:
-        feas = feasible_types(job, types)
-        if feas:
-            return min(job.est_runtime_s[t] for t in feas)
-        return runtime_guess(job, self.unknown_runtime_s)
+    def length(self, job: PendingJob, types: list[str] | set[str]) -> float:
+        """The job's estimate on its fastest feasible type (its time limit or a default if none)."""
+        est = job.est_runtime_s
+        allowed = job.allowed_types
+        best = min((v for t, v in est.items() if t in types and (not allowed or t in allowed)), default=None)
+        return runtime_guess(job, self.unknown_runtime_s) if best is None else best
 
-    def size(self, job: PendingJob, types: list[str]) -> float:
+    def size(self, job: PendingJob, types: list[str] | set[str]) -> float:
         """The ordering key: the estimate on the job's fastest feasible type (LPT/SPT). Measured on
         static batches of non-reference models (6 types x 8 GPUs, 120 jobs, 6 seeds, no starvation
         guard): ordering by length gave msched/fifo 0.62, by GPU-seconds (length x GPUs) 0.71; wide jobs
@@ -129,7 +130,8 @@ class MschedPolicy(MschedOncePolicy):
         starving_ids = {j.job_id for j in starving}
         rest = [j for j in managed if j.job_id not in starving_ids]
         sign = -1.0 if self.objective == "makespan" else 1.0
-        keyed = [(sign * self.size(j, types), j.submit_time, k) for k, j in enumerate(rest)]
+        typeset = set(types)
+        keyed = [(sign * self.size(j, typeset), j.submit_time, k) for k, j in enumerate(rest)]
         keyed.sort()
         return starving + [rest[k] for _, _, k in keyed], starving_ids
 
@@ -181,7 +183,7 @@ class MschedPolicy(MschedOncePolicy):
             if held_done is not None and best_t != held and \
                     held_done - done[best_t] <= self.hysteresis * runtime[best_t]:
                 best_t = held              # not worth a rewrite: keep the type it holds
-            p = tl.earliest(best_t, g)
+            p = tl.place(best_t, g)
             rt = runtime[best_t]
             tl.commit(p, p.start + rt)
             start[job.job_id] = p.start
@@ -204,17 +206,24 @@ class MschedPolicy(MschedOncePolicy):
         queue as a whole (comparative advantage): a job that runs as well on a slower type leaves the
         type that others need most to them."""
         horizon = now + (best - now) * (1.0 + self.affinity) + 1e-9
-        near = [t for t, d in done.items() if d <= horizon]
-        if len(near) == 1:
-            return near[0]
-        fastest = min(runtime[t] for t in done)
-        return min(near, key=lambda t: ((runtime[t] / fastest) / relative.get(t, 1.0), done[t], t))
+        pick = None
+        pick_key = None
+        for t, d in done.items():
+            if d <= horizon:
+                # runtime here over the queue's mean relative runtime here (the job's own fastest
+                # runtime, a constant factor for the job, is left out of the comparison)
+                key = (runtime[t] / relative.get(t, 1.0), d, t)
+                if pick_key is None or key < pick_key:
+                    pick, pick_key = t, key
+        return pick
 
     def _candidates(self, job: PendingJob, types: list[str], starving: set[str], tl: Timeline):
-        """Types the job may be placed on in construction, and its runtime on each."""
+        """Types the job may be placed on in construction, and its runtime on each. (The estimate's keys
+        are iterated directly when nothing restricts them: types the cluster lacks never start.)"""
         if job.managed and not job.pinned_type:
-            feas = feasible_types(job, types) if job.allowed_types else \
-                tuple(t for t in job.est_runtime_s if t in tl.by_type)
+            if not job.allowed_types and job.est_runtime_s and job.job_id not in starving:
+                return job.est_runtime_s, job.est_runtime_s
+            feas = feasible_types(job, types)
             if feas:
                 return feas, job.est_runtime_s
         t = default_types(job, tl)

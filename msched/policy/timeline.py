@@ -73,6 +73,8 @@ class Timeline:
         self.version = [0] * len(self.free)
         self._heaps: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
         self._heaps_of: dict[str, dict[int, list[tuple[float, int, int, int]]]] = defaultdict(dict)
+        # start_time cache per type: {g: (start, node) or None}, cleared for a type when it is booked
+        self._top: dict[str, dict[int, tuple[float, int] | None]] = defaultdict(dict)
 
     # ----------------------------------------------------------------- queries
     def gpu_types(self) -> list[str]:
@@ -106,21 +108,39 @@ class Timeline:
         return (t, bisect.bisect_right(f, t), self.version[i], i)
 
     def start_time(self, gpu_type: str, num_gpus: int) -> float | None:
-        """Just the earliest start of `earliest` (the planner's hot path: no placement object)."""
-        mx = self.max_node.get(gpu_type)
-        if mx is None:
-            return None
+        """Just the earliest start of `earliest` (the planner's hot path: cached until the type changes)."""
         g = num_gpus if num_gpus > 1 else 1
-        if g > mx:
+        top = self._top[gpu_type]
+        if g in top:
+            hit = top[g]
+            return None if hit is None else hit[0]
+        mx = self.max_node.get(gpu_type)
+        value: tuple[float, int] | None
+        if mx is None:
+            value = None
+        elif g > mx:
             p = self.earliest(gpu_type, g)
-            return None if p is None else p.start
-        h = self._heaps.get((gpu_type, g))
-        if h is None:
-            h = self._heap(gpu_type, g)
-        ver = self.version
-        while h and h[0][2] != ver[h[0][3]]:
-            heapq.heappop(h)
-        return h[0][0] if h else None
+            value = None if p is None else (p.start, -1)
+        else:
+            h = self._heaps.get((gpu_type, g))
+            if h is None:
+                h = self._heap(gpu_type, g)
+            ver = self.version
+            while h and h[0][2] != ver[h[0][3]]:
+                heapq.heappop(h)
+            value = (h[0][0], h[0][3]) if h else None
+        top[g] = value
+        return None if value is None else value[0]
+
+    def place(self, gpu_type: str, num_gpus: int) -> Placement | None:
+        """`earliest` without a lower bound, from the start_time cache where it can."""
+        g = num_gpus if num_gpus > 1 else 1
+        if self.start_time(gpu_type, g) is None:
+            return None
+        start, node = self._top[gpu_type][g]
+        if node >= 0:
+            return Placement(gpu_type, start, (node,), g)
+        return self.earliest(gpu_type, g)
 
     def earliest(self, gpu_type: str, num_gpus: int, not_before: float | None = None) -> Placement | None:
         """Where and when a job of `num_gpus` could start on this type at the earliest; None if it never fits."""
@@ -148,6 +168,7 @@ class Timeline:
 
     def commit(self, placement: Placement, end: float) -> None:
         """Book the placement's GPUs from its start until `end`."""
+        self._top[placement.gpu_type].clear()
         for i in placement.nodes:
             f = self.free[i]
             del f[:placement.per_node]           # the earliest-free GPUs of the node are the ones taken
