@@ -41,7 +41,6 @@ class Bench:
     key: str
     script: str
     title: str
-    owner: str
     what: str
     quick: tuple[tuple[str, ...], ...] = (("--quick",),)   # one run per argument list
     full: tuple[tuple[str, ...], ...] = (("--full",),)
@@ -52,29 +51,29 @@ class Bench:
 
 
 BENCHES = (
-    Bench("msub", "bench_msub.py", "msub overhead against plain sbatch", "H5",
+    Bench("msub", "bench_msub.py", "msub overhead against plain sbatch",
           "Same script, interleaved runs of `msub` and plain `sbatch` on the real local Slurm cluster: the "
           "median added time for a cached torchvision model (goal: under 100 ms, and torch never imported) and "
           "for a first-time profile of a user's model file.",
           quick=(("--runs", "7", "--user-runs", "1"),), full=((),), slurm=True),
-    Bench("profiler", "bench_profiler.py", "Profiler speed", "H8",
+    Bench("profiler", "bench_profiler.py", "Profiler speed",
           "Time to profile each torchvision classification model on the meta device (in one process, torch "
           "already imported), median and max, and one cold `python -m msched.profiler resnet50`.",
           json_flag=True),
-    Bench("plan", "bench_plan.py", "Planning speed (policy.plan on a synthetic snapshot)", "H3",
+    Bench("plan", "bench_plan.py", "Planning speed (policy.plan on a synthetic snapshot)",
           "Plan time and Slurm update calls of one round for 1k and 10k pending jobs on 1,000 GPUs of 6 types "
           "(simulated snapshot), and of a second round a minute later.",
           quick=(("--pending", "1000", "--repeat", "1"),),
           full=(("--pending", "1000"), ("--pending", "10000"))),
-    Bench("reorder", "bench_reorder.py", "Reorder round cost, end to end", "H2",
+    Bench("reorder", "bench_reorder.py", "Reorder round cost, end to end",
           "A whole `msched reorder` round (Slurm reads, plan, writes, database): on the real local cluster with "
           "200 pending jobs (50 in --quick), and through slurm_sim's client with 10k (2k) pending jobs.",
           slurm=True),
-    Bench("sim", "bench_sim.py", "Simulator speed", "H7",
+    Bench("sim", "bench_sim.py", "Simulator speed",
           "Jobs/s and rounds/s of `slurm_sim` under msched with 60 s rounds on a 20k-job trace on 1,000 GPUs of "
           "6 types (and 100k jobs in --full); --quick runs 5k jobs.",
           quick=(("--jobs", "5000"),), full=(("--full", "--fifo"),), timeout_full=3600.0),
-    Bench("quality", "bench_quality.py", "Scheduling quality", "H8",
+    Bench("quality", "bench_quality.py", "Scheduling quality",
           "fifo, fastest, msched-once, msched and oracle on the four workloads (bench/workloads.py), several "
           "seeds, every policy on the same trace in one `msched sim` call.",
           json_flag=True, timeout_quick=420.0, timeout_full=5400.0),
@@ -469,12 +468,12 @@ def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], 
     L.append("")
     L.append("## Summary of this run")
     L.append("")
-    L.append("| benchmark | owner | status | seconds | command |")
-    L.append("|---|---|---|---:|---|")
+    L.append("| benchmark | status | seconds | command |")
+    L.append("|---|---|---:|---|")
     for o in outcomes:
         cmd = "<br>".join("`" + " ".join(a) + "`" for a in o.argv) or "-"
         status = o.status + (f" ({o.note})" if o.note else "")
-        L.append(f"| {o.bench.title} | {o.bench.owner} | {status} | {o.seconds:.0f} | {cmd} |")
+        L.append(f"| {o.bench.title} | {status} | {o.seconds:.0f} | {cmd} |")
     L.append("")
     L.extend(workloads_section())
     L.extend(MEANING.splitlines())

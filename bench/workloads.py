@@ -35,9 +35,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from msched.perf import PerfTable
+from slurm_sim.trace import TraceJob, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE_COLUMNS = ("job_id", "submit_time", "user", "model", "num_gpus", "batch_size", "iterations")
 
 # Philly jobs shorter than a minute are mostly failed launches (9% of the trace); longer than a
 # day (3%) they make the makespan one job's length whatever the policy does. Both are dropped.
@@ -117,17 +117,6 @@ def default_references() -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- traces and workloads
 @dataclass(frozen=True)
-class TraceJob:
-    job_id: str
-    submit_time: float
-    user: str
-    model: str
-    num_gpus: int
-    batch_size: int
-    iterations: int
-
-
-@dataclass(frozen=True)
 class Workload:
     """One benchmark case: a trace on a cluster, what is true and what the policy may know."""
 
@@ -143,12 +132,7 @@ class Workload:
     def write_trace(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(TRACE_COLUMNS)
-            for j in self.jobs:
-                w.writerow([j.job_id, f"{j.submit_time:.3f}", j.user, j.model, j.num_gpus, j.batch_size,
-                            j.iterations])
+        write_trace(path, self.jobs)
         return path
 
     def sim_args(self, trace: str | os.PathLike) -> list[str]:

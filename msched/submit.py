@@ -269,21 +269,46 @@ def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], 
     return free_at, fresh
 
 
+CLUSTER_TYPES_MAX_AGE_S = 600.0                     # how long msub trusts its cached `sinfo` answer
+
+
 def cluster_gpu_types(config, sbatch: str) -> list[str]:
     """The GPU types the cluster's nodes carry as features, when no published file says so.
 
-    One `sinfo` call (the sibling of the configured sbatch, never found through PATH); a feature
-    counts as a GPU type when the performance table knows it.
+    One `sinfo` call (the sibling of the configured sbatch, never found through PATH), remembered for
+    ten minutes in the user's cache so a burst of submissions pays for it once; a feature counts as a
+    GPU type when the performance table knows it.
     """
+    import json
+
+    from msched.profile_cache import cache_dir
+
+    cache = cache_dir().parent / "cluster_gpu_types.json"
+    key = os.environ.get("SLURM_CONF", "") + "|" + sbatch
+    try:
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key and time.time() - float(cached["time"]) < CLUSTER_TYPES_MAX_AGE_S:
+            return [config.canonical_gpu_type(f) for f in cached["features"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     sinfo = str(Path(sbatch).with_name("sinfo"))
     try:
         out = subprocess.run([sinfo, "-h", "-o", "%f"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return []
-    feats: set[str] = set()
+    if out.returncode != 0:
+        return []
+    raw: set[str] = set()
     for line in out.stdout.splitlines():
-        feats.update(config.canonical_gpu_type(f) for f in line.strip().split(",") if f and f != "(null)")
-    return sorted(feats)
+        raw.update(f for f in line.strip().split(",") if f and f != "(null)")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "time": time.time(), "features": sorted(raw)}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass                                      # a cache that cannot be written is no error
+    return sorted({config.canonical_gpu_type(f) for f in raw})
 
 
 def reference_rows(path, model: str):

@@ -45,7 +45,7 @@ def _cluster(spec: str):
 
 
 def reference_names(config=None) -> list[str]:
-    """The default reference models' names (H1's shipped set)."""
+    """The default reference models' names (the shipped set)."""
     try:
         from msched.similarity import ClassifyError, load_references
         try:

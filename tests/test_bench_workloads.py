@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from msched.perf import PerfTable
+from slurm_sim.trace import REQUIRED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import workloads as wl  # noqa: E402
@@ -33,7 +34,7 @@ def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
     path = w.write_trace(tmp_path / f"{w.name}.csv")
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        assert tuple(reader.fieldnames) == wl.TRACE_COLUMNS
+        assert tuple(reader.fieldnames) == tuple(REQUIRED)
         rows = list(reader)
     assert len(rows) == len(w.jobs)
     assert len({r["job_id"] for r in rows}) == len(rows)
