@@ -29,14 +29,13 @@ writes nothing (`updates` then lists what would be written, `update_calls` is 0)
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.constraint import combine, matches, names_gpu_type, split
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
-from msched.slurm.base import JobNotPending, SlurmClient, SlurmJob, SlurmNode
+from msched.slurm.base import JobNotPending, SlurmClient, SlurmJob, SlurmNode, expand_hostlist
 from msched.tag import JobTag
 
 log = logging.getLogger("msched.rounds")
@@ -86,26 +85,6 @@ class RoundResult:
 
 
 # --------------------------------------------------------------------------------- reading
-def expand_hostlist(spec: str) -> list[str]:
-    """Slurm host list `n[1-3,5],gpu07` -> names (one bracket level, as squeue prints it)."""
-    out: list[str] = []
-    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,]*)", spec or ""):
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if not prefix and not ranges:
-            continue
-        if ranges is None:
-            out.append(prefix + suffix)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            if hi:
-                width = len(lo)
-                out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
-            elif lo:
-                out.append(prefix + lo + suffix)
-    return out
-
-
 def _canon(gpu_type_of: Callable[[str], str] | None) -> Callable[[str], str]:
     return gpu_type_of or (lambda name: name.strip().lower())
 

@@ -11,6 +11,7 @@ Reads are batched: one `jobs()` call and one `nodes()` call per round, never one
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 
 from msched.tag import JobTag, parse_comment
@@ -18,7 +19,33 @@ from msched.tag import JobTag, parse_comment
 PENDING = "PENDING"
 RUNNING = "RUNNING"
 ACTIVE_STATES = (PENDING, RUNNING)
+_NO_HOSTS = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a Slurm host list (`n[1-3,7],gpu01`) into names, without calling scontrol."""
+    text = (text or "").strip()
+    if text in _NO_HOSTS:
+        return []
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+        item = item.strip(",")
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
+        if not m:
+            if item:
+                names.append(item)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if hi:
+                width = len(lo)
+                for i in range(int(lo), int(hi) + 1):
+                    names.extend(expand_hostlist(f"{prefix}{i:0{width}d}{suffix}"))
+            else:
+                names.extend(expand_hostlist(f"{prefix}{lo}{suffix}"))
+    return names
 
 
 class SlurmError(RuntimeError):

@@ -42,6 +42,7 @@ from msched.slurm.base import (
     SlurmJob,
     SlurmNode,
     SlurmUnavailable,
+    expand_hostlist,
 )
 
 SEP = "\x1f"
@@ -137,31 +138,6 @@ def parse_gpu_tres(text: str) -> tuple[int, str | None]:
         if m.group(1) and gtype is None:
             gtype = m.group(1)
     return count, gtype
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm host list (`n[1-3,7],gpu01`) into names, without calling scontrol."""
-    text = text.strip()
-    if text in _EMPTY:
-        return []
-    names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
-        item = item.strip(",")
-        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
-        if not m:
-            if item:
-                names.append(item)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            if hi:
-                width = len(lo)
-                for i in range(int(lo), int(hi) + 1):
-                    names.extend(expand_hostlist(f"{prefix}{i:0{width}d}{suffix}"))
-            else:
-                names.extend(expand_hostlist(f"{prefix}{lo}{suffix}"))
-    return names
 
 
 def _field(value: str) -> str:
