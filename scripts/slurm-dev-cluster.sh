@@ -271,14 +271,17 @@ stop_accounting() {
 
 controller_answers() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
-all_nodes_idle() {
+# Every node of ours is in one of the states the extended regex $1 names.
+all_nodes_in() {
     local states
     states="$(sinfo -h -N -o '%N %T' 2>/dev/null)" || return 1
     local n
     for n in "${NODES[@]}"; do
-        grep -qE "^$n idle\$" <<<"$states" || return 1
+        grep -qE "^$n $1\$" <<<"$states" || return 1
     done
 }
+
+all_nodes_idle() { all_nodes_in idle; }
 
 cluster_running() {
     daemon_alive "$RUN/slurmctld.pid" slurmctld || return 1
@@ -359,14 +362,7 @@ do_up() {
 }
 
 # Nodes that run jobs are fine for an already-running cluster; only unusable states count.
-all_nodes_idle_or_busy() {
-    local states
-    states="$(sinfo -h -N -o '%N %T' 2>/dev/null)" || return 1
-    local n
-    for n in "${NODES[@]}"; do
-        grep -qE "^$n (idle|mixed|allocated|completing)\$" <<<"$states" || return 1
-    done
-}
+all_nodes_idle_or_busy() { all_nodes_in '(idle|mixed|allocated|completing)'; }
 
 do_down() {
     resolve_dir
