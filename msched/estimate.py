@@ -49,9 +49,15 @@ def estimate_runtime(
     """Estimated seconds per GPU type; types whose estimate exceeds the time limit are dropped."""
     per_iter = iteration_seconds(perf, reference, num_gpus, batch_size, flops_ratio, types, precision)
     work = work_iterations(per_iter, iterations, time_limit_s)
+    return runtimes(per_iter, work, time_limit_s if within_time_limit else None)
+
+
+def runtimes(per_iter_s: dict[str, float], work: float | None, time_limit_s: float | None) -> dict[str, float]:
+    """Seconds per GPU type for `work` iterations; types whose time exceeds the limit are dropped
+    (Slurm would kill the job there); no work known = no estimate."""
     if work is None:
         return {}
-    est = {t: work * s for t, s in per_iter.items()}
-    if within_time_limit and time_limit_s:
+    est = {t: work * s for t, s in per_iter_s.items()}
+    if time_limit_s:
         est = {t: v for t, v in est.items() if v <= time_limit_s * (1 + 1e-9)}
     return est

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from msched.estimate import iteration_seconds, work_iterations
+from msched.estimate import iteration_seconds, runtimes, work_iterations
 from msched.perf import PerfTable
 from msched.slurm.base import SlurmJob
 from msched.tag import JobTag
@@ -53,15 +53,6 @@ class _CachedEstimator:
             hit = iteration_seconds(table, model, max(1, num_gpus), batch_size, flops, types=self.types)
             self._per_iter[key] = hit
         return hit
-
-    @staticmethod
-    def _finish(per_iter: dict[str, float], work: float | None, time_limit_s: float | None) -> Estimate:
-        if work is None:
-            return {}
-        est = {t: work * s for t, s in per_iter.items()}
-        if time_limit_s:
-            est = {t: v for t, v in est.items() if v <= time_limit_s * (1 + 1e-9)}
-        return est
 
 
 def request_types(job: SlurmJob, tag: JobTag | None, per_iter: dict[str, float]) -> dict[str, float]:
@@ -107,7 +98,7 @@ class TagEstimator(_CachedEstimator):
             # over the limit on every type: the estimate contradicts the job's own limit; trust the limit
             # (the rule for a job without iterations: the whole limit on the slowest allowed type)
             work = work_iterations(allowed, None, job.time_limit_s)
-        return self._finish(per_iter, work, job.time_limit_s)
+        return runtimes(per_iter, work, job.time_limit_s)
 
 
 class TruthEstimator(_CachedEstimator):
@@ -127,4 +118,4 @@ class TruthEstimator(_CachedEstimator):
             work = self.knowledge.work(job, tag)
         else:
             work = work_iterations(request_types(job, tag, per_iter), None, job.time_limit_s)
-        return self._finish(per_iter, work, job.time_limit_s)
+        return runtimes(per_iter, work, job.time_limit_s)
