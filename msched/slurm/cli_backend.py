@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msched.config import Config, load_config
+from msched.sbatch_args import parse_time_limit  # Slurm's one time syntax, read one way
 from msched.slurm.base import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -94,26 +95,6 @@ def format_time_limit(seconds: float) -> str:
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-
-
-def parse_time_limit(text: str) -> float | None:
-    """Slurm's time limit (`D-HH:MM:SS`, `HH:MM:SS`, `MM:SS`, `MM`) in seconds; None for none/unlimited."""
-    text = text.strip()
-    if text in _EMPTY or text.upper() in ("UNLIMITED", "NOT_SET", "INFINITE", "INVALID"):
-        return None
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        days = int(d)
-    parts = [int(p) for p in text.split(":")] if text else [0]
-    if len(parts) == 1:
-        # A bare number: minutes when alone, hours when after a day count (`D-HH`).
-        seconds = parts[0] * (3600 if days else 60)
-    elif len(parts) == 2:
-        seconds = parts[0] * 3600 + parts[1] * 60 if days else parts[0] * 60 + parts[1]
-    else:
-        seconds = parts[-3] * 3600 + parts[-2] * 60 + parts[-1]
-    return float(days * 86400 + seconds)
 
 
 def parse_epoch(text: str) -> float | None:
