@@ -62,17 +62,17 @@ def _timed(argv: list[str], env: dict[str, str], cwd: str, label: str = "") -> t
     return elapsed, proc.stdout.strip().split(";")[0]
 
 
-def hot_path_modules(env: dict[str, str]) -> tuple[int, list[str], int]:
-    """(modules loaded by msub's path for a torchvision model, heavy ones among them, bare interpreter's count)."""
+def hot_path_modules(env: dict[str, str], script: Path) -> tuple[list[str], list[str]]:
+    """(modules msub's decision for the benchmark's script loads beyond a bare interpreter, heavy ones
+    among them), in the benchmark's own environment (site config, published free times, warm caches)."""
     code = (
-        "import sys, json; base = len(sys.modules); from msched.submit import main; "
-        "main(['--msched-dry-run', '--model=resnet50', '--gres=gpu:1', '--wrap', 'true'], allow_exec=False); "
-        f"print(json.dumps([len(sys.modules), [m for m in {HEAVY!r} if m in sys.modules], base]))"
+        "import sys, json; base = set(sys.modules); from msched.submit import build_submission; "
+        f"build_submission(['--hold', '--parsable', {str(script)!r}]); "
+        f"print(json.dumps([sorted(set(sys.modules) - base), [m for m in {HEAVY!r} if m in sys.modules]]))"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    last = proc.stdout.strip().splitlines()[-1]
-    n, heavy, base = json.loads(last)
-    return n, heavy, base
+    added, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    return added, heavy
 
 
 def main() -> int:
@@ -132,7 +132,7 @@ def main() -> int:
         if job_ids:
             subprocess.run(["scancel", *job_ids], env=env, capture_output=True, timeout=60)
 
-    n_mods, heavy, base = hot_path_modules(env)
+    added_modules, heavy = hot_path_modules(env, script)
     med_plain, med_msub = statistics.median(plain_ms), statistics.median(msub_ms)
     added = statistics.median(m - p for m, p in zip(msub_ms, plain_ms, strict=True))
     print(f"torchvision model (resnet50 found by --arch), {args.runs} interleaved pairs:")
@@ -151,8 +151,12 @@ def main() -> int:
         print(f"user model file, first-time profile, {args.user_runs} pairs:")
         print(f"  sbatch median {statistics.median(user_plain):.1f} ms, msub median "
               f"{statistics.median(user_msub):.1f} ms, added median {uadded:.1f} ms")
-    print(f"msub hot path imports {n_mods} modules ({n_mods - base} beyond a bare interpreter); "
-          f"heavy among them: {heavy or 'none'}; torch imported: {'torch' in heavy}")
+    ours = [m for m in added_modules if m.split(".")[0] == "msched"]
+    others = [m for m in added_modules if m.split(".")[0] != "msched" and not m.startswith("_")]
+    print(f"msub's path imports {len(added_modules)} modules beyond a bare interpreter; heavy among them: "
+          f"{heavy or 'none'}; torch imported: {'torch' in heavy}")
+    print(f"  msched ({len(ours)}): {' '.join(ours)}")
+    print(f"  others ({len(others)}, C accelerators `_*` not listed): {' '.join(others)}")
     return 0
 
 

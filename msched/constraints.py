@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
+from msched.records import record
 from msched.sbatch_args import SbatchRequest
 
 GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
 _FEATURE_TOKEN = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
-@dataclass(frozen=True)
+@record
 class GpuRequest:
     """The GPUs a job asks for, read from whichever option holds them."""
 

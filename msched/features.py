@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+
+from msched.records import record
 
 # Layer kinds as the profiler names them, grouped by how they use a GPU.
 _DENSE = ("conv_spatial", "conv_pointwise", "linear")
@@ -44,13 +44,13 @@ FEATURE_NAMES: tuple[str, ...] = (
 _SHARE_FLOOR = 0.01   # added to each FLOP share before log(): shares below ~1% count as absent
 
 
-def _get(profile: Any, key: str, default: Any = None) -> Any:
+def _get(profile: object, key: str, default: object = None) -> object:
     if isinstance(profile, Mapping):
         return profile.get(key, default)
     return getattr(profile, key, default)
 
 
-def feature_dict(profile: Any) -> dict[str, float]:
+def feature_dict(profile: object) -> dict[str, float]:
     """Named features of one profile (a `Profile` or its dict form)."""
     flops = max(float(_get(profile, "flops", 0.0)), 1.0)
     params = max(float(_get(profile, "params", 0)), 1.0)
@@ -85,13 +85,13 @@ def feature_dict(profile: Any) -> dict[str, float]:
     }
 
 
-def feature_vector(profile: Any, names: Sequence[str] = FEATURE_NAMES) -> list[float]:
+def feature_vector(profile: object, names: Sequence[str] = FEATURE_NAMES) -> list[float]:
     """The features of one profile, in `names` order."""
     d = feature_dict(profile)
     return [d[n] for n in names]
 
 
-@dataclass(frozen=True)
+@record
 class Standardisation:
     """Per-feature mean and scale over a reference set: z = (x - mean) / scale.
 

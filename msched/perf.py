@@ -20,7 +20,8 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msched.records import record
 
 COLUMNS = ("model", "gpu_type", "num_gpus", "batch_size", "precision", "iter_ms")
 DEFAULT_PRECISION = "float"
@@ -30,7 +31,7 @@ class PerfTableError(ValueError):
     """A performance table that cannot be read; the message names the file and row."""
 
 
-@dataclass(frozen=True)
+@record
 class PerfRow:
     model: str
     gpu_type: str

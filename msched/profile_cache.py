@@ -13,52 +13,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 
-from msched.config import PROFILES_DIR
+from msched.config import user_cache_dir
+from msched.errors import ProfileError
 from msched.profiler import (
     DEFAULT_TIMEOUT_S,
     Profile,
-    ProfileError,
     library_versions,
     parse_spec,
     profile_in_process,
     profile_subprocess,
     unknown_name_error,
 )
-
-SHIPPED_FEATURES = PROFILES_DIR / "torchvision_features.json"
+from msched.shipped import SHIPPED_FEATURES, load_table, model_names, profile_data
 
 
 def cache_dir() -> Path:
-    """The calling user's profile cache (XDG_CACHE_HOME/msched/profiles, else ~/.cache/msched/profiles)."""
-    base = os.environ.get("MSCHED_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    sub = "profiles" if os.environ.get("MSCHED_CACHE_DIR") else os.path.join("msched", "profiles")
-    return Path(base) / sub
-
-
-@lru_cache(maxsize=4)
-def _load_shipped(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"cannot read shipped profiles {path}: {exc}") from exc
+    """The calling user's profile cache (`profiles` in msched.config.user_cache_dir)."""
+    return Path(user_cache_dir()) / "profiles"
 
 
 def shipped_profiles(path: str | os.PathLike | None = None) -> dict[str, Profile]:
     """All shipped torchvision profiles by model name (at each model's own default input size)."""
-    data = _load_shipped(str(path or SHIPPED_FEATURES))
+    data = load_table(str(path or SHIPPED_FEATURES))
     return {name: Profile.from_dict(p) for name, p in data.get("models", {}).items()}
 
 
 def shipped_names(path: str | os.PathLike | None = None) -> list[str]:
-    return sorted(_load_shipped(str(path or SHIPPED_FEATURES)).get("models", {}))
+    return model_names(path)
 
 
 def shipped_profile(name: str, path: str | os.PathLike | None = None) -> Profile | None:
-    raw = _load_shipped(str(path or SHIPPED_FEATURES)).get("models", {}).get(name)
+    raw = profile_data(name, path)
     return Profile.from_dict(raw) if raw else None
 
 
@@ -111,7 +98,7 @@ def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DE
         shipped = shipped_profile(ms.name)
         if shipped is None:
             # only a torchvision other than the one the table was built with can know more names
-            built_with = _load_shipped(str(SHIPPED_FEATURES)).get("versions", {}).get("torchvision")
+            built_with = load_table().get("versions", {}).get("torchvision")
             if built_with and built_with == library_versions().get("torchvision"):
                 raise unknown_name_error(ms.name, names)
             from msched.profiler import torchvision_names

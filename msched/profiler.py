@@ -27,15 +27,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msched.errors import ProfileError
+
 PROFILE_VERSION = 2
 DEFAULT_INPUT_SIZE = 224
 DEFAULT_TIMEOUT_S = 60.0
 BYTES_PER_ELEMENT = 4  # activations counted as float32, the precision jobs are planned at
 LIBRARIES = ("torch", "torchvision", "msched")
-
-
-class ProfileError(Exception):
-    """A spec that cannot be profiled; the message is one line that says why (and what would work)."""
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,9 @@ class RoundOutcome:
 
 # ---------------------------------------------------------------------------------------------- lock
 @contextmanager
-def round_lock(path: Path) -> Iterator[None]:
+def round_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold the reorder lock for one round; raise LockBusy at once when another round holds it."""
+    path = Path(path)
     ensure_state_dir(path.parent)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
     try:
@@ -99,7 +100,8 @@ def round_lock(path: Path) -> Iterator[None]:
         os.close(fd)      # closing drops the flock
 
 
-def ensure_state_dir(path: Path) -> None:
+def ensure_state_dir(path: str | os.PathLike) -> None:
+    path = Path(path)
     if not path.exists():
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, STATE_DIR_MODE)
@@ -115,9 +117,10 @@ def open_site_store(config: Config):  # noqa: ANN201
 
 
 # ------------------------------------------------------------------------------------------ free time
-def publish_free_time(path: Path, now: float, free_at: dict[str, float]) -> None:
+def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, float]) -> None:
     """Write `{"time": now, "free_at": {type: epoch}}` for msub: temp file + rename, so a reader sees
     the old file or the new one, never half of one."""
+    path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
     fd, tmp = tempfile.mkstemp(prefix=".gpu_free_time.", dir=path.parent)

@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from msched.records import record
 
 NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 
@@ -83,7 +85,7 @@ class SbatchArgsError(ValueError):
     """sbatch itself would reject this command line (unknown option, missing argument)."""
 
 
-@dataclass(frozen=True)
+@record
 class Option:
     """One option occurrence: its canonical long name, value, and where it came from.
 
@@ -97,7 +99,7 @@ class Option:
     end: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class CommandLine:
     """An argv split the way sbatch splits it."""
 
@@ -343,11 +345,11 @@ def _first_int(text: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-@dataclass(frozen=True)
+@record
 class SbatchRequest:
     """What sbatch will be asked for, after precedence (command line > environment > #SBATCH)."""
 
-    values: Mapping[str, str | None] = field(default_factory=dict)   # last value per long name
+    values: Mapping[str, str | None] = MappingProxyType({})          # last value per long name
     present: frozenset[str] = frozenset()                             # options given at all
 
     def get(self, name: str) -> str | None:

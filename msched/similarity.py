@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from pathlib import Path
-from typing import Any
 
 from msched.config import METRICS, PROFILES_DIR, Config, load_config
+from msched.errors import ProfileError
 from msched.features import FEATURE_NAMES, Standardisation, feature_vector
-from msched.profiler import ProfileError
+from msched.records import record
 
-DEFAULT_REFERENCES = PROFILES_DIR / "reference_models.json"
+DEFAULT_REFERENCES = os.path.join(PROFILES_DIR, "reference_models.json")
 
 # Family labels for torchvision models, by name prefix (longest first). Labels only: used to name a
 # reference's group and to draw one-per-family reference sets, never as a similarity feature.
@@ -49,7 +47,7 @@ def family_of(name: str) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@record
 class Reference:
     name: str
     family: str
@@ -60,7 +58,7 @@ class Reference:
     features: tuple[float, ...]   # raw (log) features, in the set's feature order
 
 
-@dataclass(frozen=True)
+@record
 class Classification:
     """Where a job's model falls: its group, nearest reference, and the runners-up.
 
@@ -79,7 +77,7 @@ class Classification:
     perf_flops_ratio: float = 1.0
     flops: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "spec": self.spec, "group": self.group, "nearest_reference": self.nearest_reference,
             "similarity": self.similarity, "candidates": [[n, s] for n, s in self.candidates],
@@ -88,7 +86,7 @@ class Classification:
         }
 
 
-@dataclass(frozen=True)
+@record
 class ReferenceSet:
     references: tuple[Reference, ...]
     standardisation: Standardisation
@@ -123,7 +121,7 @@ class ReferenceSet:
     def _z(self, name: str) -> list[float]:
         return _z_cache(self, name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "feature_names": list(self.feature_names),
             "standardisation": self.standardisation.to_dict(),
@@ -135,7 +133,7 @@ class ReferenceSet:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "") -> ReferenceSet:
+    def from_dict(cls, data: Mapping, source: str = "") -> ReferenceSet:
         std = Standardisation.from_dict(data["standardisation"])
         refs = tuple(Reference(
             name=r["name"], family=r.get("family", ""), group=r.get("group") or r.get("family") or r["name"],
@@ -149,7 +147,7 @@ class ReferenceSet:
         return cls(refs, std, source)
 
     @classmethod
-    def from_profiles(cls, names: Sequence[str], profiles: dict[str, Any] | None = None,
+    def from_profiles(cls, names: Sequence[str], profiles: Mapping[str, object] | None = None,
                       measured: Iterable[str] | None = None, groups: dict[str, str] | None = None,
                       feature_names: Sequence[str] = FEATURE_NAMES, source: str = "") -> ReferenceSet:
         """A reference set from model names, standardised over them (needs scikit-learn)."""
@@ -176,8 +174,8 @@ class ReferenceSet:
         return cls(tuple(refs), Standardisation.fit(vectors, feature_names), source)
 
 
-def _attr(obj: Any, key: str) -> Any:
-    return obj[key] if isinstance(obj, dict) else getattr(obj, key)
+def _attr(obj: object, key: str) -> object:
+    return obj[key] if isinstance(obj, Mapping) else getattr(obj, key)
 
 
 @lru_cache(maxsize=4096)
@@ -251,7 +249,7 @@ def resolve_references(spec: str | Sequence[str] | ReferenceSet | None, config: 
     if isinstance(spec, str):
         text = spec.strip()
         if os.path.exists(text) or text.endswith(".json"):
-            return _load_file(str(Path(text).resolve()))
+            return _load_file(os.path.realpath(text))
         names = [n.strip() for n in text.split(",") if n.strip()]
     else:
         names = [str(n).strip() for n in spec if str(n).strip()]
@@ -275,7 +273,7 @@ def load_references(config: Config | None = None) -> ReferenceSet:
 
 
 # --------------------------------------------------------------------------- classify
-def classify_profile(profile: Any, refset: ReferenceSet, metric: str = "cosine", spec: str = "") -> Classification:
+def classify_profile(profile: object, refset: ReferenceSet, metric: str = "cosine", spec: str = "") -> Classification:
     """Classify an already-profiled model against `refset`."""
     if metric not in METRICS:
         raise ClassifyError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -301,15 +299,14 @@ def classify_profile(profile: Any, refset: ReferenceSet, metric: str = "cosine",
     )
 
 
-def classify(spec: str, *, config: Config | None = None, references: Any = None, metric: str | None = None,
+def classify(spec: str, *, config: Config | None = None, references: object = None, metric: str | None = None,
              input_size: int | None = None, timeout: float | None = None) -> Classification:
     """Classify SPEC (torchvision name or path/to/file.py:factory) against the reference set.
 
     A torchvision name reads only shipped JSON (no torch); a file is profiled in a subprocess with a
     timeout and cached. Any failure raises ClassifyError with a one-line message.
     """
-    from msched.profile_cache import get_profile
-    from msched.profiler import DEFAULT_TIMEOUT_S
+    from msched.shipped import profile_data
 
     cfg = config
     if metric is None or references is None:
@@ -317,7 +314,13 @@ def classify(spec: str, *, config: Config | None = None, references: Any = None,
     metric = metric or cfg.metric
     refset = resolve_references(references, cfg)
     try:
-        prof = get_profile(spec, input_size=input_size, timeout=timeout or DEFAULT_TIMEOUT_S)
+        # a shipped torchvision name at its own size is a JSON lookup (msub's path: no profiler module)
+        prof = profile_data(spec.strip()) if input_size is None and ".py:" not in spec else None
+        if prof is None:
+            from msched.profile_cache import get_profile
+            from msched.profiler import DEFAULT_TIMEOUT_S
+
+            prof = get_profile(spec, input_size=input_size, timeout=timeout or DEFAULT_TIMEOUT_S)
     except ProfileError as exc:
         raise ClassifyError(str(exc)) from exc
     return classify_profile(prof, refset, metric, spec=spec.strip())

@@ -19,7 +19,9 @@ Why it is built this way:
 - msub's options are added *after* the user's (sbatch takes the last occurrence), so the user's argv
   reaches sbatch word for word; the real sbatch comes from the site config as an absolute path, never
   from PATH, so msub can itself be installed as `sbatch`.
-- The hot path (a torchvision model) imports no torch, numpy, scikit-learn, SQLAlchemy or rich; only a
+- The hot path (a torchvision model) imports no torch, numpy, scikit-learn, SQLAlchemy or rich, and
+  none of msched's planner: only the modules that `tests/test_msub_imports.py` lists, which use
+  records instead of dataclasses and os.path instead of pathlib (`msched.records` says why). Only a
   user's own model file is profiled, in a subprocess of this (the user's own) process.
 """
 
@@ -27,12 +29,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
+from msched.records import record
 from msched.sbatch_args import (
     NONE,
     REQUIRED,
@@ -72,7 +72,7 @@ def warn(message: str) -> None:
 
 
 # --------------------------------------------------------------------------- msched's own settings
-@dataclass(frozen=True)
+@record
 class MschedSettings:
     model: str | None = None
     iterations: int | None = None
@@ -175,7 +175,7 @@ def detect_model(texts: list[str], known: set[str]) -> str | None:
                     lowered = cand.lower()
                     if lowered in known:
                         return lowered
-                    if re.fullmatch(r"[^:\s]+\.py:\w+", cand) and Path(cand.split(":")[0]).is_file():
+                    if re.fullmatch(r"[^:\s]+\.py:\w+", cand) and os.path.isfile(cand.split(":")[0]):
                         return cand
     return None
 
@@ -186,13 +186,13 @@ def script_command_lines(script: str) -> str:
 
 
 # --------------------------------------------------------------------------- the plan for one submission
-@dataclass
+@record
 class Submission:
     """What msub will run: sbatch's argv and, where needed, the script bytes to feed on stdin."""
 
     argv: list[str]
     stdin_data: bytes | None = None        # None = inherit stdin (sbatch reads the script file itself)
-    added: list[str] = field(default_factory=list)
+    added: tuple[str, ...] = ()
     original_script: str | None = None
     edited_script: str | None = None
     managed: bool = False
@@ -206,9 +206,9 @@ def _sbatch_path(config) -> str:
     path = str(config.sbatch)
     if not os.path.isabs(path):
         raise MsubUsageError(f"config key sbatch must be an absolute path, not {path!r}")
-    me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    me = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else None
     try:
-        same = me is not None and Path(path).resolve() == me
+        same = me is not None and os.path.realpath(path) == me
         if not same:
             with open(path, "rb") as fh:          # another copy of msub's launcher would loop forever
                 same = fh.read(2) == b"#!" and b"msched.submit" in fh.read(1024)
@@ -223,16 +223,17 @@ def _load_config():
     """The site config; a broken one still yields the real sbatch's path where it can be read."""
     from msched.config import Config, ConfigError, load_config
     try:
-        return load_config(), None
+        return load_config(cached=True), None
     except ConfigError as exc:
         fallback = Config()
         try:
             import tomllib
 
             from msched.config import config_path
-            data = tomllib.loads(config_path().read_text())
+            with open(config_path(), encoding="utf-8") as fh:
+                data = tomllib.loads(fh.read())
             if isinstance(data.get("sbatch"), str):
-                fallback.sbatch = data["sbatch"]
+                fallback = Config(sbatch=data["sbatch"])
         except Exception:  # noqa: BLE001 - the config is already known to be broken
             pass
         return fallback, str(exc)
@@ -240,10 +241,10 @@ def _load_config():
 
 def known_models() -> set[str]:
     """Names msub accepts when it finds a model on a command line: the shipped torchvision table's."""
-    from msched.profile_cache import shipped_names
+    from msched.shipped import model_names
 
     try:
-        return set(shipped_names())
+        return set(model_names())
     except Exception:  # noqa: BLE001 - no shipped table: nothing is recognised, the job stays plain
         return set()
 
@@ -258,7 +259,8 @@ def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], 
     import json
     now = time.time() if now is None else now
     try:
-        data = json.loads(Path(config.free_time_path).read_text())
+        with open(config.free_time_path, encoding="utf-8") as fh:
+            data = json.load(fh)
         free_at = {config.canonical_gpu_type(str(k)): float(v) for k, v in dict(data.get("free_at", {})).items()}
         published = float(data.get("time", 0))
     except (OSError, ValueError, TypeError, AttributeError):
@@ -281,17 +283,20 @@ def cluster_gpu_types(config, sbatch: str) -> list[str]:
     """
     import json
 
-    from msched.profile_cache import cache_dir
+    from msched.config import user_cache_dir
 
-    cache = cache_dir().parent / "cluster_gpu_types.json"
+    cache = os.path.join(user_cache_dir(), "cluster_gpu_types.json")
     key = os.environ.get("SLURM_CONF", "") + "|" + sbatch
     try:
-        cached = json.loads(cache.read_text())
+        with open(cache, encoding="utf-8") as fh:
+            cached = json.load(fh)
         if cached.get("key") == key and time.time() - float(cached["time"]) < CLUSTER_TYPES_MAX_AGE_S:
             return [config.canonical_gpu_type(f) for f in cached["features"]]
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    sinfo = str(Path(sbatch).with_name("sinfo"))
+    import subprocess
+
+    sinfo = os.path.join(os.path.dirname(sbatch), "sinfo")
     try:
         out = subprocess.run([sinfo, "-h", "-o", "%f"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -302,9 +307,10 @@ def cluster_gpu_types(config, sbatch: str) -> list[str]:
     for line in out.stdout.splitlines():
         raw.update(f for f in line.strip().split(",") if f and f != "(null)")
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "time": time.time(), "features": sorted(raw)}))
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = os.path.join(os.path.dirname(cache), f".cluster_gpu_types.json.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "time": time.time(), "features": sorted(raw)}, fh)
         os.replace(tmp, cache)
     except OSError:
         pass                                      # a cache that cannot be written is no error
@@ -368,33 +374,26 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     if gpus is None or pinned:
         return tag, (), pinned
     types = choose_types(tag, gpus, req, perf, config, cluster_types, free_at, est_model, est_flops)
-    return replace(tag, added="|".join(types)) if types else tag, types, pinned
+    return tag._replace(added="|".join(types)) if types else tag, types, pinned
 
 
 def choose_types(tag, gpus, req: SbatchRequest, perf, config, cluster_types, free_at,
                  est_model: str, est_flops: float) -> tuple[str, ...]:
     """The GPU types to OR into the constraint, by the policy's submit-time choice (shared with msched-once)."""
     from msched.estimate import estimate_runtime
-    from msched.policy import get_policy
-    from msched.policy.snapshot import PendingJob
+    from msched.policy.choice import DEFAULT_UNKNOWN_RUNTIME_S, completion_choice
 
     allowed = [t for t in perf.types_for(est_model) if not cluster_types or t in cluster_types]
     if not allowed:
         return ()
-    policy = get_policy("msched", slack=config.constraint_slack)
-    # no iterations and no time limit: the policy's own guess for an unknown runtime stands in for the
+    # no iterations and no time limit: the policies' guess for an unknown runtime stands in for the
     # time limit (the partition's default is not known here), so the relative speeds still decide
-    limit = req.time_limit_s or (None if tag.iters else policy.unknown_runtime_s)
+    limit = req.time_limit_s or (None if tag.iters else DEFAULT_UNKNOWN_RUNTIME_S)
     est = estimate_runtime(
         perf, est_model, num_gpus=gpus.total, batch_size=tag.bs, flops_ratio=est_flops,
         iterations=tag.iters, time_limit_s=limit, types=allowed,
     )
-    job = PendingJob(
-        job_id="", submit_time=time.time(), num_gpus=gpus.total, est_runtime_s=est,
-        allowed_types=tuple(allowed), time_limit_s=req.time_limit_s, num_nodes=req.nodes,
-        group=tag.group, reference=tag.ref,
-    )
-    types = tuple(policy.submit_types(job, dict(free_at)))
+    types = completion_choice(est, dict(free_at), None, config.constraint_slack)
     return tuple(t for t in types if t in allowed)
 
 
@@ -425,21 +424,21 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     plain = Submission([sbatch, *kept], dry_run=dry_run)
 
     if any(o.name in PASS_THROUGH for o in sb_options) or cmd.is_hetjob:
-        plain.help = any(o.name == "help" for o in sb_options)
-        return plain, warnings
+        return plain._replace(help=any(o.name == "help" for o in sb_options)), warnings
 
     # the script: a file, standard input, or none (--wrap)
     script_bytes: bytes | None = None
     req_cli_wrap = next((o.value for o in reversed(sb_options) if o.name == "wrap"), None)
     if cmd.script is not None:
         try:
-            script_bytes = Path(cmd.script).read_bytes()
+            with open(cmd.script, "rb") as fh:
+                script_bytes = fh.read()
         except OSError:
             return plain, warnings                       # sbatch reports the missing script its way
     elif req_cli_wrap is None:
         reader = stdin_reader or (lambda: sys.stdin.buffer.read())
         script_bytes = reader()
-        plain.stdin_data = script_bytes
+        plain = plain._replace(stdin_data=script_bytes)
     script = script_bytes.decode("utf-8", "surrogateescape") if script_bytes is not None else None
 
     req = effective_request(sb_options, parse_script_options(script) if script else (), env_options(environ))
@@ -447,8 +446,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     settings = settings_from_words(directive_pairs + cli_pairs, dry_run=dry_run)
     warnings.extend(settings.problems)
 
-    submission = plain
-    submission.original_script = script
+    submission = plain._replace(original_script=script)
     try:
         spec = settings.model
         if spec is None:
@@ -471,7 +469,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
 
     new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
     if types and new_constraint is None:
-        tag = replace(tag, added="")      # the user's expression cannot be extended: leave it alone
+        tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
     user_comment = parse_comment(req.comment)[1]       # a copied old tag is replaced, not stacked
     comment = f"--comment={with_tag(tag, user_comment)}"
     constraint = [f"--constraint={new_constraint}"] if new_constraint else []
@@ -492,10 +490,10 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     extra = [comment, *constraint, *name]
     fallback = None
     if constraint:
-        plain_comment = f"--comment={with_tag(replace(tag, added=''), user_comment)}"
+        plain_comment = f"--comment={with_tag(tag._replace(added=''), user_comment)}"
         fallback = [sbatch, *_insert_options(new_argv, at, [plain_comment, *name])]
     return Submission(
-        argv=[sbatch, *_insert_options(new_argv, at, extra)], stdin_data=stdin_data, added=extra,
+        argv=[sbatch, *_insert_options(new_argv, at, extra)], stdin_data=stdin_data, added=tuple(extra),
         original_script=script, edited_script=edited, managed=True, fallback_argv=fallback, dry_run=dry_run,
     ), warnings
 
@@ -531,28 +529,88 @@ def run_sbatch(sub: Submission, *, allow_exec: bool = True) -> int:
             print(f"{PROG}: error: cannot run sbatch {argv[0]}: {exc.strerror}", file=sys.stderr)
             return 127
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if sub.stdin_data is not None else None,
-                                stdout=subprocess.PIPE if capture else None,
-                                stderr=subprocess.PIPE if capture else None)
+        status, out, err = spawn_and_wait(argv, sub.stdin_data, capture)
     except OSError as exc:
         print(f"{PROG}: error: cannot run sbatch {argv[0]}: {exc.strerror}", file=sys.stderr)
         return 127
-    while True:
-        try:
-            out, err = proc.communicate(sub.stdin_data)
-            break
-        except KeyboardInterrupt:       # sbatch got the same SIGINT: let it decide, as it would alone
-            continue
     if capture:
-        if proc.returncode != 0 and INVALID_FEATURE in (err or b"") and b"Submitted batch job" not in (out or b""):
+        if status != 0 and INVALID_FEATURE in err and b"Submitted batch job" not in out:
             # a GPU type msched named is no node feature here: the job goes in without msched's constraint
             warn("the cluster rejected msched's GPU-type constraint; submitting without it")
-            return run_sbatch(replace(sub, argv=sub.fallback_argv, fallback_argv=None), allow_exec=allow_exec)
-        sys.stdout.buffer.write(out or b"")
+            return run_sbatch(sub._replace(argv=sub.fallback_argv, fallback_argv=None), allow_exec=allow_exec)
+        sys.stdout.buffer.write(out)
         sys.stdout.flush()
-        sys.stderr.buffer.write(err or b"")
+        sys.stderr.buffer.write(err)
         sys.stderr.flush()
-    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return status
+
+
+def spawn_and_wait(argv: list[str], stdin_data: bytes | None, capture: bool) -> tuple[int, bytes, bytes]:
+    """Run argv to its end: (exit status as a shell reports it, stdout, stderr; b"" when not captured).
+
+    `os.posix_spawn` rather than `subprocess`: importing subprocess (threading, selectors, signal) costs
+    ~10 ms of msub's budget. Captured output goes to anonymous in-memory files rather than pipes: sbatch
+    prints a line or two, and a file, unlike a pipe, never fills up while the script is being written
+    to its standard input. A SIGINT reaches sbatch too (same process group); msub keeps waiting, so
+    sbatch decides what an interrupt means, as it would alone.
+    """
+    own: list[int] = []                        # descriptors to close here, whatever happens
+    actions: list[tuple] = []
+    try:
+        if stdin_data is not None:
+            read_end, write_end = os.pipe()
+            own += [read_end, write_end]
+            actions.append((os.POSIX_SPAWN_DUP2, read_end, 0))
+        outputs = [_scratch_file(), _scratch_file()] if capture else []
+        own += outputs
+        if capture:
+            actions += [(os.POSIX_SPAWN_DUP2, outputs[0], 1), (os.POSIX_SPAWN_DUP2, outputs[1], 2)]
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+        if stdin_data is not None:
+            os.close(read_end)
+            own.remove(read_end)
+            try:
+                _write_all(write_end, stdin_data)
+            except BrokenPipeError:
+                pass                           # sbatch exited without reading; its status says why
+            os.close(write_end)
+            own.remove(write_end)
+        while True:
+            try:
+                _, wait_status = os.waitpid(pid, 0)
+                break
+            except KeyboardInterrupt:
+                continue
+        code = os.waitstatus_to_exitcode(wait_status)
+        out, err = [_read_from_start(fd) for fd in outputs] if capture else [b"", b""]
+        return (code if code >= 0 else 128 - code), out, err
+    finally:
+        for fd in own:
+            os.close(fd)
+
+
+def _scratch_file() -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("msub-sbatch-output")
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="msub-")
+    os.unlink(path)
+    return fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_from_start(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def dry_run_report(sub: Submission) -> str:
@@ -584,7 +642,7 @@ def main(argv: list[str] | None = None, *, allow_exec: bool = True) -> int:
         print(dry_run_report(sub))
         return 0
     if sub.help:
-        sub = replace(sub, stdin_data=b"")       # run (not exec) sbatch, then add msub's own options
+        sub = sub._replace(stdin_data=b"")       # run (not exec) sbatch, then add msub's own options
         rc = run_sbatch(sub, allow_exec=False)
         print(MSUB_HELP.rstrip())
         return rc

@@ -17,15 +17,35 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from functools import lru_cache
-from urllib.parse import quote, unquote
+
+from msched.records import record
 
 PREFIX = "msched:v1;"
 _SAFE = "|:/.,-_+()[]&!*"
+# what urllib.parse.quote(..., safe=_SAFE) leaves as it is: such values are written without calling it
+_UNQUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~" + _SAFE)
 
 
-@dataclass(frozen=True)
+def _quote(text: str) -> str:
+    """Percent-encode a tag value. Names and numbers need nothing, and then msub skips importing
+    urllib.parse (~5 ms of its budget, see msched.records)."""
+    if _UNQUOTED.issuperset(text):
+        return text
+    from urllib.parse import quote
+
+    return quote(text, safe=_SAFE)
+
+
+def _unquote(text: str) -> str:
+    if "%" not in text:
+        return text
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+@record
 class JobTag:
     model: str
     ref: str = ""
@@ -46,13 +66,12 @@ class JobTag:
 
     def encode(self) -> str:
         parts = []
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name, value in self._asdict().items():
             if value is None or value == "":
                 continue
             if isinstance(value, float):
                 value = f"{value:.6g}"
-            parts.append(f"{f.name}={quote(str(value), safe=_SAFE)}")
+            parts.append(f"{name}={_quote(str(value))}")
         return PREFIX + ";".join(parts)
 
 
@@ -75,13 +94,13 @@ def parse_comment(comment: str | None) -> tuple[JobTag | None, str]:
         return None, comment or ""
     head, _, user = comment.partition(" ")
     values: dict[str, object] = {}
-    known = {f.name for f in fields(JobTag)}
+    known = JobTag._fields
     for item in head[len(PREFIX):].split(";"):
         key, sep, raw = item.partition("=")
         if not sep or key not in known:
             continue
         try:
-            values[key] = _CONVERT.get(key, str)(unquote(raw))
+            values[key] = _CONVERT.get(key, str)(_unquote(raw))
         except ValueError:
             continue
     if "model" not in values:

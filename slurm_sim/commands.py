@@ -22,7 +22,7 @@ SHARED_TABLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 def default_truth_path() -> Path:
     """The simulator's default truth: all measured models (profiles/measured_perf.csv), else the shared table."""
-    shipped = PROFILES_DIR / "measured_perf.csv"
+    shipped = Path(PROFILES_DIR) / "measured_perf.csv"
     return shipped if shipped.exists() or not SHARED_TABLE.exists() else SHARED_TABLE
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from msched import __version__
@@ -177,8 +177,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     inf = float("inf")
 
     def submit(tj: TraceJob) -> None:
-        tag = replace(setup.classifier(tj.model), iters=int(tj.iterations), bs=int(tj.batch_size),
-                      pinned=tj.gpu_type or "", ver=__version__)
+        tag = setup.classifier(tj.model)._replace(iters=int(tj.iterations), bs=int(tj.batch_size),
+                                                   pinned=tj.gpu_type or "", ver=__version__)
         added: tuple[str, ...] = ()
         if use_constraint and not tj.gpu_type:
             free = published or dict.fromkeys(types, sim.now)
@@ -187,7 +187,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             view = _pending_view(tj, tag, estimator, sim.now, types)
             added = tuple(policy.submit_types(view, free, now=sim.now)) if view.est_runtime_s else ()
         if added:
-            tag = replace(tag, added="|".join(added))
+            tag = tag._replace(added="|".join(added))
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
                          constraint="|".join(added), comment=with_tag(tag, None), time_limit_s=tj.time_limit_s,
                          extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,

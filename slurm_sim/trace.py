@@ -343,5 +343,5 @@ def _batch_size(truth: PerfTable, model: str) -> int:
 def default_philly_path() -> Path | None:
     """The shared Philly trace, when this checkout sits beside it (used only if present)."""
     from msched.config import PROJECT_ROOT
-    p = PROJECT_ROOT.parent / "shared" / "data" / "philly" / "philly_jobs.csv"
+    p = Path(PROJECT_ROOT).parent / "shared" / "data" / "philly" / "philly_jobs.csv"
     return p if p.exists() else None

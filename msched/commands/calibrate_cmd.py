@@ -238,6 +238,6 @@ def _is_shipped(path: Path) -> bool:
     from msched.config import PROFILES_DIR
 
     try:
-        return path.resolve().is_relative_to(PROFILES_DIR.resolve())
+        return path.resolve().is_relative_to(Path(PROFILES_DIR).resolve())
     except OSError:
         return False

@@ -11,7 +11,7 @@ import click
 
 from msched.config import METRICS, PROFILES_DIR, ConfigError
 
-DEFAULT_EVAL_PERF = PROFILES_DIR / "measured_perf.csv"
+DEFAULT_EVAL_PERF = Path(PROFILES_DIR) / "measured_perf.csv"
 
 
 @click.group()

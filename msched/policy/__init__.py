@@ -2,52 +2,60 @@
 
 Each policy has `.name`, `.replans`, `.estimator_kind` ("tag" or "truth"), `.submit_types(job, free_time)`
 and `.plan(snapshot) -> Plan` (a pure function of a `ClusterSnapshot`). See `base.py`.
+
+The policy classes are imported when first asked for: msub imports `msched.policy.choice` and
+`msched.policy.constraint` on every submission and must not pay for the planner (see `msched.records`).
 """
 
 from __future__ import annotations
 
-from msched.policy.base import Policy
-from msched.policy.fastest import FastestPolicy
-from msched.policy.fifo import FifoPolicy
-from msched.policy.similarity import MschedOncePolicy, MschedPolicy, OraclePolicy
+from functools import lru_cache
 
-POLICIES: dict[str, type[Policy]] = {
-    "fifo": FifoPolicy,
-    "fastest": FastestPolicy,
-    "msched-once": MschedOncePolicy,
-    "msched": MschedPolicy,
-    "oracle": OraclePolicy,
-}
-POLICY_NAMES = tuple(POLICIES)
+POLICY_NAMES = ("fifo", "fastest", "msched-once", "msched", "oracle")
+_COMMON = frozenset({"slack", "backfill", "unknown_runtime_s"})
+_REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity"}
+# options each policy takes; options a policy does not know are ignored for the ones listed here
+_OPTIONS = {"fifo": _COMMON, "fastest": _COMMON | {"perf", "ranking"}, "msched-once": _COMMON,
+            "msched": _REPLANNING, "oracle": _REPLANNING}
+_ALL_OPTIONS = frozenset().union(*_OPTIONS.values())
 
 
 class UnknownPolicy(ValueError):
     """A policy name that is not registered; the message lists the valid ones."""
 
 
-def get_policy(name: str, **opts) -> Policy:
+@lru_cache(maxsize=1)
+def policy_classes() -> dict[str, type]:
+    """Name -> policy class, in POLICY_NAMES order."""
+    from msched.policy.fastest import FastestPolicy
+    from msched.policy.fifo import FifoPolicy
+    from msched.policy.similarity import MschedOncePolicy, MschedPolicy, OraclePolicy
+
+    classes = {"fifo": FifoPolicy, "fastest": FastestPolicy, "msched-once": MschedOncePolicy,
+               "msched": MschedPolicy, "oracle": OraclePolicy}
+    return {name: classes[name] for name in POLICY_NAMES}
+
+
+def get_policy(name: str, **opts):  # noqa: ANN201 - a Policy (msched.policy.base), imported lazily
     """A fresh policy object. Options: slack, backfill, unknown_runtime_s (all); objective,
     starvation_age_s, hysteresis, affinity (msched, oracle); perf or ranking (fastest). Options a policy does not know are
     ignored for the ones listed here, so one option set can build every policy of a comparison."""
-    try:
-        cls = POLICIES[name.strip().lower()]
-    except (KeyError, AttributeError):
-        raise UnknownPolicy(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}") from None
-    known = _OPTIONS[cls]
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in _OPTIONS:
+        raise UnknownPolicy(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
     unknown = sorted(set(opts) - _ALL_OPTIONS)
     if unknown:
         raise UnknownPolicy(f"unknown policy option(s) {', '.join(unknown)}; valid: {', '.join(sorted(_ALL_OPTIONS))}")
-    return cls(**{k: v for k, v in opts.items() if k in known})
+    return policy_classes()[key](**{k: v for k, v in opts.items() if k in _OPTIONS[key]})
 
 
-_COMMON = {"slack", "backfill", "unknown_runtime_s"}
-_OPTIONS: dict[type[Policy], set[str]] = {
-    FifoPolicy: _COMMON,
-    FastestPolicy: _COMMON | {"perf", "ranking"},
-    MschedOncePolicy: _COMMON,
-    MschedPolicy: _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity"},
-    OraclePolicy: _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity"},
-}
-_ALL_OPTIONS = set().union(*_OPTIONS.values())
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: the registry's classes on first use
+    if name == "POLICIES":
+        return policy_classes()
+    if name == "Policy":
+        from msched.policy.base import Policy
+        return Policy
+    raise AttributeError(f"module 'msched.policy' has no attribute {name!r}")
 
-__all__ = ["POLICIES", "POLICY_NAMES", "Policy", "UnknownPolicy", "get_policy"]
+
+__all__ = ["POLICIES", "POLICY_NAMES", "Policy", "UnknownPolicy", "get_policy", "policy_classes"]

@@ -15,15 +15,12 @@ waiting for its type blocks the rest), so each start is at or after the previous
 
 from __future__ import annotations
 
-import time as _time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
-
-DEFAULT_SLACK = 1.25
-DEFAULT_UNKNOWN_RUNTIME_S = 3600.0
 
 
 def queue_key(job: PendingJob, priority: int | None = None) -> tuple:
@@ -147,17 +144,3 @@ class Policy:
         ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
         return Plan(policy=self.name, decisions=decisions, est_makespan_end=max(ends, default=None),
                     free_time=tl.free_at())
-
-
-def completion_choice(job: PendingJob, est: Mapping[str, float], free_time: Mapping[str, float] | None,
-                      now: float | None, slack: float) -> tuple[str, ...]:
-    """Types within `slack` of the best projected completion (free time of the type + estimate)."""
-    if not est:
-        return ()
-    now = _time.time() if now is None else now
-    free_time = free_time or {}
-    types = [t for t in est if (not free_time or t in free_time)] or list(est)
-    done = {t: max(now, free_time.get(t, now)) + est[t] for t in types}
-    best = min(done.values())
-    horizon = now + (best - now) * slack
-    return tuple(sorted((t for t in types if done[t] <= horizon + 1e-9), key=lambda t: (done[t], t)))

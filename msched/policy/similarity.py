@@ -35,12 +35,12 @@ from msched.policy.base import (
     Placed,
     Policy,
     as_is_runtime,
-    completion_choice,
     default_types,
     feasible_types,
     queue_key,
     runtime_guess,
 )
+from msched.policy.choice import completion_choice
 from msched.policy.priorities import assign_priorities
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
@@ -82,7 +82,7 @@ class MschedOncePolicy(Policy):
         if job.pinned_type:
             return ()
         est = {t: v for t, v in job.est_runtime_s.items() if not job.allowed_types or t in job.allowed_types}
-        return completion_choice(job, est, free_time, now, self.slack)
+        return completion_choice(est, free_time, now, self.slack)
 
 
 class MschedPolicy(MschedOncePolicy):
