@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from msched.policy.constraint import combine, matches, names_gpu_type, split
+from msched.policy.constraint import ConstraintError, combine, matches, names_gpu_type, split
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.slurm.base import JobNotPending, SlurmClient, SlurmJob, SlurmNode, expand_hostlist
 from msched.tag import JobTag
@@ -112,10 +112,19 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         return c if c in known else None
 
     def types_matching(expr: str) -> tuple[str, ...]:
-        """GPU types with at least one node satisfying the expression (all types for an empty one)."""
+        """GPU types with at least one node satisfying the expression (all types for an empty one).
+
+        An expression slurmctld accepted but msched cannot read is taken as one no node satisfies: a
+        managed job is then left alone (never rewritten on a guess) and the round goes on for the others.
+        """
         hit = cache.get(expr)
         if hit is None:
-            hit = cache[expr] = tuple(sorted({t for t, f in usable_feats if not expr or matches(expr, f)}))
+            try:
+                hit = tuple(sorted({t for t, f in usable_feats if not expr or matches(expr, f)}))
+            except ConstraintError as exc:
+                log.warning("%s; no GPU type taken to satisfy it", exc)
+                hit = ()
+            cache[expr] = hit
         return hit
 
     running: list[RunningJob] = []

@@ -32,15 +32,19 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from msched.perf import PerfTable
+from msched.policy.constraint import ConstraintError, compile_constraint, feature_names
 from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
 from msched.tag import parse_comment
 from slurm_sim.cluster import ClusterSpec
-from slurm_sim.constraint import ConstraintError, feature_names, parse_constraint
 
 PARTITION = "sim"
 BASE_PRIORITY = 4_294_901_759        # priority/basic: the first job's priority, then one less per job
 _SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*$")
 _END, _WAKE = 0, 1
+# Node counts in constraints (`[a*2&b*1]`) are refused: a job here runs on nodes of one class, so a split
+# across features cannot be honoured, and msched never writes counts. The round core reads them (ignoring
+# the count) with the same parser, msched.policy.constraint.
+_COUNTS = "refuse"
 
 
 @dataclass(frozen=True)
@@ -216,10 +220,9 @@ class Simulator:
 
     def _check_features(self, constraint: str) -> None:
         try:
-            parse_constraint(constraint or "")
+            unknown = feature_names(constraint or "", counts=_COUNTS) - self.all_features
         except ConstraintError as exc:
             raise SimError(str(exc)) from None
-        unknown = feature_names(constraint) - self.all_features
         if unknown:
             raise SimError(f"Invalid feature specification: {', '.join(sorted(unknown))} "
                            f"(node features: {', '.join(sorted(self.all_features))})")
@@ -231,7 +234,7 @@ class Simulator:
                 and _fits(cls, job.num_gpus)]
 
     def _allowed_classes(self, job: SimJob) -> tuple[int, ...]:
-        pred = parse_constraint(job.features) if job.features else None
+        pred = compile_constraint(job.features, counts=_COUNTS) if job.features else None
         return tuple(c for c in self._possible_classes(job)
                      if pred is None or pred(self.classes[c].features))
 

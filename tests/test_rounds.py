@@ -226,3 +226,22 @@ def test_build_snapshot_reads_pins_user_parts_holds_and_running_ends():
     assert pend["3"].current_types == ("a100", "titanv") and views["3"].user_features == "ib"
     assert pend["3"].allowed_types == ("a100",)                          # only a100 nodes have ib
     assert not pend["5"].managed and pend["5"].allowed_types == ("titanv",)
+
+
+def test_build_snapshot_leaves_jobs_with_unreadable_constraints_alone(caplog):
+    """A constraint msched's parser refuses stops neither the round nor the other jobs: a managed job is
+    left unwritable (never rewritten on a guess), and the reason is logged on one line."""
+    from msched.rounds import build_snapshot
+    from msched.slurm.base import PENDING, SlurmJob, SlurmNode
+
+    tag = with_tag(JobTag(model="vgg16", ref="vgg16", iters=36_000, bs=12), None)
+    nodes = [SlurmNode("n1", "a100", 1, 1, ("a100", "ib")), SlurmNode("n2", "titanv", 1, 1, ("titanv",))]
+    jobs = [SlurmJob("1", PENDING, priority=50, num_gpus=1, features="ib&|opa", comment=tag),
+            SlurmJob("2", PENDING, priority=40, num_gpus=1, features="(titanv", comment=None),
+            SlurmJob("3", PENDING, priority=30, num_gpus=1, features="ib&(a100|titanv)", comment=tag)]
+    with caplog.at_level("WARNING", logger="msched.rounds"):
+        snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 0.0, gpu_type_of=str.lower)
+    assert {p.job_id for p in snap.pending} == {"1", "2", "3"}
+    assert not views["1"].writable and views["3"].writable
+    warned = [r.getMessage() for r in caplog.records if "bad constraint" in r.getMessage()]
+    assert len(warned) == 2 and all("\n" not in m for m in warned)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from msched.perf import PerfRow, PerfTable
+from msched.policy.constraint import ConstraintError, compile_constraint
 from msched.slurm.base import JobNotPending, JobRequest, SlurmError
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpecError, parse_cluster
 from slurm_sim.compare import Classifier, SimSetup, replay
-from slurm_sim.constraint import ConstraintError, parse_constraint, satisfies
 from slurm_sim.metrics import lower_bound, percentile_nearest_rank
 from slurm_sim.trace import TraceJob
 
@@ -53,15 +53,37 @@ def test_cluster_toml_with_features(tmp_path):
         parse_cluster(str(f))
 
 
+def satisfies(text: str, features: set[str]) -> bool:
+    """The simulator's reading: msched's parser with counts refused."""
+    pred = compile_constraint(text, counts="refuse")
+    return pred is None or pred(frozenset(features))
+
+
 def test_constraint_expressions_left_to_right_like_slurm():
     assert satisfies("a100|titanv", {"titanv"})
     assert not satisfies("a100&ib", {"a100"})
     assert satisfies("ib&(a100|titanv)", {"ib", "titanv"})
     assert not satisfies("a100|titanv&ib", {"a100"})       # (a100|titanv)&ib, as slurmctld reads it
     assert satisfies("[a100|titanv],ib", {"ib", "a100"})
-    assert parse_constraint("") is None
+    assert compile_constraint("", counts="refuse") is None
     with pytest.raises(ConstraintError):
-        parse_constraint("a100|")
+        compile_constraint("a100|", counts="refuse")
+
+
+@pytest.mark.parametrize(("constraint", "why"), [
+    ("[a100*1&titanv*1]", "counts"), ("a100|", "ends after"), ("(a100|titanv", "missing"), ("a100 ib", "unexpected"),
+])
+def test_unreadable_constraints_are_refused_in_one_line_at_submit_and_update(constraint, why):
+    """The simulator refuses what it cannot honour (node counts) and what cannot be read, as sbatch and
+    scontrol refuse them: a one-line error, the job never queued, a queued job's constraint unchanged."""
+    c = SimClient.from_spec("a100:1x1,titanv:1x1")
+    with pytest.raises(SlurmError, match=why) as exc:
+        job(c, constraint=constraint)
+    assert "\n" not in str(exc.value) and not c.jobs()
+    j = job(c, seconds=100, constraint="a100", hold=True)
+    with pytest.raises(SlurmError, match=why):
+        c.set_features(j, constraint)
+    assert state(c, j).features == "a100"
 
 
 # ------------------------------------------------------------------------------ scheduling rules

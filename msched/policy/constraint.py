@@ -19,11 +19,26 @@ which is why an OR is always written inside parentheses next to an AND. Nested p
 supported by Slurm, so a group never holds another.
 A user expression that already holds parentheses, brackets or counts (`[a*2&b*1]`, `(x&y)`) cannot be
 wrapped without nesting, so msched leaves such jobs' constraints alone (`combine` returns None).
+
+Reading (`matches`, `compile_constraint`, `feature_names`): the one evaluator of feature expressions in
+msched and its simulator (slurm_sim imports it from here; msched never imports slurm_sim). One grammar,
+applied left to right as above, with a choice of what a node count (`a*2`) means: ignored for the round
+core, refused for the simulator. Malformed expressions raise ConstraintError with a one-line message.
+Where it differs from slurmctld 22.05.8 (`sbatch --test-only -N1` on the dev cluster): slurmctld accepts
+one trailing operator (`a|`, `a&`, `a,` read as `a`), which this reader refuses; it refuses nested
+groups (`((a|b))`) and reads names case-sensitively, where this reader groups and folds case; it
+accepts a count after a group (`(a|b)*2`), refused here, and placed `titanv*1`, `a100*1&titanv` and
+`(titanv|a100)*2` on the titanxp node, so counts are not read as "the feature, N nodes" there either.
+msched writes none of these forms.
+
+msub imports this module on every submission: it uses the standard library only, and cheap parts of it
+(no dataclasses, typing or pathlib).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from functools import lru_cache
 
 _COMPLEX = set("()[]*")
 
@@ -124,55 +139,146 @@ def combine(user: str, types: Collection[str]) -> str | None:
     return f"{user}&{group}"
 
 
-def matches(expr: str, features: Collection[str]) -> bool:
-    """Does a node with these features satisfy the expression? Slurm 22.05's reading: AND/OR left to
-    right without precedence, one level of parentheses or brackets (brackets group like parentheses:
-    a job here never spans node types), counts (`*2`) ignored. Empty expression: every node."""
-    feats = {f.lower() for f in features}
-    tokens = [t for t in _tokenize(expr) if t]
-    if not tokens:
-        return True
+# ------------------------------------------------------------------------------------------ reading
+# The one reader of feature expressions, for the round core (`matches`, counts ignored) and for the
+# simulated controller (`compile_constraint(..., counts="refuse")`). It lives here, not in slurm_sim,
+# because msched must not import the simulator; slurm_sim imports it from here.
 
-    def evaluate(seq: list[str]) -> bool:
-        value: bool | None = None
-        op = "&"
-        i = 0
-        while i < len(seq):
-            tok = seq[i]
-            if tok in ("&", ",", "|"):
-                op = "|" if tok == "|" else "&"
-                i += 1
-                continue
-            if tok in ("(", "["):
-                depth, k = 0, i
-                while k < len(seq):
-                    depth += seq[k] in ("(", "[")
-                    depth -= seq[k] in (")", "]")
-                    if depth == 0:
-                        break
-                    k += 1
-                term = evaluate(seq[i + 1:k])
-                i = k + 1
-            else:
-                term = tok.split("*")[0].strip().lower() in feats
-                i += 1
-            value = term if value is None else (value or term) if op == "|" else (value and term)
-        return bool(value)
-
-    return evaluate(tokens)
+COUNTS = ("ignore", "refuse")
+_OPERATORS = frozenset("&|,()[]*")
+_CLOSE = {"(": ")", "[": "]"}
 
 
-def _tokenize(expr: str) -> list[str]:
+class ConstraintError(ValueError):
+    """A feature expression that cannot be read. The message is one line (the expression is shown with
+    repr, so even a newline in it stays escaped): it goes as it is into a log line or a SimError that
+    stands in for sbatch's one-line refusal."""
+
+
+def _tokens(text: str) -> list[str]:
+    """Operators as one-character tokens, the runs of other characters between them as names.
+
+    A name is any run of characters that are neither operators nor whitespace, as slurmctld reads it:
+    whether a name exists is a separate check against the nodes' features (`feature_names`), which gives
+    Slurm's "Invalid feature specification" rather than a parse error. Whitespace only separates.
+    """
     out: list[str] = []
-    cur = ""
-    for ch in expr or "":
-        if ch in "&|,()[]":
-            if cur.strip():
-                out.append(cur.strip())
-            cur = ""
-            out.append(ch)
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
+    start = -1
+    for i, ch in enumerate(text):
+        if ch in _OPERATORS or ch.isspace():
+            if start >= 0:
+                out.append(text[start:i])
+                start = -1
+            if not ch.isspace():
+                out.append(ch)
+        elif start < 0:
+            start = i
+    if start >= 0:
+        out.append(text[start:])
     return out
+
+
+@lru_cache(maxsize=4096)
+def _compile(text: str, counts: str):
+    """(predicate or None, feature names) of an expression; cached because the same few expressions are
+    read over and over (every node class per job in the simulator, every node per round in the core).
+
+    Grammar: expr = factor {("&" | "," | "|") factor}; factor = name ["*" digits] | "(" expr ")" |
+    "[" expr "]". Operators are applied left to right with no precedence, as slurmctld 22.05 does.
+    """
+    if counts not in COUNTS:
+        raise ValueError(f"counts must be one of {COUNTS}, not {counts!r}")
+    if not text or not text.strip():
+        return None, frozenset()
+    toks = _tokens(text)
+    names: list[str] = []
+    pos = 0
+
+    def fail(why: str):
+        return ConstraintError(f"bad constraint {text!r}: {why}")
+
+    def expr():
+        nonlocal pos
+        pred = factor()
+        while pos < len(toks) and toks[pos] in ("&", ",", "|"):
+            op = toks[pos]
+            pos += 1
+            rhs = factor()
+            pred = _either(pred, rhs) if op == "|" else _both(pred, rhs)
+        return pred
+
+    def factor():
+        nonlocal pos
+        if pos >= len(toks):
+            raise fail(f"ends after {toks[-1]!r}")
+        tok = toks[pos]
+        pos += 1
+        if tok in _CLOSE:
+            inner = expr()
+            close = _CLOSE[tok]
+            if pos >= len(toks):
+                raise fail(f"missing {close!r}")
+            if toks[pos] != close:
+                raise fail(f"expected {close!r} to close {tok!r}, found {toks[pos]!r}")
+            pos += 1
+            if pos < len(toks) and toks[pos] == "*":
+                raise fail("a count ('*N') must follow a feature name, not a group")
+            return inner
+        if tok in _OPERATORS:
+            raise fail(f"unexpected {tok!r}")
+        name = tok.lower()
+        names.append(name)
+        if pos < len(toks) and toks[pos] == "*":
+            num = toks[pos + 1] if pos + 1 < len(toks) else ""
+            if not (num.isascii() and num.isdigit()):
+                raise fail(f"'*' after {tok!r} must be followed by a node count")
+            if counts == "refuse":
+                raise fail(f"counts ({tok}*{num}) are not supported here")
+            pos += 2
+        return _has(name)
+
+    pred = expr()
+    if pos < len(toks):
+        raise fail(f"unexpected {toks[pos]!r}")
+    return pred, frozenset(names)
+
+
+def _has(name: str):
+    return lambda feats: name in feats
+
+
+def _either(a, b):
+    return lambda feats: a(feats) or b(feats)
+
+
+def _both(a, b):
+    return lambda feats: a(feats) and b(feats)
+
+
+def compile_constraint(text: str, *, counts: str = "ignore"):
+    """A predicate over a node's set of lowercase feature names, or None for an empty expression (any
+    node). Raises ConstraintError for an expression that cannot be read.
+
+    `counts` says what `name*N` means: "ignore" reads it as `name` (the round core asks only "could a
+    node of this type serve the job", and must read whatever slurmctld accepted); "refuse" raises (the
+    simulator places a job on nodes of one class and cannot honour per-feature node counts; msched never
+    writes them). Brackets group like parentheses: a job here never spans node types.
+    """
+    return _compile(text, counts)[0]
+
+
+def feature_names(text: str, *, counts: str = "ignore") -> frozenset[str]:
+    """Every feature name the expression mentions, lowercase (to refuse names no node has, as slurmctld
+    does). Raises ConstraintError as `compile_constraint` does."""
+    return _compile(text, counts)[1]
+
+
+def matches(expr: str, features: Collection[str], *, counts: str = "ignore") -> bool:
+    """Does a node with these features satisfy the expression? Empty expression: every node.
+
+    Read as slurmctld 22.05 reads it (AND/OR left to right without precedence, parentheses and brackets
+    group); counts ignored by default. Raises ConstraintError for an unreadable expression: a caller
+    reading Slurm's queue decides what an unreadable one means for it.
+    """
+    pred = _compile(expr, counts)[0]
+    return pred is None or pred({f.lower() for f in features})
