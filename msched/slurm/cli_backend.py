@@ -517,8 +517,10 @@ class CliClient(SlurmClient):
         jobcomp/filetxt file. A job found in several sources comes from the first: squeue keeps the
         comment (the tag) and GPU request; sacct keeps them only with AccountingStoreFlags=job_comment
         and gres/gpu in AccountingStorageTRES; the jobcomp file keeps neither.
+        squeue is read last: a job that ends between the reads is then in squeue's answer with its tag,
+        rather than only in the jobcomp file without it.
         """
-        found = {j.job_id: j for j in self.jobs(states=FINISHED_STATES)}
+        found: dict[str, SlurmJob] = {}
         conf = self.slurm_config()
         if not self._node_types:
             self._refresh_node_types()
@@ -539,6 +541,7 @@ class CliClient(SlurmClient):
                 text = ""
             for job in parse_jobcomp(text, self.config, self._node_types):
                 found.setdefault(job.job_id, job)
+        found.update((j.job_id, j) for j in self.jobs(states=FINISHED_STATES))
         jobs = [j for j in found.values() if j.state in FINISHED_STATES]
         if since is not None:
             jobs = [j for j in jobs if (j.end_time or 0.0) >= since]
