@@ -5,9 +5,15 @@
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
-   (untyped gres, tag in the comment, a GPU-type constraint msub picked at random), then one round
-   through the command-line backend and a SQLite store, and a second round right after (nothing
-   changed: it should write nothing). Every job is cancelled at the end.
+   (untyped gres, tag in the comment, a GPU-type constraint msub picked at random), then rounds
+   through the command-line backend and a SQLite store. Round 1 writes the way rounds did before
+   `update_jobs` (one `set_features`/`set_priority` call per change: a squeue + an scontrol per
+   priority, an scontrol per retype); the queue is then put back as it was (every job's priority and
+   constraint as submitted) and round 2 writes the same plan through the batched `update_jobs` (one
+   squeue + one scontrol per field); round 3 follows at once (nothing changed: it should write
+   little). A warm-up round before round 1 ingests the new jobs into the database and fills the
+   client's caches, so rounds 1 and 2 do the same work but for the writes (its own line is printed
+   too). Each line also counts the Slurm processes the round started. Every job is cancelled at the end.
 2. Simulated cluster (slurm_sim's SimClient, the same Reorderer code): `--sim-pending` jobs on
    `--sim-gpus` GPUs of 6 types, same two rounds, to time ingestion and recording at scale.
 
@@ -36,7 +42,7 @@ from msched.config import PROFILES_DIR, Config  # noqa: E402
 from msched.perf import PerfTable  # noqa: E402
 from msched.policy.priorities import fewest_moves  # noqa: E402
 from msched.reorder import Reorderer, open_site_store  # noqa: E402
-from msched.slurm.base import JobRequest, SlurmClient  # noqa: E402
+from msched.slurm.base import JobRequest, JobUpdate, SlurmClient  # noqa: E402
 from msched.tag import JobTag, with_tag  # noqa: E402
 
 PERF = PROFILES_DIR / "gpu_performance.csv"
@@ -45,10 +51,15 @@ SIM_TYPES = ("a100", "titanrtx", "titanv", "rtx2080ti", "titanxp", "gtx1080ti")
 
 
 class CountingClient(SlurmClient):
-    """Delegates to a real client; counts and times every call (what a round costs in Slurm terms)."""
+    """Delegates to a real client; counts and times every call (what a round costs in Slurm terms).
 
-    def __init__(self, inner: SlurmClient):
+    batched=False: a round's writes take SlurmClient's default `update_jobs`, one `set_features` /
+    `set_priority` of the inner client per change (how rounds wrote before batching); True: the inner
+    client's own `update_jobs`."""
+
+    def __init__(self, inner: SlurmClient, *, batched: bool = True):
         self.inner = inner
+        self.batched = batched
         self.name = f"counting({inner.name})"
         self.reset()
 
@@ -79,6 +90,11 @@ class CountingClient(SlurmClient):
     def nodes(self):  # noqa: ANN201
         return self._timed("nodes", self.inner.nodes)
 
+    def update_jobs(self, updates):  # noqa: ANN001, ANN201
+        if self.batched:
+            return self._timed("update_jobs", self.inner.update_jobs, updates)
+        return SlurmClient.update_jobs(self, updates)      # per change, through the two methods below
+
     def set_priority(self, job_id: str, priority: int) -> None:
         self._timed("set_priority", self.inner.set_priority, job_id, priority)
 
@@ -95,6 +111,22 @@ class CountingClient(SlurmClient):
         self.inner.cancel(job_id)
 
 
+def counting_cli(config: Config):  # noqa: ANN201
+    """The command-line client, counting the Slurm processes it starts (each goes through `_exec`)."""
+    from msched.slurm.cli_backend import CliClient
+
+    class ProcessCountingCli(CliClient):
+        processes: dict[str, int]
+
+        def _exec(self, argv, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            self.processes[argv[0]] = self.processes.get(argv[0], 0) + 1
+            return super()._exec(argv, **kwargs)
+
+    client = ProcessCountingCli(config)
+    client.processes = {}
+    return client
+
+
 def fewest_possible(result) -> tuple[int, int]:  # noqa: ANN001
     """(fewest update calls for this plan, retyped jobs): priorities outside the longest run already in
     the planned order, plus one features update per retyped job."""
@@ -106,15 +138,21 @@ def fewest_possible(result) -> tuple[int, int]:  # noqa: ANN001
 
 def measure_round(reorderer: Reorderer, client: CountingClient) -> dict:
     client.reset()
+    procs = getattr(client.inner, "processes", None)
+    if procs is not None:
+        procs.clear()
     t0, c0 = time.perf_counter(), time.process_time()
     out = reorderer.round()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     r = out.result
     fewest, retyped = fewest_possible(r)
     reads = client.seconds.get("jobs", 0.0) + client.seconds.get("nodes", 0.0)
-    writes = client.seconds.get("set_priority", 0.0) + client.seconds.get("set_features", 0.0)
+    writes = sum(client.seconds.get(k, 0.0) for k in ("set_priority", "set_features", "update_jobs"))
     finished = client.seconds.get("finished_jobs", 0.0)
     return {
+        "writes": "batched" if client.batched else "per change",
+        "slurm_processes": sum(procs.values()) if procs is not None else None,
+        "slurm_process_kinds": dict(procs) if procs is not None else None,
         "pending": len(r.snapshot.pending), "managed": len(r.plan.decisions), "running": len(r.snapshot.running),
         "wall_s": wall, "cpu_s": cpu, "read_s": reads, "snapshot_s": r.snapshot_seconds, "plan_s": r.plan_seconds,
         "write_s": writes, "finished_read_s": finished,
@@ -134,6 +172,18 @@ def show(label: str, m: dict) -> None:
           f"{m['other_s']:.2f} s; "
           f"update calls {m['update_calls']}, fewest possible {m['fewest']} ({m['retyped']} retyped), "
           f"ratio {ratio:.2f}; skipped {m['skipped']}")
+    if m.get("slurm_processes") is not None:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(m["slurm_process_kinds"].items()))
+        print(f"    writes {m['writes']}: {m['slurm_processes']} Slurm processes in the round ({kinds})")
+
+
+def restore(inner: SlurmClient, original: dict[str, tuple[int, str]]) -> int:
+    """Put the bench's pending jobs back to their priority and constraint as read before the rounds."""
+    now = {j.job_id: (j.priority, j.features) for j in inner.jobs(states=("PENDING",))}
+    back = [JobUpdate(job_id, priority=prio, features=feat) for job_id, (prio, feat) in original.items()
+            if job_id in now and now[job_id] != (prio, feat) and prio > 0]
+    results = inner.update_jobs(back)
+    return sum(1 for r in results if r.ok)
 
 
 def site(tmp: Path, name: str) -> Config:
@@ -164,10 +214,8 @@ def real_round(n_pending: int, tmp: Path, seed: int) -> dict | None:
     if why:
         print(f"real cluster: skipped ({why})")
         return None
-    from msched.slurm.cli_backend import CliClient
-
     cfg = site(tmp, "real")
-    inner = CliClient(cfg)
+    inner = counting_cli(cfg)
     nodes = [n for n in inner.nodes() if n.gpu_type and n.usable]
     types = sorted({n.gpu_type for n in nodes})
     perf = PerfTable.load(cfg.performance)
@@ -194,15 +242,30 @@ def real_round(n_pending: int, tmp: Path, seed: int) -> dict | None:
         submit_s = time.perf_counter() - t0
         print(f"real cluster: submitted {len(nodes)} blockers + {n_pending} jobs in {submit_s:.1f} s "
               f"({len(nodes)} nodes, types {', '.join(types)})")
+        pending_ids = set(ids[len(nodes):])
+        original = {j.job_id: (j.priority, j.features) for j in inner.jobs(states=("PENDING",))
+                    if j.job_id in pending_ids}
         client = CountingClient(inner)
         store = open_site_store(cfg)
         reorderer = Reorderer(cfg, client, store)
+        warm = measure_round(reorderer, client)
+        show("real warm-up round (ingests the jobs; not compared)", warm)
+        print(f"    queue put back as submitted: {restore(inner, original)} jobs")
+        client.batched = False
         r1 = measure_round(reorderer, client)
-        show("real round 1", r1)
+        show("real round 1 (before: one Slurm call per change)", r1)
+        print(f"    queue put back as submitted: {restore(inner, original)} jobs")
+        client.batched = True
         r2 = measure_round(reorderer, client)
-        show("real round 2 (nothing changed)", r2)
+        show("real round 2 (after: batched update_jobs)", r2)
+        r3 = measure_round(reorderer, client)
+        show("real round 3 (nothing changed)", r3)
+        print(f"real rounds, before -> after batching (same run, same queue): round {r1['wall_s']:.2f} s -> "
+              f"{r2['wall_s']:.2f} s, Slurm writes {r1['write_s']:.2f} s -> {r2['write_s']:.2f} s, Slurm processes "
+              f"{r1['slurm_processes']} -> {r2['slurm_processes']}, for {r1['update_calls']} -> {r2['update_calls']} "
+              f"updates")
         store.dispose()
-        return {"round1": r1, "round2": r2, "submit_s": submit_s}
+        return {"warmup": warm, "round1": r1, "round2": r2, "round3": r3, "submit_s": submit_s}
     finally:
         for k in range(0, len(ids), 500):
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)

@@ -67,7 +67,9 @@ BENCHES = (
           full=(("--pending", "1000"), ("--pending", "10000"))),
     Bench("reorder", "bench_reorder.py", "Reorder round cost, end to end",
           "A whole `msched reorder` round (Slurm reads, plan, writes, database): on the real local cluster with "
-          "200 pending jobs (50 in --quick), and through slurm_sim's client with 10k (2k) pending jobs.",
+          "200 pending jobs (50 in --quick), the same change written one Slurm call per change and then batched "
+          "(`update_jobs`), with the Slurm processes each round started; and through slurm_sim's client with "
+          "10k (2k) pending jobs.",
           slurm=True),
     Bench("sim", "bench_sim.py", "Simulator speed",
           "Jobs/s and rounds/s of `slurm_sim` under msched with 60 s rounds on a 20k-job trace on 1,000 GPUs of "

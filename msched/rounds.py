@@ -20,10 +20,15 @@ Reading the queue (`build_snapshot`):
 - held jobs (priority 0) are left out entirely: writing a priority would release them;
 - nodes that are down/drained are left out; GPU types are canonicalised with `gpu_type_of`.
 
-Writing (`diff_plan`, then `apply`): features first, then priorities (a job is retyped before it is
-raised, so it cannot start on its old type in between). A job that is no longer pending when written
-(JobNotPending) is skipped and logged; its other updates are dropped. `dry_run=True` computes all and
-writes nothing (`updates` then lists what would be written, `update_calls` is 0).
+Writing (`diff_plan`, then `apply_updates`): all of a round's changes go to Slurm in one
+`client.update_jobs()` call (the command-line backend makes it one squeue and at most two scontrol
+processes), features first, then priorities (a job is retyped before it is raised, so it cannot start on
+its old type in between). A job that is no longer pending when written (JobNotPending) is skipped and
+logged; its other updates are dropped; the rest of the round is written. A job whose value Slurm
+refuses outright gets none of its other updates either, and once everything else is written the round
+raises SlurmError naming it (the queue is valid: each write is a whole value on a pending job).
+`dry_run=True` computes all and writes nothing (`updates` then lists what would be written,
+`update_calls` is 0).
 """
 
 from __future__ import annotations
@@ -35,7 +40,15 @@ from dataclasses import dataclass, field
 
 from msched.policy.constraint import ConstraintError, combine, matches, names_gpu_type, split
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
-from msched.slurm.base import JobNotPending, SlurmClient, SlurmJob, SlurmNode, expand_hostlist
+from msched.slurm.base import (
+    JobNotPending,
+    JobUpdate,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    expand_hostlist,
+)
 from msched.tag import JobTag
 
 log = logging.getLogger("msched.rounds")
@@ -250,27 +263,36 @@ def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan) -> list
 
 
 def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[Update], list[str], int]:
-    """Write the updates; (applied, skipped job ids, calls made). JobNotPending skips the job."""
-    applied: list[Update] = []
-    skipped: list[str] = []
-    gone: set[str] = set()
-    calls = 0
+    """Write the updates in one `client.update_jobs()` call; (applied, skipped job ids, update calls).
+
+    update calls count each change written plus one failed attempt per job that failed (what one call
+    per change made before batching). JobNotPending skips the job; any other per-job refusal is raised
+    as SlurmError once the whole batch is written."""
+    priority: dict[str, int] = {}
+    features: dict[str, str] = {}
     for u in updates:
-        if u.job_id in gone:
+        if u.field == "priority":
+            priority[u.job_id] = int(u.value)
+        else:
+            features[u.job_id] = str(u.value)
+    batch = [JobUpdate(job_id, priority=priority.get(job_id), features=features.get(job_id))
+             for job_id in dict.fromkeys(u.job_id for u in updates)]
+    results = {r.job_id: r for r in client.update_jobs(batch)} if batch else {}
+    applied = [u for u in updates if u.field in results[u.job_id].applied]
+    skipped: list[str] = []
+    refused: list[str] = []
+    for r in results.values():
+        if r.error is None:
             continue
-        calls += 1
-        try:
-            if u.field == "features":
-                client.set_features(u.job_id, str(u.value))
-            else:
-                client.set_priority(u.job_id, int(u.value))
-        except JobNotPending:
-            log.info("job %s is no longer pending: skipped", u.job_id)
-            gone.add(u.job_id)
-            skipped.append(u.job_id)
-            continue
-        applied.append(u)
-    return applied, skipped, calls
+        if isinstance(r.error, JobNotPending):
+            log.info("job %s is no longer pending: skipped", r.job_id)
+            skipped.append(r.job_id)
+        else:
+            log.warning("job %s: Slurm refused the update: %s", r.job_id, r.error)
+            refused.append(f"job {r.job_id}: {r.error}")
+    if refused:
+        raise SlurmError(f"{len(refused)} job(s) refused ({len(applied)} update(s) written): " + "; ".join(refused))
+    return applied, skipped, len(applied) + len(skipped)
 
 
 # --------------------------------------------------------------------------------- the round

@@ -10,7 +10,7 @@ from msched.perf import PerfRow, PerfTable
 from msched.policy import get_policy
 from msched.policy.snapshot import JobDecision, Plan
 from msched.rounds import JobView, Update, diff_plan, expand_hostlist, release, run_round
-from msched.slurm.base import JobRequest
+from msched.slurm.base import JobRequest, SlurmUnavailable
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 
@@ -82,6 +82,56 @@ def test_job_that_started_between_read_and_write_is_skipped():
     assert second in res.plan.by_job() and not by_id(c)[second].is_running
     assert all(u.job_id != first for u in res.updates)
     assert res.update_calls >= 1
+
+
+class DiesAfter(SimClient):
+    """The simulator's client, losing the controller after `n` writes (a round that dies mid-batch)."""
+
+    writes_left: int | None = None
+
+    def _write(self) -> None:
+        if self.writes_left is not None:
+            if self.writes_left <= 0:
+                raise SlurmUnavailable("Unable to contact slurm controller (connect failure)")
+            self.writes_left -= 1
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        self._write()
+        super().set_priority(job_id, priority)
+
+    def set_features(self, job_id: str, features: str) -> None:
+        self._write()
+        super().set_features(job_id, features)
+
+
+def test_round_that_dies_mid_batch_leaves_a_valid_queue_and_the_next_round_finishes_it():
+    c = DiesAfter.from_spec("a100:1x1,titanv:1x1", truth=TRUTH)
+    blockers(c)
+    ids = [submit(c, m, iters=i) for m, i in (("vgg16", 36_000), ("mobilenet_v2", 20_000), ("vgg16", 9_000),
+                                               ("mobilenet_v2", 50_000))]
+    c.advance(0)
+    before = {j.job_id: (j.priority, j.features) for j in c.jobs() if j.job_id in ids}
+    est = TagEstimator(TRUTH)
+    plan = run_round(c, get_policy("msched"), est, dry_run=True)
+    assert len(plan.updates) > 3
+    c.writes_left = 3
+    with pytest.raises(SlurmUnavailable):
+        run_round(c, get_policy("msched"), est)
+    planned = {u.job_id: {} for u in plan.updates}
+    for u in plan.updates:
+        planned[u.job_id][u.field] = u.value
+    for j in c.jobs():
+        if j.job_id in ids:     # every job pending, each field either as it was or as planned
+            assert j.is_pending
+            assert j.priority in (before[j.job_id][0], planned.get(j.job_id, {}).get("priority"))
+            assert j.features in (before[j.job_id][1], planned.get(j.job_id, {}).get("features"))
+    c.writes_left = None
+    res = run_round(c, get_policy("msched"), est)
+    assert not res.skipped
+    now = {j.job_id: j for j in c.jobs()}
+    for job_id, fields in planned.items():
+        assert now[job_id].features == fields.get("features", before[job_id][1])
+    assert run_round(c, get_policy("msched"), est).updates == []
 
 
 def test_dry_run_computes_the_plan_and_changes_nothing():

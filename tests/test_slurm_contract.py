@@ -27,6 +27,7 @@ from msched.slurm.base import (
     RUNNING,
     JobNotPending,
     JobRequest,
+    JobUpdate,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -225,6 +226,49 @@ def test_set_priority_changes_start_order(backend: Backend):
         message="one of the queued jobs to start")
     assert started == [second]
     assert backend.job(first).state == PENDING
+
+
+def test_update_jobs_writes_every_job_and_reports_each_failure(backend: Backend):
+    """A round's batched write: every pending job gets its values, a job that is not pending comes back
+    JobNotPending, a refused feature expression comes back as that job's SlurmError (and its priority
+    is then not written), one result per update, in order."""
+    blocker = backend.submit(name="contract-batch-blocker", num_gpus=4, constraint="rtx2080ti", wrap="sleep 300")
+    backend.wait_state(blocker, RUNNING, timeout=60)
+    first = backend.submit(name="contract-batch-1", num_gpus=4, constraint="rtx2080ti", wrap="sleep 1")
+    second = backend.submit(name="contract-batch-2", num_gpus=4, constraint="rtx2080ti", wrap="sleep 1")
+    refused = backend.submit(name="contract-batch-refused", num_gpus=4, constraint="rtx2080ti", wrap="sleep 1")
+    held = backend.submit(name="contract-batch-held", num_gpus=1, constraint="titanv", wrap="sleep 1", hold=True)
+    gone = backend.submit(name="contract-batch-gone", num_gpus=1, constraint="titanxp", wrap="sleep 1", hold=True)
+    backend.settle()
+    backend.client.cancel(gone)
+    backend.wait_state(gone, "CANCELLED")
+    before = {j.job_id: j for j in backend.client.jobs()}
+    results = backend.client.update_jobs([
+        JobUpdate(first, priority=4242, features="rtx2080ti"),
+        JobUpdate(blocker, priority=4343),                      # running: never written
+        JobUpdate(second, priority=4141),
+        JobUpdate(refused, priority=4444, features="nosuchfeature"),
+        JobUpdate(held, features="titanv|titanxp"),              # a held job takes features
+        JobUpdate(gone, priority=4545, features="titanxp"),      # ended
+    ])
+    assert [r.job_id for r in results] == [first, blocker, second, refused, held, gone]
+    by = {r.job_id: r for r in results}
+    assert by[first].ok and by[first].applied == ("features", "priority")
+    assert by[second].ok and by[second].applied == ("priority",)
+    assert by[held].ok and by[held].applied == ("features",)
+    assert by[blocker].not_pending and by[blocker].applied == ()
+    assert by[gone].not_pending and by[gone].applied == ()
+    assert by[refused].error is not None and not by[refused].not_pending and by[refused].applied == ()
+    assert "\n" not in str(by[refused].error)
+    after = {j.job_id: j for j in backend.client.jobs()}
+    assert after[first].priority == 4242 and after[first].features == "rtx2080ti"
+    assert after[second].priority == 4141
+    assert after[held].features == "titanv|titanxp"
+    assert after[blocker].priority == before[blocker].priority and after[blocker].state == RUNNING
+    assert after[refused].priority == before[refused].priority and after[refused].features == "rtx2080ti"
+    assert backend.client.update_jobs([]) == []
+    with pytest.raises(ValueError):
+        backend.client.update_jobs([JobUpdate(first, priority=1), JobUpdate(first, features="rtx2080ti")])
 
 
 def test_hold_and_release(backend: Backend):

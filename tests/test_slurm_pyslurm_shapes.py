@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from msched.config import Config
-from msched.slurm.base import JobNotPending, SlurmUnavailable
+from msched.slurm.base import JobNotPending, JobUpdate, SlurmUnavailable
 
 
 class RPCError(RuntimeError):
@@ -148,3 +148,15 @@ def test_updates_and_errors(backend):
     sys.modules["pyslurm"].Jobs = state_jobs
     with pytest.raises(SlurmUnavailable):
         client.jobs()
+
+
+def test_batched_updates_use_the_per_job_calls_features_first(backend):
+    """pyslurm keeps SlurmClient's default update_jobs: features of every job, then priorities."""
+    client, state = backend
+    state["jobs"] = {1: FakeJob(1), 2: FakeJob(2, state="RUNNING"), 3: FakeJob(3)}
+    results = client.update_jobs([JobUpdate("1", priority=700, features="a100"), JobUpdate("2", priority=5),
+                                  JobUpdate("3", priority=600, features="v100"), JobUpdate("99", priority=1)])
+    assert state["modified"] == [(1, {"constraints": "a100"}), (3, {"constraints": "v100"}),
+                                 (1, {"priority": 700}), (3, {"priority": 600})]
+    assert [r.applied for r in results] == [("features", "priority"), (), ("features", "priority"), ()]
+    assert results[1].not_pending and results[3].not_pending

@@ -5,11 +5,13 @@ from __future__ import annotations
 from msched.slurm.base import (  # noqa: F401
     JobNotPending,
     JobRequest,
+    JobUpdate,
     SlurmClient,
     SlurmError,
     SlurmJob,
     SlurmNode,
     SlurmUnavailable,
+    UpdateResult,
 )
 
 BACKENDS = ("auto", "cli", "pyslurm")

@@ -5,13 +5,17 @@ scontrol/sinfo, the one CI proves against a real local cluster), `pyslurm` (wher
 and `slurm_sim.client.SimClient` (the simulator). The reorder round core (`msched.rounds`) only ever
 talks to a `SlurmClient`, so one code path drives the real cluster and the simulator.
 
-Reads are batched: one `jobs()` call and one `nodes()` call per round, never one per job.
+Reads are batched: one `jobs()` call and one `nodes()` call per round, never one per job. So are a
+round's writes: `update_jobs()` takes every (job, priority, features) change of the round at once. Its
+default here loops over the per-job `set_features`/`set_priority` (the simulator and pyslurm use it);
+the command-line backend overrides it with one pending check and one scontrol process per field.
 """
 
 from __future__ import annotations
 
 import abc
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from msched.tag import JobTag, parse_comment
@@ -141,6 +145,49 @@ class JobRequest:
     extra: dict[str, str] = field(default_factory=dict)   # backend-specific (e.g. simulator's model/iterations)
 
 
+@dataclass(frozen=True)
+class JobUpdate:
+    """The changes one round makes to one pending job; None leaves that field as it is."""
+
+    job_id: str
+    priority: int | None = None
+    features: str | None = None
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What became of one JobUpdate: the fields written, and the error that stopped the rest.
+
+    error is JobNotPending when the job started, ended or was held since it was read (skip it), or
+    another SlurmError when Slurm refused a value for this job (an invalid feature expression)."""
+
+    job_id: str
+    applied: tuple[str, ...] = ()
+    error: SlurmError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def not_pending(self) -> bool:
+        return isinstance(self.error, JobNotPending)
+
+
+UPDATE_FIELDS = ("features", "priority")      # the order every backend writes them in
+
+
+def check_updates(updates: Sequence[JobUpdate]) -> list[JobUpdate]:
+    """The updates as a list; one JobUpdate per job (ValueError otherwise: merge them first)."""
+    updates = list(updates)
+    seen: set[str] = set()
+    for u in updates:
+        if u.job_id in seen:
+            raise ValueError(f"job {u.job_id} appears twice in one update_jobs() call")
+        seen.add(u.job_id)
+    return updates
+
+
 class SlurmClient(abc.ABC):
     """What the round core, msched jobs, calibrate and the tests need from Slurm."""
 
@@ -169,6 +216,38 @@ class SlurmClient(abc.ABC):
     @abc.abstractmethod
     def set_features(self, job_id: str, features: str) -> None:
         """Replace a pending job's feature constraint (how its GPU type is changed: SLURM-NOTES)."""
+
+    def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
+        """Apply a round's changes, one UpdateResult per JobUpdate, in order.
+
+        Contract (every backend): all features are written before any priority (a job is retyped
+        before it is raised, so it cannot start on its old type in between); a job whose features
+        update fails gets no priority update; a job that is not pending comes back with JobNotPending
+        and the others are still written; another refusal of one job comes back as that job's
+        SlurmError. Only SlurmUnavailable (and failures that cannot be pinned on one job) raise; the
+        updates written before that stand, each a whole value on a pending job, so the queue is valid.
+
+        This default loops over `set_features`/`set_priority`: one Slurm call per change."""
+        updates = check_updates(updates)
+        errors: dict[str, SlurmError] = {}
+        applied: dict[str, list[str]] = {u.job_id: [] for u in updates}
+        for name in UPDATE_FIELDS:
+            for u in updates:
+                value = getattr(u, name)
+                if value is None or u.job_id in errors:
+                    continue
+                try:
+                    if name == "features":
+                        self.set_features(u.job_id, str(value))
+                    else:
+                        self.set_priority(u.job_id, int(value))
+                except SlurmUnavailable:
+                    raise
+                except SlurmError as exc:
+                    errors[u.job_id] = exc
+                    continue
+                applied[u.job_id].append(name)
+        return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
 
     @abc.abstractmethod
     def hold(self, job_id: str) -> None: ...
