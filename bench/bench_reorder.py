@@ -45,8 +45,8 @@ from msched.reorder import Reorderer, open_site_store  # noqa: E402
 from msched.slurm.base import JobRequest, JobUpdate, SlurmClient  # noqa: E402
 from msched.tag import JobTag, with_tag  # noqa: E402
 
-PERF = PROFILES_DIR / "gpu_performance.csv"
-TRUTH = PROFILES_DIR / "measured_perf.csv"
+PERF = Path(PROFILES_DIR) / "gpu_performance.csv"
+TRUTH = Path(PROFILES_DIR) / "measured_perf.csv"
 SIM_TYPES = ("a100", "titanrtx", "titanv", "rtx2080ti", "titanxp", "gtx1080ti")
 
 

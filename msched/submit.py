@@ -20,7 +20,7 @@ Why it is built this way:
   reaches sbatch word for word; the real sbatch comes from the site config as an absolute path, never
   from PATH, so msub can itself be installed as `sbatch`.
 - The hot path (a torchvision model) imports no torch, numpy, scikit-learn, SQLAlchemy or rich, and
-  none of msched's planner: only the modules that `tests/test_msub_imports.py` lists, which use
+  none of msched's planner: only the modules that `tests/test_msub_light_path.py` lists, which use
   records instead of dataclasses and os.path instead of pathlib (`msched.records` says why). Only a
   user's own model file is profiled, in a subprocess of this (the user's own) process.
 """
