@@ -27,21 +27,12 @@ from msched.store.schema import Decision, Job, Round
 from msched.tag import JobTag, with_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import VENV_BIN, wait_for  # noqa: E402
+from helpers import VENV_BIN, measured_rows, wait_for  # noqa: E402
 
-# Training iteration times (ms, batch 12 per GPU, float) measured by github.com/ryujaehun/pytorch-gpu-benchmark
-# (../shared/data/gpu-train-benchmarks). VGG-16 runs best on a100; DenseNet-169 runs best on titanv.
-PERF_CSV = """model,gpu_type,num_gpus,batch_size,precision,iter_ms,source
-vgg16,a100,1,12,float,27.6802,pytorch-gpu-benchmark
-vgg16,titanv,1,12,float,72.8637,pytorch-gpu-benchmark
-vgg16,rtx2080ti,1,12,float,85.3597,pytorch-gpu-benchmark
-vgg16,titanxp,1,12,float,108.3009,pytorch-gpu-benchmark
-densenet169,a100,1,12,float,110.1071,pytorch-gpu-benchmark
-densenet169,titanv,1,12,float,72.5913,pytorch-gpu-benchmark
-densenet169,rtx2080ti,1,12,float,116.8759,pytorch-gpu-benchmark
-densenet169,titanxp,1,12,float,126.8661,pytorch-gpu-benchmark
-"""
 TYPES = ("a100", "titanv", "rtx2080ti", "titanxp")
+# Measured training iteration times (shared pytorch-gpu-benchmark table): VGG-16 runs best on a100,
+# DenseNet-169 on titanv.
+PERF_CSV = measured_rows(["vgg16", "densenet169"], TYPES)
 GROUP = {"vgg16": "vgg", "densenet169": "densenet"}
 MSCHED = str(VENV_BIN / "msched")
 

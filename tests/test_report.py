@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report_fill  # noqa: E402
+from helpers import measured_rows  # noqa: E402
 
 from msched.commands.report_cmd import report as report_cmd  # noqa: E402
 from msched.report.data import build_report, parse_duration, percentile, to_jsonable  # noqa: E402
@@ -217,18 +218,9 @@ def test_json_has_no_nan(history_db):
 
 
 # ------------------------------------------------------------------------------- simulated run
-# The simulator's truth: rows of the shared table (pytorch-gpu-benchmark, ../shared/data/gpu-train-benchmarks).
-TRUTH = """model,gpu_type,num_gpus,batch_size,precision,iter_ms,source
-densenet121,a100,1,12,float,74.4245,pytorch-gpu-benchmark
-densenet121,titanv,1,12,float,56.1036,pytorch-gpu-benchmark
-resnet18,a100,1,12,float,16.0437,pytorch-gpu-benchmark
-resnet18,titanv,1,12,float,16.5231,pytorch-gpu-benchmark
-resnet50,a100,1,12,float,35.9591,pytorch-gpu-benchmark
-resnet50,titanv,1,12,float,50.5108,pytorch-gpu-benchmark
-vgg16,a100,1,12,float,27.6802,pytorch-gpu-benchmark
-vgg16,titanv,1,12,float,72.8637,pytorch-gpu-benchmark
-"""
 SIM_MODELS = ("resnet18", "resnet50", "vgg16", "densenet121")
+# The simulator's truth: rows of the shared measured table
+TRUTH = measured_rows(SIM_MODELS, ("a100", "titanv"))
 
 
 @pytest.fixture(scope="module")
@@ -367,16 +359,7 @@ def test_html_is_self_contained_with_inline_pngs(history_db):
 
 
 # ------------------------------------------------------------------------------- the real cluster
-REAL_PERF = """model,gpu_type,num_gpus,batch_size,precision,iter_ms,source
-vgg16,a100,1,12,float,27.6802,pytorch-gpu-benchmark
-vgg16,titanv,1,12,float,72.8637,pytorch-gpu-benchmark
-vgg16,rtx2080ti,1,12,float,85.3597,pytorch-gpu-benchmark
-vgg16,titanxp,1,12,float,108.3009,pytorch-gpu-benchmark
-densenet169,a100,1,12,float,110.1071,pytorch-gpu-benchmark
-densenet169,titanv,1,12,float,72.5913,pytorch-gpu-benchmark
-densenet169,rtx2080ti,1,12,float,116.8759,pytorch-gpu-benchmark
-densenet169,titanxp,1,12,float,126.8661,pytorch-gpu-benchmark
-"""
+REAL_PERF = measured_rows(["vgg16", "densenet169"], ("a100", "titanv", "rtx2080ti", "titanxp"))
 
 
 @pytest.mark.slurm
