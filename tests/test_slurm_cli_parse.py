@@ -207,6 +207,22 @@ def test_jobcomp_tail_reads_only_recent_lines(tmp_path):
     assert read_jobcomp_tail(path, None) == path.read_text()
 
 
+def test_jobcomp_tail_reads_one_timestamp_per_chunk(tmp_path, monkeypatch):
+    """Recent lines (all within the margin, as on a busy cluster) are all returned, and the backward
+    reader looks at one timestamp per chunk rather than re-reading every line of every chunk."""
+    from msched.slurm import cli_backend
+    recorded = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines() if ln.startswith("JobId=")]
+    path = tmp_path / "jobcomp.txt"
+    path.write_text("\n".join(recorded * 200) + "\n")
+    since = min(j.end_time for j in parse_jobcomp("\n".join(recorded), Config(), NODE_TYPES))
+    calls = []
+    real = cli_backend._local_time
+    monkeypatch.setattr(cli_backend, "_local_time", lambda text: calls.append(text) or real(text))
+    tail = cli_backend.read_jobcomp_tail(path, since, chunk=4096)
+    assert tail == path.read_text()
+    assert len(calls) <= path.stat().st_size // 4096 + 1
+
+
 def test_sacct_history():
     """sacct (slurmdbd) keeps every finished job: GPU totals and the pinned type from the request's
     TRES, the type it ran on from the allocation's, the tag (AccountingStoreFlags=job_comment)."""

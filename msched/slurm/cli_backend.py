@@ -37,6 +37,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from msched.config import Config, load_config
@@ -363,36 +364,43 @@ def read_jobcomp_tail(path: Path, since: float | None, *, chunk: int = 1 << 16, 
     """The lines of a jobcomp file that can hold jobs ended at or after `since`.
 
     The file only grows (a line per finished job, in completion order), so it is read backwards in
-    chunks and reading stops at a line that ended well before `since`: a round costs the same on a
-    file of years as on a file of minutes.
+    chunks and reading stops once the oldest whole line read ended well before `since`: a round costs
+    the same on a file of years as on a file of minutes, and one timestamp is read per chunk, not per
+    line (a busy cluster finishes thousands of jobs within the margin).
     """
     if since is None:
         return path.read_text(errors="replace")
+    pieces: list[bytes] = []
     with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        pos = fh.tell()
-        buf = b""
+        pos = fh.seek(0, os.SEEK_END)
         while pos > 0:
             step = min(chunk, pos)
             pos -= step
             fh.seek(pos)
-            buf = fh.read(step) + buf
-            lines = buf.split(b"\n")
-            complete = lines[1:] if pos > 0 else lines     # the first piece may be a partial line
-            for line in complete:
-                m = _ENDTIME_RE.search(line.decode(errors="replace"))
-                end = _local_time(m.group(1)) if m else None
-                if end is not None and end < since - margin_s:
-                    return b"\n".join(complete).decode(errors="replace")
-        return buf.decode(errors="replace")
+            pieces.append(fh.read(step))
+            if pos == 0:
+                break
+            head = pieces[-1]                       # this chunk's first piece may be a partial line
+            first_nl = head.find(b"\n")
+            if first_nl < 0:
+                continue
+            second_nl = head.find(b"\n", first_nl + 1)
+            oldest = head[first_nl + 1:second_nl if second_nl >= 0 else len(head)]
+            m = _ENDTIME_RE.search(oldest.decode(errors="replace"))
+            end = _local_time(m.group(1)) if m else None
+            if end is not None and end < since - margin_s:
+                pieces[-1] = head[first_nl + 1:]
+                break
+    return b"".join(reversed(pieces)).decode(errors="replace")
 
 
 def _local_time(text: str) -> float | None:
+    """A controller-local timestamp (`2026-12-02T14:16:33`) as epoch seconds; None when empty/unknown."""
     text = text.strip()
     if text in _EMPTY:
         return None
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+        return datetime.fromisoformat(text).timestamp()      # naive = local time, as time.mktime reads it
     except ValueError:
         return None
 
