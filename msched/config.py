@@ -64,7 +64,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
-    gpu_aliases: Mapping[str, str] = MappingProxyType({})
+    gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -79,7 +79,7 @@ class Config:
             state_dir=state_dir,
             database_url=self.database_url or f"sqlite:///{os.path.join(state_dir, 'msched.db')}",
             references=self.references if isinstance(self.references, str) else tuple(self.references),
-            gpu_aliases=MappingProxyType({str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()}),
+            gpu_aliases={str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()},   # a fresh dict
         )
 
     @property

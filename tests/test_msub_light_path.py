@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -160,6 +161,7 @@ def test_config_normalises_and_validates():
     c = Config(gpu_aliases={"A100-SXM4": "A100"}, state_dir="/srv/msched")
     assert c.canonical_gpu_type(" a100-sxm4 ") == "a100" and c.free_time_path == "/srv/msched/gpu_free_time.json"
     assert c.database_url == "sqlite:////srv/msched/msched.db"
+    assert pickle.loads(pickle.dumps(c)) == c            # e.g. handed to a worker process
     with pytest.raises(ConfigError, match="objective 'fastest' is not one of makespan, jct"):
         Config(objective="fastest")
 
