@@ -25,8 +25,8 @@ Writing (`diff_plan`, then `apply_updates`): all of a round's changes go to Slur
 processes), features first, then priorities (a job is retyped before it is raised, so it cannot start on
 its old type in between). A job that is no longer pending when written (JobNotPending) is skipped and
 logged; its other updates are dropped; the rest of the round is written. A job whose value Slurm
-refuses outright gets none of its other updates either, and once everything else is written the round
-raises SlurmError naming it (the queue is valid: each write is a whole value on a pending job).
+refuses outright is skipped the same way, with a warning naming it (the queue is valid: each write is a
+whole value on a pending job; the next round plans it again).
 `dry_run=True` computes all and writes nothing (`updates` then lists what would be written,
 `update_calls` is 0).
 """
@@ -44,7 +44,6 @@ from msched.slurm.base import (
     JobNotPending,
     JobUpdate,
     SlurmClient,
-    SlurmError,
     SlurmJob,
     SlurmNode,
     expand_hostlist,
@@ -266,8 +265,10 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
     """Write the updates in one `client.update_jobs()` call; (applied, skipped job ids, update calls).
 
     update calls count each change written plus one failed attempt per job that failed (what one call
-    per change made before batching). JobNotPending skips the job; any other per-job refusal is raised
-    as SlurmError once the whole batch is written."""
+    per change made before batching). A job Slurm did not update is skipped for this round: one that
+    is no longer pending (it started or ended), or one whose new value Slurm refused (a warning names
+    it; e.g. a feature removed from the nodes since the plan). Failing the round instead would let one
+    such job stop every later round, while the other jobs' writes stand and are whole either way."""
     priority: dict[str, int] = {}
     features: dict[str, str] = {}
     for u in updates:
@@ -280,18 +281,14 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
     results = {r.job_id: r for r in client.update_jobs(batch)} if batch else {}
     applied = [u for u in updates if u.field in results[u.job_id].applied]
     skipped: list[str] = []
-    refused: list[str] = []
     for r in results.values():
         if r.error is None:
             continue
         if isinstance(r.error, JobNotPending):
             log.info("job %s is no longer pending: skipped", r.job_id)
-            skipped.append(r.job_id)
         else:
-            log.warning("job %s: Slurm refused the update: %s", r.job_id, r.error)
-            refused.append(f"job {r.job_id}: {r.error}")
-    if refused:
-        raise SlurmError(f"{len(refused)} job(s) refused ({len(applied)} update(s) written): " + "; ".join(refused))
+            log.warning("job %s: Slurm refused the update, skipped this round: %s", r.job_id, r.error)
+        skipped.append(r.job_id)
     return applied, skipped, len(applied) + len(skipped)
 
 

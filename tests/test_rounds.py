@@ -10,7 +10,7 @@ from msched.perf import PerfRow, PerfTable
 from msched.policy import get_policy
 from msched.policy.snapshot import JobDecision, Plan
 from msched.rounds import JobView, Update, diff_plan, expand_hostlist, release, run_round
-from msched.slurm.base import JobRequest, SlurmUnavailable
+from msched.slurm.base import JobRequest, SlurmError, SlurmUnavailable
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 
@@ -132,6 +132,41 @@ def test_round_that_dies_mid_batch_leaves_a_valid_queue_and_the_next_round_finis
     for job_id, fields in planned.items():
         assert now[job_id].features == fields.get("features", before[job_id][1])
     assert run_round(c, get_policy("msched"), est).updates == []
+
+
+class RefusesFeaturesOf(SimClient):
+    """The simulator's client, with Slurm refusing one job's new features (as scontrol does with
+    "Invalid feature specification" when a node feature went away after the round read the nodes)."""
+
+    refused: str | None = None
+
+    def set_features(self, job_id: str, features: str) -> None:
+        if job_id == self.refused:
+            raise SlurmError(f"scontrol: error: Invalid feature specification for job {job_id}")
+        super().set_features(job_id, features)
+
+
+def test_a_refused_job_is_skipped_and_the_round_goes_on(caplog):
+    c = RefusesFeaturesOf.from_spec("a100:1x1,titanv:1x1", truth=TRUTH)
+    blockers(c)
+    ids = [submit(c, m, iters=i) for m, i in (("vgg16", 36_000), ("mobilenet_v2", 20_000), ("vgg16", 9_000))]
+    c.advance(0)
+    est = TagEstimator(TRUTH)
+    plan = run_round(c, get_policy("msched"), est, dry_run=True)
+    retyped = [u.job_id for u in plan.updates if u.field == "features"]
+    assert retyped
+    c.refused = retyped[0]
+    before = {j.job_id: (j.priority, j.features) for j in c.jobs()}
+    res = run_round(c, get_policy("msched"), est)
+    assert res.skipped == [c.refused] and "Invalid feature specification" in caplog.text
+    now = {j.job_id: j for j in c.jobs()}
+    assert (now[c.refused].priority, now[c.refused].features) == before[c.refused]   # none of its updates
+    others = {u.job_id for u in plan.updates} - {c.refused}
+    assert others
+    for u in plan.updates:
+        if u.job_id in others:
+            assert getattr(now[u.job_id], u.field) == u.value                        # the rest is written
+    assert set(ids) >= others
 
 
 def test_dry_run_computes_the_plan_and_changes_nothing():

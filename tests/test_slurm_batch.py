@@ -249,11 +249,12 @@ def test_round_writes_in_one_batch_and_skips_jobs_not_pending():
     assert skipped == ["2"] and calls == 4          # 3 written + 1 failed attempt, as one call per change counted
 
 
-def test_round_raises_a_refusal_after_writing_the_rest():
+def test_round_skips_a_refused_job_with_a_warning_and_writes_the_rest(caplog):
     client = Scripted({"2": UpdateResult("2", (), SlurmError("scontrol: Invalid feature specification for job 2"))})
-    with pytest.raises(SlurmError, match="job 2: .*Invalid feature specification"):
-        apply_updates(client, UPDATES)
+    applied, skipped, calls = apply_updates(client, UPDATES)
     assert len(client.batches) == 1 and len(client.batches[0]) == 3
+    assert applied == [UPDATES[0], UPDATES[2], UPDATES[4]] and skipped == ["2"] and calls == 4
+    assert "job 2: Slurm refused the update" in caplog.text and "Invalid feature specification" in caplog.text
 
 
 # ------------------------------------------------------------------------- the real cluster
