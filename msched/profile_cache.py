@@ -1,8 +1,8 @@
 """Where profiles come from without building a model: the shipped table, then a per-user cache.
 
-msub's hot path lives here: a torchvision model name is answered from `profiles/torchvision_features.json`
-(precomputed by scripts/build_reference_profiles.py), so naming a torchvision model never imports torch.
-A user's own model (`path/to/file.py:factory`) is profiled once in a subprocess and cached per user,
+A torchvision model name is answered from the shipped table (`msched.shipped`, precomputed by
+scripts/build_reference_profiles.py), so naming one never imports torch; msub reads that table directly
+(as plain dicts) and comes here only for a user's own model. A user's own model (`path/to/file.py:factory`) is profiled once in a subprocess and cached per user,
 keyed by absolute path, the file's SHA-256, the factory, the input size and the library versions (read
 from package metadata, not by importing them): editing the file or upgrading torch re-profiles it.
 Pure Python: this module must not import torch, numpy or scikit-learn.
