@@ -277,15 +277,20 @@ def _later(client: CliClient, n: int, name: str, constraint: str = "titanv") -> 
             for i in range(n)]
 
 
+def _on_a100(client: CliClient, janitor, name: str, wrap: str, state: str) -> str:  # noqa: ANN001
+    """A job on the a100 node, once Slurm reports it in `state` (RUNNING, COMPLETED)."""
+    job_id = janitor.add(client.submit(JobRequest(name=name, num_gpus=1, constraint="a100", wrap=wrap,
+                                                  time_limit_s=120, extra={"--output": "/dev/null"})))
+    wait_for(lambda: (j := client.job(job_id)) is not None and j.state == state, timeout=30,
+             message=f"{name} {state}")
+    return job_id
+
+
 @pytest.mark.slurm
 def test_real_batch_of_many_jobs_takes_three_processes(slurm_cluster, janitor):
     client = Counting(Config(), env={"SLURM_CONF": str(slurm_cluster.conf)})
     ids = [janitor.add(j) for j in _later(client, 24, "batch-many")]
-    running = janitor.add(client.submit(JobRequest(name="batch-running", num_gpus=1, constraint="a100",
-                                                   wrap="sleep 60", time_limit_s=120,
-                                                   extra={"--output": "/dev/null"})))
-    wait_for(lambda: (j := client.job(running)) is not None and j.state == "RUNNING", timeout=30,
-             message="the running job")
+    running = _on_a100(client, janitor, "batch-running", "sleep 60", "RUNNING")
     updates = [JobUpdate(j, priority=5000 + k, features="titanxp" if k % 2 else None) for k, j in enumerate(ids)]
     client.commands.clear()
     results = client.update_jobs([*updates, JobUpdate(running, priority=7, features="titanv")])
@@ -306,13 +311,8 @@ def test_real_jobs_that_stop_pending_after_the_check_come_back_per_job(slurm_clu
     """The check said pending, then the job ran or ended: scontrol's own per-job refusal is reported."""
     client = CliClient(Config(), env={"SLURM_CONF": str(slurm_cluster.conf)})
     waiting = [janitor.add(j) for j in _later(client, 2, "batch-stale")]
-    running = janitor.add(client.submit(JobRequest(name="batch-stale-run", num_gpus=1, constraint="a100",
-                                                   wrap="sleep 60", time_limit_s=120,
-                                                   extra={"--output": "/dev/null"})))
-    done = janitor.add(client.submit(JobRequest(name="batch-stale-done", num_gpus=1, constraint="a100",
-                                                wrap="true", time_limit_s=60, extra={"--output": "/dev/null"})))
-    wait_for(lambda: (j := client.job(running)) is not None and j.state == "RUNNING", timeout=30, message="running")
-    wait_for(lambda: (j := client.job(done)) is not None and j.state == "COMPLETED", timeout=30, message="done")
+    running = _on_a100(client, janitor, "batch-stale-run", "sleep 60", "RUNNING")
+    done = _on_a100(client, janitor, "batch-stale-done", "true", "COMPLETED")
     client.pending_job_ids = lambda: {*waiting, running, done}          # type: ignore[method-assign]
     results = client.update_jobs([JobUpdate(waiting[0], priority=321, features="titanxp"),
                                   JobUpdate(running, features="titanv", priority=9),
