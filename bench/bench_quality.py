@@ -31,7 +31,9 @@ import workloads as wl  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-POLICIES = ("fifo", "fastest", "msched-once", "msched", "oracle")
+from msched.policy import POLICY_NAMES  # noqa: E402
+
+POLICIES = POLICY_NAMES
 METRICS = (("makespan_s", "makespan h", 3600.0), ("mean_jct_s", "mean JCT h", 3600.0),
            ("p99_jct_s", "p99 JCT h", 3600.0), ("mean_wait_s", "mean wait h", 3600.0),
            ("gpu_utilization", "util %", 0.01))

@@ -40,10 +40,6 @@ def shipped_profiles(path: str | os.PathLike | None = None) -> dict[str, Profile
     return {name: Profile.from_dict(p) for name, p in data.get("models", {}).items()}
 
 
-def shipped_names(path: str | os.PathLike | None = None) -> list[str]:
-    return model_names(path)
-
-
 def shipped_profile(name: str, path: str | os.PathLike | None = None) -> Profile | None:
     raw = profile_data(name, path)
     return Profile.from_dict(raw) if raw else None
@@ -92,7 +88,7 @@ def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DE
     else an in-process build (torch, but no user code). `file.py:factory`: the user cache, else a
     subprocess with `timeout`. Raises ProfileError with a one-line message.
     """
-    names = shipped_names()
+    names = model_names()
     ms = parse_spec(spec)
     if not ms.is_file:
         shipped = shipped_profile(ms.name)

@@ -26,6 +26,7 @@ from typing import Any
 
 from msched import __version__
 from msched.perf import PerfTable
+from msched.policy import POLICY_NAMES
 from msched.policy.snapshot import PendingJob
 from msched.slurm.base import PENDING, JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
@@ -35,7 +36,7 @@ from slurm_sim.metrics import JobOutcome, lower_bound, summarize
 from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
-POLICIES = ("fifo", "fastest", "msched-once", "msched", "oracle")
+POLICIES = POLICY_NAMES          # every registered policy, in the order results are listed
 
 
 class SimRunError(RuntimeError):

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-POLICY_NAMES = ("fifo", "fastest", "msched-once", "msched", "oracle")
 _COMMON = frozenset({"slack", "backfill", "unknown_runtime_s"})
 _REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity"}
-# options each policy takes; options a policy does not know are ignored for the ones listed here
+# the policies, in listing order, and the options each takes (options a policy does not know are
+# ignored for the ones listed here)
 _OPTIONS = {"fifo": _COMMON, "fastest": _COMMON | {"perf", "ranking"}, "msched-once": _COMMON,
             "msched": _REPLANNING, "oracle": _REPLANNING}
+POLICY_NAMES = tuple(_OPTIONS)
 _ALL_OPTIONS = frozenset().union(*_OPTIONS.values())
 
 
@@ -31,9 +32,8 @@ def policy_classes() -> dict[str, type]:
     from msched.policy.fifo import FifoPolicy
     from msched.policy.similarity import MschedOncePolicy, MschedPolicy, OraclePolicy
 
-    classes = {"fifo": FifoPolicy, "fastest": FastestPolicy, "msched-once": MschedOncePolicy,
-               "msched": MschedPolicy, "oracle": OraclePolicy}
-    return {name: classes[name] for name in POLICY_NAMES}
+    return {"fifo": FifoPolicy, "fastest": FastestPolicy, "msched-once": MschedOncePolicy,
+            "msched": MschedPolicy, "oracle": OraclePolicy}
 
 
 def get_policy(name: str, **opts):  # noqa: ANN201 - a Policy (msched.policy.base), imported lazily
