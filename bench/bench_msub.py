@@ -66,7 +66,7 @@ def hot_path_modules(env: dict[str, str], script: Path) -> tuple[list[str], list
     """(modules msub's decision for the benchmark's script loads beyond a bare interpreter, heavy ones
     among them), in the benchmark's own environment (site config, published free times, warm caches)."""
     code = (
-        "import sys, json; base = set(sys.modules); from msched.submit import build_submission; "
+        "import sys, json; base = set(sys.modules); from msched.msub.main import build_submission; "
         f"build_submission(['--hold', '--parsable', {str(script)!r}]); "
         f"print(json.dumps([sorted(set(sys.modules) - base), [m for m in {HEAVY!r} if m in sys.modules]]))"
     )

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from msched.perf import PerfTable  # noqa: E402
+from msched.estimate.perf_table import PerfTable  # noqa: E402
 from msched.policy import get_policy  # noqa: E402
 from msched.policy.priorities import fewest_moves  # noqa: E402
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob  # noqa: E402
-from msched.rounds import JobView, diff_plan  # noqa: E402
+from msched.rounds.core import JobView, diff_plan  # noqa: E402
 
 TABLE = Path(__file__).resolve().parent.parent.parent / "shared/data/gpu-train-benchmarks/perf_table.csv"
 TYPES = ("a100", "titanrtx", "titanv", "rtx2080ti", "titanxp", "gtx1080ti")

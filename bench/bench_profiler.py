@@ -2,9 +2,9 @@
 
     python bench/bench_profiler.py [--quick] [--json FILE]
 
-Each model is built on PyTorch's meta device and walked layer by layer by `msched.profiler.profile_in_process`,
+Each model is built on PyTorch's meta device and walked layer by layer by `msched.models.profiler.profile_in_process`,
 in this one process (torch imported once, before the clock starts: what a long-lived profiler or
-`scripts/build_reference_profiles.py` pays per model). One cold `python -m msched.profiler resnet50`
+`scripts/build_reference_profiles.py` pays per model). One cold `python -m msched.models.profiler resnet50`
 subprocess is timed too: what a first-time profile at submit time costs, interpreter and torch import
 included. `--quick` profiles every 8th model (sorted by name) and still prints median and max.
 """
@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=110)
 
     try:
-        from msched import profiler
+        from msched.models import profiler
     except ImportError as exc:
-        print(f"msched.profiler is not available: {exc}", file=sys.stderr)
+        print(f"msched.models.profiler is not available: {exc}", file=sys.stderr)
         return 1
     t0 = time.perf_counter()
     import torch  # noqa: F401  (timed separately: one-off)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             errors[name] = "profile without FLOPs"
 
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "msched.profiler", "resnet50", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "msched.models.profiler", "resnet50", "--json"],
                           capture_output=True, text=True, timeout=300)
     cold_s = time.perf_counter() - start
     cold_ok = proc.returncode == 0
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         top.add_row(name, f"{timings[name]:.3f}", f"{timings[name] / statistics.median(vals):.1f}")
     console.print(top)
     console.print(f"one-off import of torch+torchvision in this process: {import_s:.2f} s")
-    console.print(f"cold `python -m msched.profiler resnet50` (interpreter + torch import + profile): "
+    console.print(f"cold `python -m msched.models.profiler resnet50` (interpreter + torch import + profile): "
                   f"{cold_s:.2f} s = {cold_s / max(timings.get('resnet50', statistics.median(vals)), 1e-9):.0f}x "
                   f"the in-process profile{'' if cold_ok else ' (FAILED: ' + proc.stderr.strip()[-200:] + ')'}")
     if errors:

@@ -172,9 +172,9 @@ def estimate_accuracy(console: Console) -> dict | None:
     """
     try:
         from msched.config import load_config
-        from msched.estimate import iteration_seconds
-        from msched.perf import PerfTable
-        from msched.similarity import classify
+        from msched.estimate.perf_table import PerfTable
+        from msched.estimate.runtime import iteration_seconds
+        from msched.models.classify import classify
     except ImportError as exc:
         console.print(f"(estimate accuracy not measured: {exc})")
         return None

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from msched.perf import PerfTable  # noqa: E402
+from msched.estimate.perf_table import PerfTable  # noqa: E402
 from slurm_sim.cluster import parse_cluster  # noqa: E402
 from slurm_sim.commands import default_truth_path  # noqa: E402
 from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402

@@ -58,7 +58,7 @@ BENCHES = (
           quick=(("--runs", "7", "--user-runs", "1"),), full=((),), slurm=True),
     Bench("profiler", "bench_profiler.py", "Profiler speed",
           "Time to profile each torchvision classification model on the meta device (in one process, torch "
-          "already imported), median and max, and one cold `python -m msched.profiler resnet50`.",
+          "already imported), median and max, and one cold `python -m msched.models.profiler resnet50`.",
           json_flag=True),
     Bench("plan", "bench_plan.py", "Planning speed (policy.plan on a synthetic snapshot)",
           "Plan time and Slurm update calls of one round for 1k and 10k pending jobs on 1,000 GPUs of 6 types "

@@ -34,7 +34,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from slurm_sim.trace import TraceJob, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -108,7 +108,7 @@ def _perf(path: str) -> PerfTable:
 def default_references() -> tuple[str, ...]:
     """msched's default reference set, read as msched reads it (the jobs of (a)-(c) must avoid it)."""
     try:
-        from msched.similarity import load_references
+        from msched.models.classify import load_references
 
         return tuple(load_references().names)
     except ImportError as exc:

@@ -27,9 +27,9 @@ import os
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from msched.records import record
+from msched.util.record import record
 
-# Paths are plain strings here: msub imports this module on every submission (see msched.records).
+# Paths are plain strings here: msub imports this module on every submission (see msched.util.record).
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES_DIR = os.path.join(PROJECT_ROOT, "profiles")
 DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"

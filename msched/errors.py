@@ -1,9 +1,9 @@
 """Errors raised on both sides of msub's light path.
 
-`ProfileError` is raised by the torch-side profiler (`msched.profiler`, with the per-user cache in
-`msched.profile_cache`) and by the shipped-table reader (`msched.shipped`) that msub uses on every
+`ProfileError` is raised by the torch-side profiler (`msched.models.profiler`, with the per-user cache in
+`msched.models.profile_cache`) and by the shipped-table reader (`msched.models.shipped`) that msub uses on every
 submission; it lives here so that msub can catch it without importing the profiler (see
-`msched.records` for why msub's imports are counted).
+`msched.util.record` for why msub's imports are counted).
 """
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from msched.records import record
+from msched.util.record import record
 
 PREFIX = "msched:v1;"
 _SAFE = "|:/.,-_+()[]&!*"
@@ -29,7 +29,7 @@ _UNQUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 
 def _quote(text: str) -> str:
     """Percent-encode a tag value. Names and numbers need nothing, and then msub skips importing
-    urllib.parse (~5 ms of its budget, see msched.records)."""
+    urllib.parse (~5 ms of its budget, see msched.util.record)."""
     if _UNQUOTED.issuperset(text):
         return text
     from urllib.parse import quote

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from msched.features import FEATURE_NAMES  # noqa: E402
-from msched.profiler import library_versions, profile_in_process, torchvision_names  # noqa: E402
-from msched.similarity import ReferenceSet  # noqa: E402
+from msched.models.classify import ReferenceSet  # noqa: E402
+from msched.models.features import FEATURE_NAMES  # noqa: E402
+from msched.models.profiler import library_versions, profile_in_process, torchvision_names  # noqa: E402
 
 SOURCE = "pytorch-gpu-benchmark"
 SOURCE_URL = "https://github.com/ryujaehun/pytorch-gpu-benchmark"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from msched.slurm.base import (
     ACTIVE_STATES,
     FINISHED_STATES,

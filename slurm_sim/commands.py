@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from msched.config import PROFILES_DIR, ConfigError, load_config
-from msched.perf import PerfTable, PerfTableError
+from msched.estimate.perf_table import PerfTable, PerfTableError
 
 SHARED_TABLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gpu-train-benchmarks" / "perf_table.csv"
 
@@ -47,13 +47,13 @@ def _cluster(spec: str):
 def reference_names(config=None) -> list[str]:
     """The default reference models' names (the shipped set)."""
     try:
-        from msched.similarity import ClassifyError, load_references
+        from msched.models.classify import ClassifyError, load_references
         try:
             return list(load_references(config).names)
         except ClassifyError as exc:
             raise click.ClickException(f"cannot read the reference set: {exc}") from None
     except ImportError:
-        raise click.ClickException("the reference set is not available (msched.similarity missing)") from None
+        raise click.ClickException("the reference set is not available (msched.models.classify missing)") from None
 
 
 def resolve_models(text: str, truth: PerfTable, config=None) -> list[str]:

@@ -4,7 +4,7 @@ For every trace job, at its submit time, the replay does what `msub` would do on
 classifies the model (nearest reference, group, similarity, FLOPs ratio), writes the msched tag into
 the job's comment, and adds the policy's submit-time GPU-type constraint (`policy.submit_types`; none
 for fifo; a user-pinned type stays a typed gres and gets no constraint). Then, for policies that
-re-plan, every `round_s` seconds `msched.rounds.run_round` runs against the simulator through
+re-plan, every `round_s` seconds `msched.rounds.core.run_round` runs against the simulator through
 `SimClient`, exactly as cron's `msched reorder` runs against Slurm. Rounds whose snapshot has not
 changed since the last round (same pending and running sets) are skipped, and the clock jumps to the
 next grid time at which something can have changed.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msched import __version__
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from msched.policy import POLICY_NAMES
 from msched.policy.snapshot import PendingJob
 from msched.slurm.base import PENDING, JobRequest, SlurmJob
@@ -45,14 +45,14 @@ class SimRunError(RuntimeError):
 
 # ----------------------------------------------------------------------------- classification
 class Classifier:
-    """What msub learns about a model (`msched.similarity.classify`), cached per model name.
+    """What msub learns about a model (`msched.models.classify.classify`), cached per model name.
 
     A reference named directly is its own reference (DESIGN, policy point 3). The tag's `pref`/`pflops`
     name the nearest reference with measurements when the nearest one has none (e.g. EfficientNet).
     """
 
     def __init__(self, references: Sequence[str] | None = None, perf: PerfTable | None = None):
-        from msched import similarity
+        from msched.models import classify as similarity
 
         self.references = list(references) if references else None
         self.perf = perf
@@ -124,7 +124,7 @@ def make_policy(name: str, setup: SimSetup):
 
 
 def make_estimator(policy, setup: SimSetup):
-    from msched.estimators import TagEstimator, TruthEstimator
+    from msched.estimate.estimators import TagEstimator, TruthEstimator
     if getattr(policy, "estimator_kind", "tag") == "truth":
         return _PerJobCache(TruthEstimator(setup.truth, knowledge=setup.perf))
     return _PerJobCache(TagEstimator(setup.perf))
@@ -149,7 +149,7 @@ class _PerJobCache:
 def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, store=None,
            progress: Callable[[str], None] | None = None) -> RunResult:
     """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`."""
-    from msched.rounds import run_round
+    from msched.rounds.core import run_round
 
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
@@ -296,7 +296,7 @@ def _pending_view(tj: TraceJob, tag: JobTag, estimator, now: float, types: Seque
 
 def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) -> dict[str, float]:
     """A dry-run plan of the queue as it stands: when each GPU type frees up."""
-    from msched.rounds import run_round
+    from msched.rounds.core import run_round
     result = run_round(client, policy, estimator, now=client.now(), dry_run=True,
                        starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
     return dict(result.plan.free_time or {}) if result.plan is not None else {}
@@ -320,12 +320,12 @@ class _Recorder:
         self.run_id = store.run_id("sim", name, policy=policy, gpus=setup.cluster.gpus_total)
 
     def round(self, result, now: float) -> None:
-        from msched.store import records
+        from msched.store import writes as records
         with self.store.write() as s:
             records.ingest_jobs(s, self.run_id, result.jobs, now)
             records.record_round(s, self.run_id, result)
 
     def finish(self, client: SimClient, now: float) -> None:
-        from msched.store import records
+        from msched.store import writes as records
         with self.store.write() as s:
             records.record_completions(s, self.run_id, client.finished_jobs() + client.jobs(), now)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from slurm_sim.cluster import ClusterSpec
 from slurm_sim.trace import TraceJob
 

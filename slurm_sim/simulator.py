@@ -31,9 +31,9 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from msched.perf import PerfTable
-from msched.policy.constraint import ConstraintError, compile_constraint, feature_names
+from msched.estimate.perf_table import PerfTable
 from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
+from msched.slurm.feature_expr import ConstraintError, compile_constraint, feature_names
 from msched.tag import parse_comment
 from slurm_sim.cluster import ClusterSpec
 
@@ -43,7 +43,7 @@ _SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*$")
 _END, _WAKE = 0, 1
 # Node counts in constraints (`[a*2&b*1]`) are refused: a job here runs on nodes of one class, so a split
 # across features cannot be honoured, and msched never writes counts. The round core reads them (ignoring
-# the count) with the same parser, msched.policy.constraint.
+# the count) with the same parser, msched.slurm.feature_expr.
 _COUNTS = "refuse"
 
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO
 
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from slurm_sim.cluster import ClusterSpec
 
 REQUIRED = ("job_id", "submit_time", "user", "model", "num_gpus", "batch_size", "iterations")

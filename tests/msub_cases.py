@@ -2,7 +2,7 @@
 
 `sbatch -v --test-only ...` prints the options sbatch ended up with ("defined options") without
 submitting a job. `record()` runs every case through the real sbatch and stores what it printed in
-tests/data/sbatch_parse_recorded.json; the unit tests replay that file against msched.sbatch_args
+tests/data/sbatch_parse_recorded.json; the unit tests replay that file against msched.msub.sbatch_args
 (no Slurm needed), and a Slurm-marked test checks the recording still matches the installed sbatch.
 
 Regenerate: SLURM_CONF=... .venv/bin/python tests/msub_cases.py

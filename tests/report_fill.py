@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, NodeState, PendingJob, Plan, RunningJob
 from msched.slurm.base import SlurmJob
-from msched.store.records import ingest_jobs, record_completions, record_round
+from msched.store.writes import ingest_jobs, record_completions, record_round
 from msched.tag import JobTag, with_tag
 
 GPUS = {"a100": 4, "titanv": 4}

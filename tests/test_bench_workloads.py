@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
 from slurm_sim.trace import REQUIRED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from msched.calibrate import CalibrationError, batch_script, import_results
 from msched.commands.calibrate_cmd import calibrate
 from msched.config import PROFILES_DIR
-from msched.estimate import estimate_runtime
-from msched.perf import PerfTable
+from msched.estimate.calibrate import CalibrationError, batch_script, import_results
+from msched.estimate.perf_table import PerfTable
+from msched.estimate.runtime import estimate_runtime
 
 # A few rows of the shared table (pytorch-gpu-benchmark via ../shared/data/gpu-train-benchmarks), used
 # as the "previous" table when the project's shipped table is not there.
@@ -190,13 +190,13 @@ def test_script_is_valid_bash_with_the_right_sbatch_lines(tmp_path):
     assert all(text.splitlines().index(ln) < first_cmd for ln in sbatch)
     # the command it runs, with the shell's own expansion of the job id: run it here with a fake job id,
     # after swapping the GPU device for the CPU and shrinking the work
-    run_line = next(ln for ln in text.splitlines() if "-m msched.calibrate run" in ln)
+    run_line = next(ln for ln in text.splitlines() if "-m msched.estimate.calibrate run" in ln)
     assert "--models resnet18,vgg16" in run_line and "--iterations 20" in run_line and "--num-gpus 2" in run_line
 
 
 @pytest.mark.slow
 def test_script_runs_as_written(tmp_path):
-    """The script itself, run by bash with a job id set, through `python -m msched.calibrate` (the entry
+    """The script itself, run by bash with a job id set, through `python -m msched.estimate.calibrate` (the entry
     point the nodes use): only the device, model and amount of work swapped for a CPU-sized run."""
     res = CliRunner().invoke(calibrate, ["script", "--gpu-type", "titanv", "--models", "resnet18,vgg16",
                                          "--iterations", "20", "--batch-size", "8", "--num-gpus", "2",
@@ -239,7 +239,7 @@ def test_default_models_are_the_measured_references(tmp_path):
         assert res.exit_code == 1 and "--models" in res.output
         return
     assert res.exit_code == 0, res.output
-    from msched.calibrate import default_models, input_size_of, reference_models
+    from msched.estimate.calibrate import default_models, input_size_of, reference_models
 
     refset = reference_models()
     models = default_models()
@@ -249,8 +249,8 @@ def test_default_models_are_the_measured_references(tmp_path):
     assert all(shipped.has_model(m) for m in models)
     assert input_size_of(models[0]) == next(r.input_size for r in refset if r.name == models[0])
     assert input_size_of("not_a_reference") == 224
-    # the JSON read directly (where msched.similarity cannot be used) gives the same set
-    from msched.calibrate import _reference_entries
+    # the JSON read directly (where msched.models.classify cannot be used) gives the same set
+    from msched.estimate.calibrate import _reference_entries
     assert [r.name for r in _reference_entries(str(refs)) if r.measured] == models
 
 

@@ -1,4 +1,4 @@
-"""The one reader of Slurm feature expressions (msched.policy.constraint), shared by the round core
+"""The one reader of Slurm feature expressions (msched.slurm.feature_expr), shared by the round core
 (counts ignored) and the simulator (counts refused): grammar, left-to-right evaluation as slurmctld 22.05
 does it (tests/test_rounds.py checks the same forms against the real slurmctld), and its errors."""
 
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from msched.policy import constraint as mod
-from msched.policy.constraint import ConstraintError, compile_constraint, feature_names, matches
+from msched.slurm import feature_expr as mod
+from msched.slurm.feature_expr import ConstraintError, compile_constraint, feature_names, matches
 
 A100_IB = {"a100", "ib"}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from msched.submit import MSUB_OPTIONS, build_submission, detect_model, known_models, strip_msched_lines
+from msched.msub.main import MSUB_OPTIONS, build_submission, detect_model, known_models, strip_msched_lines
 from msched.tag import parse_comment
 
 SBATCH = "/usr/bin/sbatch"
@@ -279,7 +279,7 @@ def _model_script(model: str, form: str) -> tuple[str, list[str]]:
 
 @pytest.mark.slurm
 def test_twenty_models_tagged_and_read_back_by_msched_jobs(slurm_cluster, ordinary_user, workdir, site, janitor):
-    from msched.similarity import classify
+    from msched.models.classify import classify
     ids = {}
     for i, (model, form) in enumerate(MODELS_20):
         body, extra = _model_script(model, form)

@@ -1,4 +1,4 @@
-"""msched.sbatch_args and msched.constraints: sbatch's command line and #SBATCH lines read as sbatch reads them.
+"""msched.msub.sbatch_args and msched.msub.gpu_request: sbatch's command line and #SBATCH lines read as sbatch reads them.
 
 The replay test compares against what the real sbatch 22.05.8 reported for the same argv/script/env
 (`sbatch -v --test-only`, recorded in tests/data/sbatch_parse_recorded.json by tests/msub_cases.py);
@@ -15,8 +15,8 @@ import shutil
 import msub_cases
 import pytest
 
-from msched.constraints import add_types, gpu_request, parse_gpus, parse_gres, pinned_types
-from msched.sbatch_args import (
+from msched.msub.gpu_request import add_types, gpu_request, parse_gpus, parse_gres, pinned_types
+from msched.msub.sbatch_args import (
     LONG_OPTIONS,
     SbatchArgsError,
     directive_words,
@@ -133,7 +133,7 @@ def test_short_optional_argument_only_attached():
 
 
 def test_every_short_option_maps_to_a_long_one():
-    from msched.sbatch_args import SHORT_OPTIONS
+    from msched.msub.sbatch_args import SHORT_OPTIONS
     assert set(SHORT_OPTIONS.values()) <= set(LONG_OPTIONS)
 
 

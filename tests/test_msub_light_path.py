@@ -18,20 +18,22 @@ from urllib.parse import quote
 import pytest
 
 from msched.config import Config, ConfigError
-from msched.records import record
-from msched.submit import spawn_and_wait
+from msched.msub.main import spawn_and_wait
 from msched.tag import _SAFE, JobTag, _quote, parse_comment, with_tag
+from msched.util.record import record
 
 # msched's modules on the path for a torchvision model (classify, estimate, choose, tag, constrain)
 LIGHT_PATH = {
-    "msched", "msched.config", "msched.constraints", "msched.errors", "msched.estimate", "msched.features",
-    "msched.perf", "msched.policy", "msched.policy.choice", "msched.policy.constraint", "msched.records",
-    "msched.sbatch_args", "msched.shipped", "msched.similarity", "msched.submit", "msched.tag",
+    "msched", "msched.config", "msched.msub.gpu_request", "msched.errors", "msched.estimate.runtime", "msched.models.features",
+    "msched.estimate.perf_table", "msched.policy", "msched.policy.choice", "msched.slurm.feature_expr", "msched.util.record",
+    "msched.msub.sbatch_args", "msched.models.shipped", "msched.models.classify", "msched.msub.main", "msched.tag",
+    # the packages' own __init__ modules, each empty or lazy
+    "msched.msub", "msched.models", "msched.estimate", "msched.slurm", "msched.util",
 }
-# standard or third-party modules whose import costs msub more than it needs (see msched.records)
+# standard or third-party modules whose import costs msub more than it needs (see msched.util.record)
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",
                "inspect", "typing", "pathlib", "subprocess", "urllib.parse", "tomllib", "hashlib",
-               "msched.profiler", "msched.profile_cache", "msched.policy.base", "msched.policy.snapshot")
+               "msched.models.profiler", "msched.models.profile_cache", "msched.policy.base", "msched.policy.snapshot")
 
 
 def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
@@ -43,7 +45,7 @@ def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
     if not conf.exists():
         conf.write_text(f'state_dir = "{tmp_path}"\n[gpu_aliases]\n"A100-SXM4" = "a100"\n')
     code = (
-        "import sys, json; from msched.submit import build_submission; "
+        "import sys, json; from msched.msub.main import build_submission; "
         "sub, warnings = build_submission(['--model=resnet50', '--iterations=500', '--gres=gpu:1', '--wrap', 'true']); "
         "print(json.dumps([sorted(sys.modules), sub.argv, warnings]))"
     )

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from msched.estimators import TagEstimator, TruthEstimator
-from msched.perf import PerfRow, PerfTable
+from msched.estimate.estimators import TagEstimator, TruthEstimator
+from msched.estimate.perf_table import PerfRow, PerfTable
 from msched.policy import POLICY_NAMES, UnknownPolicy, get_policy
-from msched.policy.constraint import combine, names_gpu_type, split, top_level_terms
 from msched.policy.fastest import rank_types
 from msched.policy.priorities import MAX_PRIORITY, SPACING, assign_priorities, changed, fewest_moves
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
 from msched.policy.timeline import Timeline
 from msched.slurm.base import PENDING, SlurmJob
+from msched.slurm.feature_expr import combine, names_gpu_type, split, top_level_terms
 from msched.tag import JobTag
 
 H = 3600.0
@@ -332,5 +332,5 @@ def test_constraint_helpers():
     ("ib,ssd", {"ib"}, False),
 ])
 def test_matches_reads_expressions_like_slurm(expr, features, expected):
-    from msched.policy.constraint import matches
+    from msched.slurm.feature_expr import matches
     assert matches(expr, features) is expected

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from msched import profile_cache
-from msched.profiler import ProfileError, parse_spec, profile_in_process, torchvision_names
+from msched.models import profile_cache
+from msched.models.profiler import ProfileError, parse_spec, profile_in_process, torchvision_names
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "profiles" / "torchvision_features.json"
@@ -229,7 +229,7 @@ def test_shipped_and_cached_profiles_do_not_import_torch(user_model, cache):
     spec = f"{user_model}:make"
     profile_cache.get_profile(spec)          # fills the cache (subprocess with torch)
     res = _modules_after(f"""
-        from msched.profile_cache import get_profile
+        from msched.models.profile_cache import get_profile
         print(get_profile({spec!r}).params)
     """, env)
     assert res["rc"] == 0 and int(res["stdout"]) == 922

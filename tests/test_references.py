@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from msched import references as ev
-from msched.perf import PerfTable
-from msched.similarity import family_of, load_references
+from msched.estimate.perf_table import PerfTable
+from msched.models import reference_eval as ev
+from msched.models.classify import family_of, load_references
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data" / "gpu-train-benchmarks"

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import select
 
 from msched.config import load_config
-from msched.perf import PerfTable
-from msched.reorder import LockBusy, Reorderer, open_site_store, round_lock
+from msched.estimate.perf_table import PerfTable
+from msched.rounds.reorder import LockBusy, Reorderer, open_site_store, round_lock
 from msched.slurm.base import JobRequest
 from msched.store.db import Store
 from msched.store.schema import Decision, Job, Round
@@ -431,7 +431,7 @@ def test_recording_failure_after_apply_says_the_queue_is_valid(site):
         client.submit(JobRequest(name=f"j{i}", num_gpus=4, constraint="titanv" if model == "vgg16" else "a100",
                                  comment=with_tag(tag_for(model, 20000, added="x"), None), time_limit_s=7200,
                                  extra={"model": model, "iterations": 20000, "batch_size": 12}))
-    from msched.reorder import ReorderError, ensure_state_dir
+    from msched.rounds.reorder import ReorderError, ensure_state_dir
 
     ensure_state_dir(site.state_dir)
     store = Store(site.database_url, busy_timeout_s=0.5)

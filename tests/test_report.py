@@ -370,7 +370,7 @@ def test_report_over_real_cluster_jobs(slurm_cluster, janitor, tmp_path):
     from helpers import VENV_BIN, wait_for
 
     from msched.config import load_config
-    from msched.reorder import Reorderer, open_site_store
+    from msched.rounds.reorder import Reorderer, open_site_store
     from msched.slurm import get_client
     from msched.tag import JobTag, with_tag
 
@@ -408,7 +408,7 @@ def test_report_over_real_cluster_jobs(slurm_cluster, janitor, tmp_path):
         """A round over our jobs. The cluster is shared with other tests: a round that meets a job
         changing under it fails with one line and leaves the queue valid, and the next round
         re-plans (reorder's contract), so one retry is that next round."""
-        from msched.reorder import ReorderError
+        from msched.rounds.reorder import ReorderError
         try:
             return reorderer.round(jobs=my_jobs(), nodes=client.nodes())
         except ReorderError as first:

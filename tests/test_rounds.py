@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from msched.estimators import TagEstimator
-from msched.perf import PerfRow, PerfTable
+from msched.estimate.estimators import TagEstimator
+from msched.estimate.perf_table import PerfRow, PerfTable
 from msched.policy import get_policy
 from msched.policy.snapshot import JobDecision, Plan
-from msched.rounds import JobView, Update, diff_plan, expand_hostlist, release, run_round
+from msched.rounds.core import JobView, Update, diff_plan, expand_hostlist, release, run_round
 from msched.slurm.base import JobRequest, SlurmError, SlurmUnavailable
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
@@ -285,7 +285,7 @@ def test_starving_job_is_widened_to_every_feasible_type_and_put_first():
 
 
 def test_build_snapshot_reads_pins_user_parts_holds_and_running_ends():
-    from msched.rounds import build_snapshot
+    from msched.rounds.core import build_snapshot
     from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
 
     def tagged(**kw) -> str:
@@ -316,7 +316,7 @@ def test_build_snapshot_reads_pins_user_parts_holds_and_running_ends():
 def test_build_snapshot_leaves_jobs_with_unreadable_constraints_alone(caplog):
     """A constraint msched's parser refuses stops neither the round nor the other jobs: a managed job is
     left unwritable (never rewritten on a guess), and the reason is logged on one line."""
-    from msched.rounds import build_snapshot
+    from msched.rounds.core import build_snapshot
     from msched.slurm.base import PENDING, SlurmJob, SlurmNode
 
     tag = with_tag(JobTag(model="vgg16", ref="vgg16", iters=36_000, bs=12), None)
@@ -324,7 +324,7 @@ def test_build_snapshot_leaves_jobs_with_unreadable_constraints_alone(caplog):
     jobs = [SlurmJob("1", PENDING, priority=50, num_gpus=1, features="ib&|opa", comment=tag),
             SlurmJob("2", PENDING, priority=40, num_gpus=1, features="(titanv", comment=None),
             SlurmJob("3", PENDING, priority=30, num_gpus=1, features="ib&(a100|titanv)", comment=tag)]
-    with caplog.at_level("WARNING", logger="msched.rounds"):
+    with caplog.at_level("WARNING", logger="msched.rounds.core"):
         snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 0.0, gpu_type_of=str.lower)
     assert {p.job_id for p in snap.pending} == {"1", "2", "3"}
     assert not views["1"].writable and views["3"].writable

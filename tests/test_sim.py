@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from msched.perf import PerfRow, PerfTable
-from msched.policy.constraint import ConstraintError, compile_constraint
+from msched.estimate.perf_table import PerfRow, PerfTable
 from msched.slurm.base import JobNotPending, JobRequest, SlurmError
+from msched.slurm.feature_expr import ConstraintError, compile_constraint
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpecError, parse_cluster
 from slurm_sim.compare import Classifier, SimSetup, replay

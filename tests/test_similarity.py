@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from msched.features import FEATURE_NAMES, Standardisation, feature_dict, feature_vector
-from msched.profile_cache import shipped_profile, shipped_profiles
-from msched.similarity import (
+from msched.models.classify import (
     ClassifyError,
     ReferenceSet,
     classify,
@@ -22,6 +20,8 @@ from msched.similarity import (
     resolve_references,
     similarity,
 )
+from msched.models.features import FEATURE_NAMES, Standardisation, feature_dict, feature_vector
+from msched.models.profile_cache import shipped_profile, shipped_profiles
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCES = REPO / "profiles" / "reference_models.json"
@@ -147,7 +147,7 @@ def test_classify_unknown_model():
 def test_classify_hot_path_imports_no_heavy_library():
     code = textwrap.dedent("""
         import json, sys
-        from msched.similarity import ClassifyError, classify
+        from msched.models.classify import ClassifyError, classify
         c = classify("wide_resnet101_2")
         try:
             classify("resnet5")          # an unknown name is answered from the shipped table too

@@ -13,7 +13,7 @@ import pytest
 from helpers import wait_for
 
 from msched.config import Config
-from msched.rounds import Update, apply_updates
+from msched.rounds.core import Update, apply_updates
 from msched.slurm.base import (
     JobNotPending,
     JobRequest,

@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from msched.config import load_config
 from msched.slurm.base import SlurmJob
 from msched.store.db import Store, StoreError, open_store
-from msched.store.records import ingest_jobs, record_completions, record_round
 from msched.store.schema import SCHEMA_VERSION, Decision, Job, Meta, ReferenceModel, Round, Run
+from msched.store.writes import ingest_jobs, record_completions, record_round
 from msched.tag import JobTag, with_tag
 
 WRITERS = 20

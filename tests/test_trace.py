@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from msched.cli import cli
-from msched.perf import PerfRow, PerfTable
+from msched.estimate.perf_table import PerfRow, PerfTable
 from slurm_sim.cluster import parse_cluster
 from slurm_sim.trace import TraceError, load_trace, parse_size_dist, synth
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from msched.calibrate import (
+from msched.config import ConfigError, load_config
+from msched.estimate.calibrate import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_INPUT_SIZE,
     DEFAULT_ITERATIONS,
@@ -16,7 +17,6 @@ from msched.calibrate import (
     CalibrationError,
     split_names,
 )
-from msched.config import ConfigError, load_config
 
 
 def _config():
@@ -27,7 +27,7 @@ def _config():
 
 
 def _models(value: str | None, config) -> list[str]:
-    from msched.calibrate import default_models
+    from msched.estimate.calibrate import default_models
 
     try:
         return split_names(value) if value else default_models(config)
@@ -88,7 +88,7 @@ def calibrate() -> None:
 def script_cmd(gpu_type, models, iterations, warmup, batch_size, num_gpus, precision, input_size,
                output_dir, time_limit, partition, exclusive, python, output) -> None:
     """Print a batch script that times the models on a node of GPU-TYPE and writes performance rows."""
-    from msched.calibrate import batch_script
+    from msched.estimate.calibrate import batch_script
 
     config = _config()
     try:
@@ -110,7 +110,7 @@ def script_cmd(gpu_type, models, iterations, warmup, batch_size, num_gpus, preci
 def submit_cmd(gpu_types, models, iterations, warmup, batch_size, num_gpus, precision, input_size,
                output_dir, time_limit, partition, exclusive, python, hold, backend) -> None:
     """Submit one calibration job per GPU type through Slurm and print the job ids."""
-    from msched.calibrate import batch_script, check_name
+    from msched.estimate.calibrate import batch_script, check_name
     from msched.slurm import JobRequest, SlurmError, get_client
 
     config = _config()
@@ -170,7 +170,7 @@ def _limit_seconds(text: str) -> float | None:
 def run_cmd(local, device, gpu_type, models, iterations, warmup, batch_size, num_gpus, precision, input_size,
             output) -> None:
     """Time the models here, in this process, and write performance-table rows."""
-    from msched.calibrate import BenchSettings, _device_gpu_type, rows_csv, run_benchmark
+    from msched.estimate.calibrate import BenchSettings, _device_gpu_type, rows_csv, run_benchmark
 
     if not local and not os.environ.get("SLURM_JOB_ID"):
         raise click.UsageError("`run` times the machine it runs on: pass --local to measure this one "
@@ -206,8 +206,8 @@ def run_cmd(local, device, gpu_type, models, iterations, warmup, batch_size, num
 def import_cmd(files, perf, cluster, out) -> None:
     """Merge calibration results into the performance table (source `site:<cluster>:<date>`), keeping
     the previous rows for whatever was not measured."""
-    from msched.calibrate import import_results, write_table_atomically
-    from msched.perf import PerfTable, PerfTableError
+    from msched.estimate.calibrate import import_results, write_table_atomically
+    from msched.estimate.perf_table import PerfTable, PerfTableError
 
     config = _config()
     perf_path = Path(perf or config.performance)

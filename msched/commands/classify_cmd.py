@@ -21,8 +21,8 @@ from msched.config import METRICS, ConfigError
 def classify(spec: str, references: str | None, metric: str | None, input_size: int | None, as_json: bool) -> None:
     """Classify SPEC (a torchvision name or path/to/file.py:factory) against the reference set."""
     from msched.config import load_config
-    from msched.similarity import ClassifyError
-    from msched.similarity import classify as run_classify
+    from msched.models.classify import ClassifyError
+    from msched.models.classify import classify as run_classify
 
     try:
         config = load_config()

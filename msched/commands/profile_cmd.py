@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from msched.profiler import DEFAULT_TIMEOUT_S, ProfileError
+from msched.models.profiler import DEFAULT_TIMEOUT_S, ProfileError
 
 
 @click.command()
@@ -25,7 +25,7 @@ def profile(spec: str, input_size: int | None, as_json: bool, timeout: float, no
     build on PyTorch's meta device (no weights). A torchvision model at its default input size is
     answered from the shipped table without importing torch.
     """
-    from msched.profile_cache import get_profile
+    from msched.models.profile_cache import get_profile
 
     try:
         prof = get_profile(spec, input_size=input_size, timeout=timeout, use_cache=not no_cache)

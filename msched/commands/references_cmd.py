@@ -21,7 +21,7 @@ def references() -> None:
 
 def _load(references_opt: str | None):
     from msched.config import load_config
-    from msched.similarity import ClassifyError, resolve_references
+    from msched.models.classify import ClassifyError, resolve_references
 
     try:
         config = load_config()
@@ -36,7 +36,7 @@ def _load(references_opt: str | None):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(references_opt: str | None, as_json: bool) -> None:
     """The reference models: group, whether their performance is measured, size and FLOPs."""
-    from msched.profile_cache import shipped_profile
+    from msched.models.profile_cache import shipped_profile
 
     _config, refset = _load(references_opt)
     rows = []
@@ -92,9 +92,9 @@ def evaluate_cmd(perf_path: Path, references_opt: str | None, num_gpus: int, pre
     references' mean profile, what a model-blind scheduler knows) and time_error (mean |log predicted -
     log true|, which also checks the FLOPs scaling).
     """
-    from msched import references as ev
-    from msched.perf import PerfTable, PerfTableError
-    from msched.similarity import ClassifyError
+    from msched.estimate.perf_table import PerfTable, PerfTableError
+    from msched.models import reference_eval as ev
+    from msched.models.classify import ClassifyError
 
     config, refset = _load(references_opt)
     metric = metric or config.metric

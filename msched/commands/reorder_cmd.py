@@ -47,14 +47,21 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
     if release and (dry_run or every):
         raise click.UsageError("--release runs once and cannot be combined with --dry-run or --every")
     _setup_logging(verbose)
-    log = logging.getLogger("msched.reorder")
+    log = logging.getLogger("msched.rounds.reorder")
     try:
         config = load_config(config_file)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
-    from msched.perf import PerfTableError
-    from msched.reorder import LockBusy, Reorderer, ReorderError, open_site_store, round_lock, wait_interval
+    from msched.estimate.perf_table import PerfTableError
+    from msched.rounds.reorder import (
+        LockBusy,
+        Reorderer,
+        ReorderError,
+        open_site_store,
+        round_lock,
+        wait_interval,
+    )
     from msched.slurm import SlurmError, get_client
     from msched.store.db import StoreError
 

@@ -59,8 +59,8 @@ def _live_jobs(config):
 
 def _table_estimator(config):
     """Estimates from the site's performance table, for finished jobs no round planned (see build_report)."""
-    from msched.estimate import estimate_runtime
-    from msched.perf import PerfTable, PerfTableError
+    from msched.estimate.perf_table import PerfTable, PerfTableError
+    from msched.estimate.runtime import estimate_runtime
 
     try:
         perf = PerfTable.load(config.performance)

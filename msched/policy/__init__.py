@@ -4,7 +4,7 @@ Each policy has `.name`, `.replans`, `.estimator_kind` ("tag" or "truth"), `.sub
 and `.plan(snapshot) -> Plan` (a pure function of a `ClusterSnapshot`). See `base.py`.
 
 The policy classes are imported when first asked for: msub imports `msched.policy.choice` and
-`msched.policy.constraint` on every submission and must not pay for the planner (see `msched.records`).
+`msched.slurm.feature_expr` on every submission and must not pay for the planner (see `msched.util.record`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def policy_classes() -> dict[str, type]:
     """Name -> policy class, in POLICY_NAMES order."""
     from msched.policy.fastest import FastestPolicy
     from msched.policy.fifo import FifoPolicy
-    from msched.policy.similarity import MschedOncePolicy, MschedPolicy, OraclePolicy
+    from msched.policy.msched import MschedOncePolicy, MschedPolicy, OraclePolicy
 
     return {"fifo": FifoPolicy, "fastest": FastestPolicy, "msched-once": MschedOncePolicy,
             "msched": MschedPolicy, "oracle": OraclePolicy}

@@ -1,7 +1,7 @@
 """The submit-time GPU-type choice: which types to allow a job before any round has planned it.
 
 Kept apart from the planner (snapshot, timeline, list scheduling) because msub makes this choice on
-every submission and must not import the planner (see `msched.records`); the msched-once policy and
+every submission and must not import the planner (see `msched.util.record`); the msched-once policy and
 the msched policy's submit-time answer call the same function, so msub and the simulator agree.
 """
 

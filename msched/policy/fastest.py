@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from msched.perf import DEFAULT_PRECISION, PerfTable
+from msched.estimate.perf_table import DEFAULT_PRECISION, PerfTable
 from msched.policy.base import Policy
 from msched.policy.snapshot import PendingJob
 

@@ -1,6 +1,6 @@
 """The policy's view of the cluster: plain frozen dataclasses, no Slurm, no SQL, no CLI.
 
-The round core (`msched.rounds`) builds a `ClusterSnapshot` from whatever `SlurmClient` it is given
+The round core (`msched.rounds.core`) builds a `ClusterSnapshot` from whatever `SlurmClient` it is given
 (real or simulated); a `Policy` turns it into a `Plan`; the round core diffs the plan against what Slurm
 holds and applies only the changes.
 """

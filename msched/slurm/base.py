@@ -2,7 +2,7 @@
 
 Backends are sibling modules behind this one interface (as in submitit): `cli` (sbatch/squeue/
 scontrol/sinfo, the one CI proves against a real local cluster), `pyslurm` (where pyslurm imports)
-and `slurm_sim.client.SimClient` (the simulator). The reorder round core (`msched.rounds`) only ever
+and `slurm_sim.client.SimClient` (the simulator). The reorder round core (`msched.rounds.core`) only ever
 talks to a `SlurmClient`, so one code path drives the real cluster and the simulator.
 
 Reads are batched: one `jobs()` call and one `nodes()` call per round, never one per job. So are a

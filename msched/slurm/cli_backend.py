@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 
 from msched.config import Config, load_config
-from msched.sbatch_args import parse_time_limit  # Slurm's one time syntax, read one way
+from msched.msub.sbatch_args import parse_time_limit  # Slurm's one time syntax, read one way
 from msched.slurm.base import (
     ACTIVE_STATES,
     FINISHED_STATES,

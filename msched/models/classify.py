@@ -1,7 +1,7 @@
 """Similarity groups: which reference model a job's model is most like (DESIGN, policy point 3).
 
-A job's model is profiled (`msched.profile_cache`: the shipped table for torchvision names, a cached
-subprocess for `file.py:factory`), turned into log features (`msched.features`), standardised over the
+A job's model is profiled (`msched.models.profile_cache`: the shipped table for torchvision names, a cached
+subprocess for `file.py:factory`), turned into log features (`msched.models.features`), standardised over the
 reference set, and compared with every reference: cosine similarity by default, Euclidean or Manhattan
 distance (turned into a similarity 1 / (1 + d)) as options. The group is the family of the nearest
 reference. Everything here is pure Python: msub classifies on every submission without torch, numpy or
@@ -18,8 +18,8 @@ from functools import lru_cache
 
 from msched.config import METRICS, PROFILES_DIR, Config, load_config
 from msched.errors import ProfileError
-from msched.features import FEATURE_NAMES, Standardisation, feature_vector
-from msched.records import record
+from msched.models.features import FEATURE_NAMES, Standardisation, feature_vector
+from msched.util.record import record
 
 DEFAULT_REFERENCES = os.path.join(PROFILES_DIR, "reference_models.json")
 
@@ -151,7 +151,7 @@ class ReferenceSet:
                       measured: Iterable[str] | None = None, groups: dict[str, str] | None = None,
                       feature_names: Sequence[str] = FEATURE_NAMES, source: str = "") -> ReferenceSet:
         """A reference set from model names, standardised over them (needs scikit-learn)."""
-        from msched.profile_cache import get_profile
+        from msched.models.profile_cache import get_profile
 
         if not names:
             raise ClassifyError("an empty reference set")
@@ -306,7 +306,7 @@ def classify(spec: str, *, config: Config | None = None, references: object = No
     A torchvision name reads only shipped JSON (no torch); a file is profiled in a subprocess with a
     timeout and cached. Any failure raises ClassifyError with a one-line message.
     """
-    from msched.shipped import profile_data
+    from msched.models.shipped import profile_data
 
     cfg = config
     if metric is None or references is None:
@@ -317,8 +317,8 @@ def classify(spec: str, *, config: Config | None = None, references: object = No
         # a shipped torchvision name at its own size is a JSON lookup (msub's path: no profiler module)
         prof = profile_data(spec.strip()) if input_size is None and ".py:" not in spec else None
         if prof is None:
-            from msched.profile_cache import get_profile
-            from msched.profiler import DEFAULT_TIMEOUT_S
+            from msched.models.profile_cache import get_profile
+            from msched.models.profiler import DEFAULT_TIMEOUT_S
 
             prof = get_profile(spec, input_size=input_size, timeout=timeout or DEFAULT_TIMEOUT_S)
     except ProfileError as exc:

@@ -21,7 +21,7 @@ Why it is built this way:
   from PATH, so msub can itself be installed as `sbatch`.
 - The hot path (a torchvision model) imports no torch, numpy, scikit-learn, SQLAlchemy or rich, and
   none of msched's planner: only the modules that `tests/test_msub_light_path.py` lists, which use
-  records instead of dataclasses and os.path instead of pathlib (`msched.records` says why). Only a
+  records instead of dataclasses and os.path instead of pathlib (`msched.util.record` says why). Only a
   user's own model file is profiled, in a subprocess of this (the user's own) process.
 """
 
@@ -32,8 +32,7 @@ import re
 import sys
 import time
 
-from msched.records import record
-from msched.sbatch_args import (
+from msched.msub.sbatch_args import (
     NONE,
     REQUIRED,
     SbatchArgsError,
@@ -45,6 +44,7 @@ from msched.sbatch_args import (
     parse_script_options,
     split_directive,
 )
+from msched.util.record import record
 
 PROG = "msub"
 MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
@@ -211,7 +211,7 @@ def _sbatch_path(config) -> str:
         same = me is not None and os.path.realpath(path) == me
         if not same:
             with open(path, "rb") as fh:          # another copy of msub's launcher would loop forever
-                same = fh.read(2) == b"#!" and b"msched.submit" in fh.read(1024)
+                same = fh.read(2) == b"#!" and b"msched.msub.main" in fh.read(1024)
     except OSError:
         same = False                              # a missing sbatch: running it reports the error
     if same:
@@ -241,7 +241,7 @@ def _load_config():
 
 def known_models() -> set[str]:
     """Names msub accepts when it finds a model on a command line: the shipped torchvision table's."""
-    from msched.shipped import model_names
+    from msched.models.shipped import model_names
 
     try:
         return set(model_names())
@@ -322,7 +322,7 @@ def reference_rows(path, model: str):
     filtering lines before parsing keeps a large site table off the submission's critical path."""
     import csv
 
-    from msched.perf import PerfTable, PerfTableError, _parse_rows
+    from msched.estimate.perf_table import PerfTable, PerfTableError, _parse_rows
 
     try:
         with open(path, newline="") as fh:
@@ -340,8 +340,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     Every exception raised here means "submit as a plain job with a warning".
     """
     from msched import __version__
-    from msched.constraints import gpu_request, pinned_types
-    from msched.similarity import classify
+    from msched.models.classify import classify
+    from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.tag import JobTag
 
     if ".py:" not in spec and spec not in known_models():
@@ -380,7 +380,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
 def choose_types(tag, gpus, req: SbatchRequest, perf, config, cluster_types, free_at,
                  est_model: str, est_flops: float) -> tuple[str, ...]:
     """The GPU types to OR into the constraint, by the policy's submit-time choice (shared with msched-once)."""
-    from msched.estimate import estimate_runtime
+    from msched.estimate.runtime import estimate_runtime
     from msched.policy.choice import DEFAULT_UNKNOWN_RUNTIME_S, completion_choice
 
     allowed = [t for t in perf.types_for(est_model) if not cluster_types or t in cluster_types]
@@ -464,7 +464,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
         warnings.append(f"{_one_line(exc)}; submitting as a plain sbatch job")
         return submission, warnings
 
-    from msched.constraints import add_types
+    from msched.msub.gpu_request import add_types
     from msched.tag import parse_comment, with_tag
 
     new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None

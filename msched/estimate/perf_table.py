@@ -21,7 +21,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
-from msched.records import record
+from msched.util.record import record
 
 COLUMNS = ("model", "gpu_type", "num_gpus", "batch_size", "precision", "iter_ms")
 DEFAULT_PRECISION = "float"

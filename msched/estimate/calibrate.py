@@ -11,7 +11,7 @@ median. Several GPUs on one node use `nn.DataParallel` with the per-GPU batch ti
 as the source did.
 
 Three pieces, each usable alone:
-- `batch_script(...)`: the Slurm batch script that runs `python -m msched.calibrate run ...` on a node;
+- `batch_script(...)`: the Slurm batch script that runs `python -m msched.estimate.calibrate run ...` on a node;
 - `run_benchmark(...)`: the timing itself (imports torch lazily; the rest of the module stays light);
 - `import_results(...)`: merges measured rows into the table, with `source = site:<cluster>:<date>`.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from msched.perf import COLUMNS, PerfRow, PerfTable, PerfTableError
+from msched.estimate.perf_table import COLUMNS, PerfRow, PerfTable, PerfTableError
 
 PRECISIONS = ("float", "half", "double")
 DEFAULT_BATCH_SIZE = 12        # per GPU, as in the shared table's source
@@ -95,12 +95,12 @@ class RefModel:
 
 
 def reference_models(config=None) -> list[RefModel]:
-    """The reference set as the policy sees it (msched.similarity), or read from its JSON file."""
+    """The reference set as the policy sees it (msched.models.classify), or read from its JSON file."""
     if config is None:
         from msched.config import load_config
         config = load_config()
     try:
-        from msched.similarity import load_references  # the reference set as the policy sees it
+        from msched.models.classify import load_references  # the reference set as the policy sees it
         refs = load_references(config)
         return [RefModel(r.name, bool(r.measured), int(r.input_size)) for r in refs.references]
     except Exception:   # similarity not importable or its files missing: read the configured list
@@ -193,7 +193,7 @@ def batch_script(
         lines.append(f"#SBATCH --partition={partition}")
     if exclusive:
         lines.append("#SBATCH --exclusive")
-    args = ["-m", "msched.calibrate", "run", "--device", "cuda", "--gpu-type", gpu_type,
+    args = ["-m", "msched.estimate.calibrate", "run", "--device", "cuda", "--gpu-type", gpu_type,
             "--models", ",".join(models), "--num-gpus", str(num_gpus), "--batch-size", str(batch_size),
             "--precision", precision, "--warmup", str(warmup), "--iterations", str(iterations)]
     if input_size is not None:
@@ -386,7 +386,7 @@ def write_table_atomically(table: PerfTable, path: str | os.PathLike) -> None:
             tmp.unlink()
 
 
-if __name__ == "__main__":   # `python -m msched.calibrate run ...` on a node, from the batch script
+if __name__ == "__main__":   # `python -m msched.estimate.calibrate run ...` on a node, from the batch script
     from msched.commands.calibrate_cmd import calibrate as _group
 
-    _group.main(args=sys.argv[1:], prog_name="python -m msched.calibrate")
+    _group.main(args=sys.argv[1:], prog_name="python -m msched.estimate.calibrate")

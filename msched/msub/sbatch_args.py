@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from msched.records import record
+from msched.util.record import record
 
 NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from msched.perf import DEFAULT_PRECISION, PerfTable
-from msched.profiler import ProfileError
-from msched.similarity import ClassifyError, ReferenceSet, classify_profile, family_of
+from msched.estimate.perf_table import DEFAULT_PRECISION, PerfTable
+from msched.models.classify import ClassifyError, ReferenceSet, classify_profile, family_of
+from msched.models.profiler import ProfileError
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def evaluate(perf: PerfTable, refset: ReferenceSet, *, num_gpus: int = 1, precis
              gpu_types: Sequence[str] | None = None, metric: str = "cosine",
              models: Sequence[str] | None = None, profiles: dict[str, Any] | None = None) -> Evaluation:
     """Predict every non-reference model of `perf` from its nearest measured reference; compare."""
-    from msched.profile_cache import get_profile
+    from msched.models.profile_cache import get_profile
 
     types_filter = tuple(gpu_types) if gpu_types else None
     ref_times = {r: _measured(perf, r, num_gpus, precision, types_filter) for r in refset.names}

@@ -1,8 +1,8 @@
 """The shipped torchvision profile table (`profiles/torchvision_features.json`), read as plain dicts.
 
 scripts/build_reference_profiles.py precomputes every torchvision classification model's profile, so
-naming one costs a JSON lookup: no torch, and no `msched.profiler`. msub reads this on every submission;
-`msched.profile_cache` wraps the same entries in `Profile` objects for everyone else.
+naming one costs a JSON lookup: no torch, and no `msched.models.profiler`. msub reads this on every submission;
+`msched.models.profile_cache` wraps the same entries in `Profile` objects for everyone else.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Reading the queue (`build_snapshot`):
 - pinned = a typed gres (`gpu:a100:2`) or the tag's `pinned` (msub records a user constraint that names
   a GPU type there); pinned jobs may get a new priority but their constraint is never touched;
 - in a managed, unpinned job's constraint, pure GPU-type terms are msched's and the rest is the user's
-  (`msched.policy.constraint.split`); msched's new types are ANDed with the user's part when written;
+  (`msched.slurm.feature_expr.split`); msched's new types are ANDed with the user's part when written;
 - running jobs end at start + estimate on their type, capped by their time limit; without an estimate
   at their time limit, else an hour from now. A job already past its estimate is expected to run a
   quarter of its age longer (at least a minute), not to end "now": planning the next job onto a GPU
@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from msched.policy.constraint import ConstraintError, combine, matches, names_gpu_type, split
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.slurm.base import (
     JobNotPending,
@@ -48,9 +47,10 @@ from msched.slurm.base import (
     SlurmNode,
     expand_hostlist,
 )
+from msched.slurm.feature_expr import ConstraintError, combine, matches, names_gpu_type, split
 from msched.tag import JobTag
 
-log = logging.getLogger("msched.rounds")
+log = logging.getLogger("msched.rounds.core")
 
 Estimator = Callable[[SlurmJob, JobTag], dict[str, float]]
 UNKNOWN_RUNNING_S = 3600.0

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from msched.records import record
-from msched.sbatch_args import SbatchRequest
+from msched.msub.sbatch_args import SbatchRequest
+from msched.util.record import record
 
 GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
 _FEATURE_TOKEN = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -122,10 +122,10 @@ def pinned_types(
 ) -> tuple[str, ...]:
     """GPU types the user chose: typed GPU options, or a constraint naming a known GPU type.
 
-    Reads the constraint with the reorderer's own reader (msched.policy.constraint), so msub and the
+    Reads the constraint with the reorderer's own reader (msched.slurm.feature_expr), so msub and the
     reorderer agree on what the user pinned.
     """
-    from msched.policy.constraint import names_gpu_type
+    from msched.slurm.feature_expr import names_gpu_type
 
     known = {canonical(t) for t in known_types}
     pinned = list(gpus.types) if gpus else []
@@ -143,13 +143,13 @@ def pinned_types(
 def add_types(user: str | None, types: Sequence[str], *, multi_node: bool = False) -> str | None:
     """The constraint to submit: the user's AND msched's OR of types (DESIGN, guard 6).
 
-    Written in the reorderer's forms (msched.policy.constraint.combine) so later rounds can read the
+    Written in the reorderer's forms (msched.slurm.feature_expr.combine) so later rounds can read the
     user's part back; a multi-node job without a user constraint gets Slurm's matching OR `[a|b]` (all
     nodes of one type). None = the user's expression is too complex to extend: add nothing.
     Verified on Slurm 22.05.8: `a|b`, `(a|b)&x`, `x&(a|b)`, `x&[a|b]` are accepted and start the job on a
     node satisfying both.
     """
-    from msched.policy.constraint import combine
+    from msched.slurm.feature_expr import combine
 
     if not types:
         return None

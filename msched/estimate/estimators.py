@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from msched.estimate import iteration_seconds, runtimes, work_iterations
-from msched.perf import PerfTable
+from msched.estimate.perf_table import PerfTable
+from msched.estimate.runtime import iteration_seconds, runtimes, work_iterations
 from msched.slurm.base import SlurmJob
 from msched.tag import JobTag
 

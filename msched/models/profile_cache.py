@@ -1,6 +1,6 @@
 """Where profiles come from without building a model: the shipped table, then a per-user cache.
 
-A torchvision model name is answered from the shipped table (`msched.shipped`, precomputed by
+A torchvision model name is answered from the shipped table (`msched.models.shipped`, precomputed by
 scripts/build_reference_profiles.py), so naming one never imports torch; msub reads that table directly
 (as plain dicts) and comes here only for a user's own model. A user's own model (`path/to/file.py:factory`) is profiled once in a subprocess and cached per user,
 keyed by absolute path, the file's SHA-256, the factory, the input size and the library versions (read
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from msched.config import user_cache_dir
 from msched.errors import ProfileError
-from msched.profiler import (
+from msched.models.profiler import (
     DEFAULT_TIMEOUT_S,
     Profile,
     library_versions,
@@ -26,7 +26,7 @@ from msched.profiler import (
     profile_subprocess,
     unknown_name_error,
 )
-from msched.shipped import SHIPPED_FEATURES, load_table, model_names, profile_data
+from msched.models.shipped import SHIPPED_FEATURES, load_table, model_names, profile_data
 
 
 def cache_dir() -> Path:
@@ -97,7 +97,7 @@ def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DE
             built_with = load_table().get("versions", {}).get("torchvision")
             if built_with and built_with == library_versions().get("torchvision"):
                 raise unknown_name_error(ms.name, names)
-            from msched.profiler import torchvision_names
+            from msched.models.profiler import torchvision_names
 
             if ms.name not in torchvision_names():
                 raise unknown_name_error(ms.name, names)

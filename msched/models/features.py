@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from msched.records import record
+from msched.util.record import record
 
 # Layer kinds as the profiler names them, grouped by how they use a GPU.
 _DENSE = ("conv_spatial", "conv_pointwise", "linear")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from msched.perf import DEFAULT_PRECISION, PerfTable
+from msched.estimate.perf_table import DEFAULT_PRECISION, PerfTable
 
 
 def iteration_seconds(

@@ -9,11 +9,11 @@ ordinary CPU tensors for their arithmetic while every parameter and buffer is mo
 registered, so even the largest models cost no memory.
 
 SPEC is a torchvision classification model name (`resnet50`) or `path/to/file.py:factory`, a callable
-returning an `nn.Module`. A user's file is imported only in a subprocess (`python -m msched.profiler`)
+returning an `nn.Module`. A user's file is imported only in a subprocess (`python -m msched.models.profiler`)
 with a timeout, so a hanging or crashing import cannot hang the caller; see `profile_spec`.
 
 This module imports torch only inside the functions that build models: importing it is cheap, and the
-shipped/cached path (`msched.profile_cache`) never needs torch.
+shipped/cached path (`msched.models.profile_cache`) never needs torch.
 """
 
 from __future__ import annotations
@@ -437,7 +437,7 @@ def profile_subprocess(spec: str, input_size: int | None = None, timeout: float 
     import signal
     import subprocess
 
-    argv = [sys.executable, "-m", "msched.profiler", spec, "--json"]
+    argv = [sys.executable, "-m", "msched.models.profiler", spec, "--json"]
     if input_size:
         argv += ["--input-size", str(int(input_size))]
     env = dict(os.environ)
@@ -471,10 +471,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m msched.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
+    """`python -m msched.models.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m msched.profiler")
+    ap = argparse.ArgumentParser(prog="python -m msched.models.profiler")
     ap.add_argument("spec")
     ap.add_argument("--input-size", type=int, default=None)
     ap.add_argument("--json", action="store_true")

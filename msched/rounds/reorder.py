@@ -1,6 +1,6 @@
 """The reorderer: one round of re-planning the pending queue, around the shared round core.
 
-`msched reorder` (cron, or `--every N`) and the simulator's rounds run the same `msched.rounds.run_round`;
+`msched reorder` (cron, or `--every N`) and the simulator's rounds run the same `msched.rounds.core.run_round`;
 this module adds what only the real cluster needs, in an order that keeps the queue valid whatever fails:
 
 1. take the round lock (flock, non-blocking: a second run steps aside and exits 0);
@@ -33,7 +33,7 @@ from typing import Any
 from msched.config import Config
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
-log = logging.getLogger("msched.reorder")
+log = logging.getLogger("msched.rounds.reorder")
 
 STATE_DIR_MODE = 0o755      # the free-time file in it is for every user's msub
 FREE_TIME_MODE = 0o644
@@ -53,7 +53,7 @@ class LockBusy(RuntimeError):
 class RoundOutcome:
     """What one round did, for the log line, the dry-run table and the tests."""
 
-    result: Any                           # msched.rounds.RoundResult
+    result: Any                           # msched.rounds.core.RoundResult
     round_id: int | None = None
     new_jobs: int = 0
     completions: int = 0
@@ -156,7 +156,7 @@ def _fail(msg: str) -> ReorderError:
 
 class Reorderer:
     """One site's reorder rounds: a Slurm client (real or simulated), the store, a policy and an
-    estimator. `run_round` of `msched.rounds` does the planning and the writing; this class wraps it
+    estimator. `run_round` of `msched.rounds.core` does the planning and the writing; this class wraps it
     with ingestion, recording, completion tracking and publishing."""
 
     def __init__(self, config: Config, client: SlurmClient, store, *, objective: str | None = None,  # noqa: ANN001
@@ -208,9 +208,9 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
-        from msched.rounds import run_round
+        from msched.rounds.core import run_round
         from msched.store.db import StoreError
-        from msched.store.records import ingest_jobs
+        from msched.store.writes import ingest_jobs
 
         db_s = 0.0
         if not dry_run:
@@ -270,8 +270,8 @@ class Reorderer:
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
         from sqlalchemy import func, select
 
-        from msched.store.records import active_job_ids, mark_vanished, record_completions, record_round
         from msched.store.schema import Round
+        from msched.store.writes import active_job_ids, mark_vanished, record_completions, record_round
 
         finished: list[SlurmJob] = []
         rid = self.run_id([])
@@ -315,7 +315,7 @@ class Reorderer:
         constraint (the round core's `release`). Returns the released job ids.
 
         The switch that turns msched off must work when the database does not: it needs none."""
-        from msched.rounds import release
+        from msched.rounds.core import release
 
         jobs, nodes = self.read()
         try:
@@ -332,8 +332,8 @@ def default_policy(objective: str, starvation_age_s: float = 86400.0):  # noqa: 
 
 
 def default_estimator(config: Config):  # noqa: ANN201
-    from msched.estimators import TagEstimator
-    from msched.perf import PerfTable
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.perf_table import PerfTable
 
     return TagEstimator(PerfTable.load(config.performance))
 
