@@ -32,7 +32,7 @@ demo: install
 	mkdir -p $(DEMO_DIR)
 	$(VENV)/bin/msched trace synth --jobs 300 --models non-reference --arrival static --seed 1 \
 		--cluster $(DEMO_CLUSTER) --out $(DEMO_DIR)/trace.csv
-	$(VENV)/bin/msched sim --cluster $(DEMO_CLUSTER) --trace $(DEMO_DIR)/trace.csv --truth profiles/measured_perf.csv \
+	$(VENV)/bin/msched sim --cluster $(DEMO_CLUSTER) --trace $(DEMO_DIR)/trace.csv --truth msched/data/measured_perf.csv \
 		--policy fifo,fastest,msched-once,msched,oracle --round 60 --starvation-age 0 \
 		--json $(DEMO_DIR)/results.json --plot $(DEMO_DIR)/sim.png
 

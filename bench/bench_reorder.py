@@ -38,15 +38,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from msched.config import PROFILES_DIR, Config  # noqa: E402
+from msched.config import DATA_DIR, Config  # noqa: E402
 from msched.estimate.perf_table import PerfTable  # noqa: E402
 from msched.policy.priorities import fewest_moves  # noqa: E402
 from msched.rounds.reorder import Reorderer, open_site_store  # noqa: E402
 from msched.slurm.base import JobRequest, JobUpdate, SlurmClient  # noqa: E402
 from msched.tag import JobTag, with_tag  # noqa: E402
 
-PERF = Path(PROFILES_DIR) / "gpu_performance.csv"
-TRUTH = Path(PROFILES_DIR) / "measured_perf.csv"
+PERF = Path(DATA_DIR) / "gpu_performance.csv"
+TRUTH = Path(DATA_DIR) / "measured_perf.csv"
 SIM_TYPES = ("a100", "titanrtx", "titanv", "rtx2080ti", "titanxp", "gtx1080ti")
 
 

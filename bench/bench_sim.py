@@ -29,7 +29,7 @@ FALLBACK_REFERENCES = ("resnet50", "resnext50_32x4d", "vgg16", "densenet121", "m
 
 
 def knowledge(truth: PerfTable) -> tuple[PerfTable, list[str] | None]:
-    perf_path = ROOT / "profiles" / "gpu_performance.csv"
+    perf_path = ROOT / "msched" / "data" / "gpu_performance.csv"
     if perf_path.exists():
         return PerfTable.load(perf_path), None
     refs = [r for r in FALLBACK_REFERENCES if truth.has_model(r)]

@@ -5,8 +5,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     database_url   = "sqlite:////var/lib/msched/msched.db"   # any SQLAlchemy URL
     sbatch         = "/usr/bin/sbatch"     # the real sbatch (msub may be installed as `sbatch`)
     state_dir      = "/var/lib/msched"     # lock file, published free-time file
-    references     = "profiles/reference_models.json"   # or a list of model names
-    performance    = "profiles/gpu_performance.csv"
+    references     = "msched/data/reference_models.json"   # or a list of model names
+    performance    = "msched/data/gpu_performance.csv"
     starvation_age_s = 86400
     objective      = "makespan"            # or "jct"
     metric         = "cosine"              # or "euclidean", "manhattan"
@@ -31,7 +31,10 @@ from msched.util.record import record
 
 # Paths are plain strings here: msub imports this module on every submission (see msched.util.record).
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES_DIR = os.path.join(PROJECT_ROOT, "profiles")
+# The shipped tables are package data (setup.cfg's package_data), so they sit beside this module in a
+# checkout and in an installed wheel alike. A plain path rather than importlib.resources: msub reads them on
+# every submission and importlib.resources costs pathlib and more; wheels are never imported zipped.
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
@@ -56,8 +59,8 @@ class Config:
     database_url: str = ""                  # "" = sqlite in state_dir
     sbatch: str = "/usr/bin/sbatch"
     state_dir: str = ""                     # "" = /var/lib/msched for root, else the user's XDG state dir
-    references: str | tuple[str, ...] = os.path.join(PROFILES_DIR, "reference_models.json")
-    performance: str = os.path.join(PROFILES_DIR, "gpu_performance.csv")
+    references: str | tuple[str, ...] = os.path.join(DATA_DIR, "reference_models.json")
+    performance: str = os.path.join(DATA_DIR, "gpu_performance.csv")
     starvation_age_s: float = 86400.0
     objective: str = "makespan"
     metric: str = "cosine"

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Build the shipped profiles under profiles/ (run by `make profiles`; needs torch and torchvision).
+"""Build the shipped profiles under msched/data/ (run by `make profiles`; needs torch and torchvision).
 
 Writes
-- profiles/torchvision_features.json: the profile of every torchvision classification model at its own
+- msched/data/torchvision_features.json: the profile of every torchvision classification model at its own
   default input size, with the library versions, so that msub never needs torch for a torchvision name;
-- profiles/reference_models.json: the default reference set (name, family/group, measured or not,
+- msched/data/reference_models.json: the default reference set (name, family/group, measured or not,
   FLOPs, raw features) and its standardisation (fitted with scikit-learn), so msub classifies in pure
   Python;
-- profiles/gpu_performance.csv: the reference models' measured rows (the policy's default knowledge);
-- profiles/measured_perf.csv: every model of the measured table (the simulator's default truth);
-- profiles/README.md: where the numbers come from.
+- msched/data/gpu_performance.csv: the reference models' measured rows (the policy's default knowledge);
+- msched/data/measured_perf.csv: every model of the measured table (the simulator's default truth);
+- msched/data/README.md: where the numbers come from.
 The measured figures come from ../shared/data/gpu-train-benchmarks/train_iter_ms.csv
 (github.com/ryujaehun/pytorch-gpu-benchmark, MIT).
 """
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-train-benchmarks",
                     help="folder holding train_iter_ms.csv")
-    ap.add_argument("--out", type=Path, default=ROOT / "profiles")
+    ap.add_argument("--out", type=Path, default=ROOT / "msched" / "data")
     ap.add_argument("--skip-profiles", action="store_true",
                     help="reuse the existing torchvision_features.json (only rebuild references and tables)")
     args = ap.parse_args(argv)

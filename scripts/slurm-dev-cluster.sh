@@ -79,7 +79,9 @@ resolve_dir() {
     if [[ -n "${SLURM_DEV_PORT_BASE:-}" ]]; then
         PORT_BASE="$SLURM_DEV_PORT_BASE"
     else
-        PORT_BASE=$(( 20000 + ($(printf '%s' "$DIR" | cksum | cut -d' ' -f1) % 4000) * 10 ))
+        # 20000-31999: below Linux's ephemeral range (32768-60999), where a client's outgoing connection
+        # could already hold a port the daemon then fails to bind
+        PORT_BASE=$(( 20000 + ($(printf '%s' "$DIR" | cksum | cut -d' ' -f1) % 1200) * 10 ))
     fi
 }
 

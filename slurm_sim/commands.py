@@ -14,15 +14,15 @@ from pathlib import Path
 
 import click
 
-from msched.config import PROFILES_DIR, ConfigError, load_config
+from msched.config import DATA_DIR, ConfigError, load_config
 from msched.estimate.perf_table import PerfTable, PerfTableError
 
 SHARED_TABLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gpu-train-benchmarks" / "perf_table.csv"
 
 
 def default_truth_path() -> Path:
-    """The simulator's default truth: all measured models (profiles/measured_perf.csv), else the shared table."""
-    shipped = Path(PROFILES_DIR) / "measured_perf.csv"
+    """The simulator's default truth: all measured models (msched/data/measured_perf.csv), else the shared table."""
+    shipped = Path(DATA_DIR) / "measured_perf.csv"
     return shipped if shipped.exists() or not SHARED_TABLE.exists() else SHARED_TABLE
 
 
@@ -97,7 +97,7 @@ def trace() -> None:
 @click.option("--time-limit-factor", type=click.FloatRange(min=1.0), default=None,
               help="Give each job a time limit of F x its true runtime on its slowest type.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
-              help="Performance table that turns durations into iterations [default: profiles/measured_perf.csv].")
+              help="Performance table that turns durations into iterations [default: msched/data/measured_perf.csv].")
 @click.option("--cluster", "cluster_spec", default=None, help="Keep job sizes that fit this cluster.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Output CSV (default: stdout).")
 def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limit_factor, truth_path,
@@ -149,9 +149,9 @@ def _fmt_r(v: float | None) -> str:
 @click.option("--cluster", "cluster_spec", required=True, help="TYPE:GPUSxNODES,... or a TOML file.")
 @click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False), help="Trace CSV (DESIGN).")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
-              help="What really happens [default: profiles/measured_perf.csv].")
+              help="What really happens [default: msched/data/measured_perf.csv].")
 @click.option("--perf", "perf_path", type=click.Path(dir_okay=False), default=None,
-              help="What the policy knows [default: the configured table, profiles/gpu_performance.csv].")
+              help="What the policy knows [default: the configured table, msched/data/gpu_performance.csv].")
 @click.option("--references", default=None,
               help="Comma-separated reference models (default: the configured set); --perf rows of others are ignored.")
 @click.option("--policy", "policies", default="fifo,fastest,msched-once,msched,oracle", show_default=True,

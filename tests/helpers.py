@@ -106,14 +106,14 @@ class JobJanitor:
 
 def measured_rows(models: Iterable[str], types: Iterable[str], *, num_gpus: int = 1, batch_size: int = 12,
                   precision: str = "float") -> str:
-    """Performance-table CSV text with the rows of the shipped measured table (profiles/measured_perf.csv,
+    """Performance-table CSV text with the rows of the shipped measured table (msched/data/measured_perf.csv,
     the shared pytorch-gpu-benchmark measurements) for these models on these types, one GPU, batch 12:
     the real figures tests plan with, instead of copies of them in each test module."""
     import csv
 
     wanted_models, wanted_types = set(models), set(types)
     keep = {"num_gpus": str(num_gpus), "batch_size": str(batch_size), "precision": precision}
-    with open(REPO / "profiles" / "measured_perf.csv", newline="") as fh:
+    with open(REPO / "msched" / "data" / "measured_perf.csv", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["model"] in wanted_models and r["gpu_type"] in wanted_types
                 and all(r[k] == v for k, v in keep.items())]
     header = "model,gpu_type,num_gpus,batch_size,precision,iter_ms,source"

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from msched.commands.calibrate_cmd import calibrate
-from msched.config import PROFILES_DIR
+from msched.config import DATA_DIR
 from msched.estimate.calibrate import CalibrationError, batch_script, import_results
 from msched.estimate.perf_table import PerfTable
 from msched.estimate.runtime import estimate_runtime
@@ -32,7 +32,7 @@ densenet121,a100,1,12,float,74.4245,pytorch-gpu-benchmark
 
 @pytest.fixture
 def base_table(tmp_path) -> Path:
-    shipped = Path(PROFILES_DIR) / "gpu_performance.csv"
+    shipped = Path(DATA_DIR) / "gpu_performance.csv"
     path = tmp_path / "perf.csv"
     if shipped.exists() and PerfTable.load(shipped).types_for("resnet18"):
         shutil.copy(shipped, path)
@@ -155,7 +155,7 @@ def test_import_merges_several_files_keeps_unmeasured_rows(tmp_path, base_table)
 
 
 def test_import_never_overwrites_the_shipped_table(tmp_path):
-    shipped = Path(PROFILES_DIR) / "gpu_performance.csv"
+    shipped = Path(DATA_DIR) / "gpu_performance.csv"
     if not shipped.exists():
         pytest.skip("no shipped table in this checkout")
     before = shipped.read_bytes()
@@ -234,7 +234,7 @@ def test_default_models_are_the_measured_references(tmp_path):
     """By default a calibration measures the reference models the shipped table has rows for, at
     each one's own input size."""
     res = CliRunner().invoke(calibrate, ["script", "--gpu-type", "a100"])
-    refs = Path(PROFILES_DIR) / "reference_models.json"
+    refs = Path(DATA_DIR) / "reference_models.json"
     if not refs.exists():
         assert res.exit_code == 1 and "--models" in res.output
         return
@@ -245,7 +245,7 @@ def test_default_models_are_the_measured_references(tmp_path):
     models = default_models()
     assert models == [r.name for r in refset if r.measured] and len(models) >= 2
     assert f"--models {','.join(models)} " in res.output and "--input-size" not in res.output
-    shipped = PerfTable.load(Path(PROFILES_DIR) / "gpu_performance.csv")
+    shipped = PerfTable.load(Path(DATA_DIR) / "gpu_performance.csv")
     assert all(shipped.has_model(m) for m in models)
     assert input_size_of(models[0]) == next(r.input_size for r in refset if r.name == models[0])
     assert input_size_of("not_a_reference") == 224

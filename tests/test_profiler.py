@@ -17,7 +17,7 @@ from msched.models import profile_cache
 from msched.models.profiler import ProfileError, parse_spec, profile_in_process, torchvision_names
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "profiles" / "torchvision_features.json"
+SHIPPED = REPO / "msched" / "data" / "torchvision_features.json"
 
 USER_MODEL = textwrap.dedent("""
     import torch.nn as nn

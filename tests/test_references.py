@@ -19,7 +19,7 @@ from msched.models.classify import family_of, load_references
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data" / "gpu-train-benchmarks"
 SHARED_TABLE = SHARED / "perf_table.csv"
-PROFILES = REPO / "profiles"
+PROFILES = REPO / "msched" / "data"
 needs_shared = pytest.mark.skipif(not SHARED_TABLE.exists(), reason=f"shared measurements absent: {SHARED_TABLE}")
 MSCHED = [sys.executable, "-m", "msched.cli", "references"]
 

@@ -24,7 +24,7 @@ from msched.models.features import FEATURE_NAMES, Standardisation, feature_dict,
 from msched.models.profile_cache import shipped_profile, shipped_profiles
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCES = REPO / "profiles" / "reference_models.json"
+REFERENCES = REPO / "msched" / "data" / "reference_models.json"
 FAMILIES_REQUIRED = {"resnet", "vgg", "densenet", "squeezenet"}
 
 

@@ -235,9 +235,9 @@ def import_cmd(files, perf, cluster, out) -> None:
 
 
 def _is_shipped(path: Path) -> bool:
-    from msched.config import PROFILES_DIR
+    from msched.config import DATA_DIR
 
     try:
-        return path.resolve().is_relative_to(Path(PROFILES_DIR).resolve())
+        return path.resolve().is_relative_to(Path(DATA_DIR).resolve())
     except OSError:
         return False

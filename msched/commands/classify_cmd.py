@@ -13,7 +13,7 @@ from msched.config import METRICS, ConfigError
 @click.argument("spec")
 @click.option("--references", "references", metavar="NAMES|FILE", default=None,
               help="Reference set: comma-separated torchvision names (profiled on demand) or a JSON file "
-                   "(default: the site's, profiles/reference_models.json).")
+                   "(default: the site's, msched/data/reference_models.json).")
 @click.option("--metric", type=click.Choice(METRICS), default=None,
               help="Similarity measure (default: the site's, cosine).")
 @click.option("--input-size", type=click.IntRange(min=1), default=None, help="Input size in pixels.")

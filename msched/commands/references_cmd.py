@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from msched.config import METRICS, PROFILES_DIR, ConfigError
+from msched.config import DATA_DIR, METRICS, ConfigError
 
-DEFAULT_EVAL_PERF = Path(PROFILES_DIR) / "measured_perf.csv"
+DEFAULT_EVAL_PERF = Path(DATA_DIR) / "measured_perf.csv"
 
 
 @click.group()

@@ -16,12 +16,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
-from msched.config import METRICS, PROFILES_DIR, Config, load_config
+from msched.config import DATA_DIR, METRICS, Config, load_config
 from msched.errors import ProfileError
 from msched.models.features import FEATURE_NAMES, Standardisation, feature_vector
 from msched.util.record import record
 
-DEFAULT_REFERENCES = os.path.join(PROFILES_DIR, "reference_models.json")
+DEFAULT_REFERENCES = os.path.join(DATA_DIR, "reference_models.json")
 
 # Family labels for torchvision models, by name prefix (longest first). Labels only: used to name a
 # reference's group and to draw one-per-family reference sets, never as a similarity feature.

@@ -1,4 +1,4 @@
-"""The shipped torchvision profile table (`profiles/torchvision_features.json`), read as plain dicts.
+"""The shipped torchvision profile table (`msched/data/torchvision_features.json`), read as plain dicts.
 
 scripts/build_reference_profiles.py precomputes every torchvision classification model's profile, so
 naming one costs a JSON lookup: no torch, and no `msched.models.profiler`. msub reads this on every submission;
@@ -11,10 +11,10 @@ import json
 import os
 from functools import lru_cache
 
-from msched.config import PROFILES_DIR
+from msched.config import DATA_DIR
 from msched.errors import ProfileError
 
-SHIPPED_FEATURES = os.path.join(PROFILES_DIR, "torchvision_features.json")
+SHIPPED_FEATURES = os.path.join(DATA_DIR, "torchvision_features.json")
 
 
 @lru_cache(maxsize=4)
