@@ -268,6 +268,12 @@ def test_fuzz_no_comment_or_name_forges_structure(comment, name):
             assert job == base[jid]
 
 
+def test_an_unreachable_controller_is_an_error_not_an_empty_queue():
+    """Recorded: squeue --json against a controller that does not answer exits 0 with no jobs."""
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        parse_squeue((DATA / "squeue_down.json").read_bytes(), Config(), NODE_TYPES)
+
+
 def test_a_document_that_is_not_json_is_one_clean_error():
     from msched.slurm.cli.parsers import SqueueFormatError
     for bad in (RECORDED[: len(RECORDED) // 2], b"", b'{"jobs": 3}', b"\xff\x00garbage"):

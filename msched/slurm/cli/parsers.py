@@ -186,6 +186,14 @@ def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str 
         doc = json.loads(text)
     except ValueError as exc:
         raise SqueueFormatError(f"squeue --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if errors:
+        # 22.05 exits 0 with an empty job list and an error record when the controller cannot be
+        # reached (recorded: tests/data/slurm/squeue_down.json): an empty queue must never be believed
+        first = errors[0] if isinstance(errors[0], dict) else {}
+        what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
+        raise SlurmUnavailable(f"squeue --json could not read the queue from the controller: "
+                               f"{_one_line(what) or 'no description'}")
     records = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(records, list):
         raise SqueueFormatError("squeue --json printed no list of jobs")
