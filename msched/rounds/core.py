@@ -221,7 +221,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
-    est = {t: v for t, v in est.items() if t in known}
+    est = bounded_claim({t: v for t, v in est.items() if t in known}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
         allowed = pinned_types
@@ -240,6 +240,20 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
                    msched_types if not fixed else (), True, pinned, writable)
     return pj, view
+
+
+def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str, float]:
+    """A tag is its owner's claim; Slurm enforces only the time limit. So whatever the estimator made of
+    the claim, a job is never planned as longer than its limit: a type where the estimate exceeds it is
+    dropped (the job would be killed there), and where it exceeds it on every type the work is cut to
+    what fits in the limit on the fastest one (README: Security model)."""
+    if not time_limit_s or not est:
+        return est
+    fastest = min(est.values())
+    if fastest > time_limit_s:
+        scale = time_limit_s / fastest
+        est = {t: v * scale for t, v in est.items()}
+    return {t: v for t, v in est.items() if v <= time_limit_s * (1 + 1e-9)}
 
 
 # --------------------------------------------------------------------------------- diffing

@@ -166,7 +166,8 @@ class Reorderer:
         self.client = client
         self.store = store
         self.objective = objective or config.objective
-        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s)
+        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s,
+                                                                       managed_first=config.managed_first)
         self._estimator = estimator
         self.run_kind = run_kind
         self.run_name = run_name or config.cluster_name
@@ -359,10 +360,11 @@ class Reorderer:
                         "priorities; run --release again") from None
 
 
-def default_policy(objective: str, starvation_age_s: float = 86400.0):  # noqa: ANN201
+def default_policy(objective: str, starvation_age_s: float = 86400.0, *, managed_first: bool = False):  # noqa: ANN201
     from msched.policy import get_policy
 
-    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s)
+    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s,
+                      managed_first=managed_first)
 
 
 def default_estimator(config: Config):  # noqa: ANN201
