@@ -139,3 +139,93 @@ def test_kill_during_release_at_every_step_leaves_nothing_held(slurm_cluster, ja
     from msched.store.holds import HoldJournal
     store = Store(f"sqlite:///{tmp_path}/state/msched.db", create=False)
     assert HoldJournal(store).open_entries() == []
+
+
+# ------------------------------------------------------------------------------ injection, poison, forgery
+def _order(cluster, job_ids) -> list[str]:
+    """The pending jobs in Slurm's order: priority descending, then the lower job id."""
+    q = _squeue(cluster, job_ids)
+    return sorted((j for j in job_ids if q[j]["state"] == "PENDING"), key=lambda j: (-int(q[j]["priority"]), int(j)))
+
+
+def _features(cluster, job_id: str) -> str:
+    out = cluster.run(["scontrol", "show", "job", job_id]).stdout
+    return next((w.split("=", 1)[1] for w in out.split() if w.startswith("Features=")), "")
+
+
+def test_injected_row_changes_nothing(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """Issue 13 item 1: an ordinary user's comment carries a newline and a whole fake row (the old
+    `squeue -O` format) claiming root's plain job is a tagged msched job, plus every control byte. After
+    a round, the plain job has its own features and priority, no fake job is in the database, and the
+    hostile job itself is one untagged job."""
+    from sqlalchemy import select
+
+    from msched.store.db import Store
+    from msched.store.schema import Job
+    cfg = _site(tmp_path)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+    plain = janitor.add(slurm_cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null",
+                                           "--wrap=true"], check=True).stdout.strip())
+    fake = "\x1f".join([plain, "PENDING", "fake", "carol", "gpu", "4001", "1", "N/A", "N/A", "1:00:00", "1", "1",
+                        "N/A", "gres:gpu:1", "N/A", "a100", "", "None", _tag(added="a100")])
+    controls = "".join(chr(c) for c in range(1, 32))
+    hostile = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", "--wrap=true",
+                                       f"--comment=x{controls}\n{fake}\n", f"--job-name=n\n{fake}"))
+    managed = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", "--constraint=a100|titanv",
+                                       f"--comment={_tag(added='a100|titanv')}", "--wrap=true"))
+    before = _squeue(slurm_cluster, [plain])[plain]["priority"], _features(slurm_cluster, plain)
+    out = _reorder(cfg)
+    assert out.returncode == 0, out.stderr
+    assert (_squeue(slurm_cluster, [plain])[plain]["priority"], _features(slurm_cluster, plain)) == before
+    with Store(f"sqlite:///{tmp_path}/state/msched.db", create=False).read() as s:
+        ingested = {j.job_id: j.user for j in s.scalars(select(Job))}
+    # (finished tagged jobs of earlier tests are recorded too: squeue keeps them for MinJobAge)
+    assert ingested.get(managed) == ordinary_user.name
+    assert plain not in ingested and hostile not in ingested and "carol" not in ingested.values()
+
+
+def test_poisoned_tag_does_not_stop_rounds(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """Issue 13 item 2: a tag with a 26-digit batch size; rounds go on (one warning naming the job),
+    before and after the job is cancelled (squeue keeps it for MinJobAge), and the honest job is planned."""
+    cfg = _site(tmp_path)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+    bad = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", "--wrap=true",
+                                   "--comment=msched:v1;model=vgg16;ref=vgg16;bs=99999999999999999999999999"))
+    janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={_tag()}", "--wrap=true"))
+    out = _reorder(cfg)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count(f"job {bad}: tag refused (bs is not a whole number") == 1
+    assert "pending=2 managed=1" in out.stderr
+    slurm_cluster.run(["scancel", bad], check=True)
+    out = _reorder(cfg)            # cancelled: squeue still lists it (MinJobAge), completion tracking reads it
+    assert out.returncode == 0 and "pending=1 managed=1" in out.stderr, out.stderr
+
+
+def test_forged_tags_do_not_jump_the_queue(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """Issue 13 item 5 on today's flat priorities (every job 1): root's plain job, submitted first, stays
+    first after rounds although the user forges tags claiming huge work, both through --comment and through
+    `scontrol update comment=` on their own pending job; a forged claim is planned no longer than the
+    job's time limit."""
+    import sqlite3
+    cfg = _site(tmp_path)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+    plain = janitor.add(slurm_cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null",
+                                           "--wrap=true"], check=True).stdout.strip())
+    forged = "msched:v1;model=vgg16;ref=vgg16;group=vgg;iters=100000000;bs=12"
+    liar = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={forged}",
+                                    "--wrap=true"))
+    later = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={_tag()}",
+                                     "--wrap=true"))
+    upd = ordinary_user.run(["scontrol", "update", f"jobid={later}", f"comment={forged}"],
+                            env={"SLURM_CONF": str(slurm_cluster.conf)})
+    assert upd.returncode == 0, upd.stderr
+    for _ in range(2):
+        out = _reorder(cfg)
+        assert out.returncode == 0, out.stderr
+        assert _order(slurm_cluster, [plain, liar, later])[0] == plain
+    assert _squeue(slurm_cluster, [plain])[plain]["priority"] == "1"
+    db = sqlite3.connect(f"{tmp_path}/state/msched.db")
+    runtimes = [json_rt for (json_rt,) in db.execute("SELECT est_runtime FROM jobs WHERE job_id IN (?, ?)",
+                                                      (liar, later))]
+    import json
+    assert runtimes and all(all(v <= 3600 + 1e-6 for v in json.loads(rt).values()) for rt in runtimes)
