@@ -29,6 +29,7 @@ LIGHT_PATH = {
     "msched.msub.sbatch_args", "msched.models.shipped", "msched.models.classify", "msched.msub.main", "msched.tag",
     # the packages' own __init__ modules, each empty or lazy
     "msched.msub", "msched.models", "msched.estimate", "msched.slurm", "msched.util",
+    "msched.util.text", "msched.util.files",
 }
 # standard or third-party modules whose import costs msub more than it needs (see msched.util.record)
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",

@@ -44,7 +44,9 @@ from msched.msub.sbatch_args import (
     parse_script_options,
     split_directive,
 )
+from msched.util.files import write_atomically
 from msched.util.record import record
+from msched.util.text import one_line
 
 PROG = "msub"
 MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
@@ -308,10 +310,7 @@ def cluster_gpu_types(config, sbatch: str) -> list[str]:
         raw.update(f for f in line.strip().split(",") if f and f != "(null)")
     try:
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        tmp = os.path.join(os.path.dirname(cache), f".cluster_gpu_types.json.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "time": time.time(), "features": sorted(raw)}, fh)
-        os.replace(tmp, cache)
+        write_atomically(cache, json.dumps({"key": key, "time": time.time(), "features": sorted(raw)}))
     except OSError:
         pass                                      # a cache that cannot be written is no error
     return sorted({config.canonical_gpu_type(f) for f in raw})
@@ -461,7 +460,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
             raise RuntimeError(config_problem)
         tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        warnings.append(f"{_one_line(exc)}; submitting as a plain sbatch job")
+        warnings.append(f"{one_line(exc)}; submitting as a plain sbatch job")
         return submission, warnings
 
     from msched.msub.gpu_request import add_types
@@ -503,11 +502,6 @@ def _option_insert_point(words: list[str], options_end: int) -> int:
     if options_end > 0 and options_end <= len(words) and words[options_end - 1] == "--":
         return options_end - 1
     return min(options_end, len(words))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # --------------------------------------------------------------------------- running sbatch

@@ -59,6 +59,7 @@ from msched.slurm.base import (
     check_updates,
     expand_hostlist,
 )
+from msched.util.text import one_line
 
 SEP = "\x1f"
 
@@ -456,8 +457,8 @@ def parse_scontrol_errors(stderr: str, job_ids: Iterable[str]) -> tuple[dict[str
 
 
 def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return "; ".join(dict.fromkeys(lines))[:500] if lines else "(no message)"
+    """Slurm's stderr, all its distinct lines, as one line."""
+    return one_line(text, limit=500, all_lines=True, empty="(no message)")
 
 
 class CliClient(SlurmClient):
