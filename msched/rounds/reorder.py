@@ -257,16 +257,14 @@ class Reorderer:
     def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
-        from sqlalchemy import func, select
-
-        from msched.store.schema import Round
+        from msched.store.queries import last_round_time
         from msched.store.writes import active_job_ids, mark_vanished, record_completions, record_round
 
         finished: list[SlurmJob] = []
         rid = self.run_id([])
         if self._last_completion_check is None:     # a new process (cron): since the last recorded round
             with self.store.read() as session:
-                last = session.scalar(select(func.max(Round.time)).where(Round.run_id == rid))
+                last = last_round_time(session, rid)
             self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
         finished_ok = True
         try:
