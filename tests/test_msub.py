@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from msched.msub.main import MSUB_OPTIONS, build_submission, detect_model, known_models, strip_msched_lines
+from msched.msub.directives import detect_model, known_models, strip_msched_lines
+from msched.msub.main import MSUB_OPTIONS, build_submission
 from msched.tag import parse_comment
 
 REPO = Path(__file__).resolve().parent.parent
