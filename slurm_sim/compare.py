@@ -1,9 +1,10 @@
 """Replaying a trace under each policy, through the same round core the real reorderer runs.
 
 For every trace job, at its submit time, the replay does what `msub` would do on a real cluster: it
-classifies the model (nearest reference, group, similarity, FLOPs ratio), writes the msched tag into
-the job's comment, and adds the policy's submit-time GPU-type constraint (`policy.submit_types`; none
-for fifo; a user-pinned type stays a typed gres and gets no constraint). Then, for policies that
+classifies the model (nearest reference, group, similarity, FLOPs ratio), and makes msub's one submit
+decision (`msched.policy.choice.decide_submit`, with the policy's `submit_choice`: none for fifo; a
+user-pinned type stays a typed gres and gets no constraint): the tag in the job's comment and the
+GPU-type constraint. Then, for policies that
 re-plan, every `round_s` seconds `msched.rounds.core.run_round` runs against the simulator through
 `SimClient`, exactly as cron's `msched reorder` runs against Slurm. Rounds whose snapshot has not
 changed since the last round (same pending and running sets) are skipped, and the clock jumps to the
@@ -27,8 +28,8 @@ from typing import Any
 from msched import __version__
 from msched.estimate.perf_table import PerfTable
 from msched.policy import POLICY_NAMES
-from msched.policy.snapshot import PendingJob
-from msched.slurm.base import PENDING, JobRequest, SlurmJob
+from msched.policy.choice import ClusterView, SubmitDecision, SubmitJob, decide_submit, reference_fields
+from msched.slurm.base import JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpec
@@ -73,19 +74,15 @@ class Classifier:
         return hit
 
     def _classify(self, model: str) -> JobTag:
-        if model in self._names:
-            group = self._refset.group_of(model) if self._refset else model
-            return JobTag(model=model, ref=model, group=group, sim=1.0, flops=1.0)
         if self._refset is None:
+            if model in self._names:     # references known by name only: each its own group
+                return JobTag(model=model, ref=model, group=model, sim=1.0, flops=1.0)
             raise SimRunError(f"cannot classify {model}: {self._why}")
         try:
             c = self._similarity.classify(model, references=self.references)
         except self._similarity.ClassifyError as exc:
             raise SimRunError(f"cannot classify {model}: {exc}") from None
-        measured_elsewhere = c.perf_reference and c.perf_reference != c.nearest_reference
-        return JobTag(model=model, ref=c.nearest_reference, group=c.group, sim=float(c.similarity),
-                      flops=float(c.flops_ratio), pref=c.perf_reference if measured_elsewhere else "",
-                      pflops=float(c.perf_flops_ratio) if measured_elsewhere else None)
+        return JobTag(model=model, **reference_fields(c))
 
 
 # ----------------------------------------------------------------------------- one run
@@ -177,20 +174,19 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     i = 0
     inf = float("inf")
 
+    sizes = cluster_node_gpus(setup.cluster)
+
     def submit(tj: TraceJob) -> None:
-        tag = setup.classifier(tj.model)._replace(iters=int(tj.iterations), bs=int(tj.batch_size),
-                                                   pinned=tj.gpu_type or "", ver=__version__)
-        added: tuple[str, ...] = ()
+        free: dict[str, float] = {}
         if use_constraint and not tj.gpu_type:
             free = published or dict.fromkeys(types, sim.now)
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
-            view = _pending_view(tj, tag, estimator, sim.now, types)
-            added = tuple(policy.submit_types(view, free, now=sim.now)) if view.est_runtime_s else ()
-        if added:
-            tag = tag._replace(added="|".join(added))
+        decision = submit_decision(tj, setup.classifier, policy, estimator,
+                                   ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now)
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
-                         constraint="|".join(added), comment=with_tag(tag, None), time_limit_s=tj.time_limit_s,
+                         constraint="|".join(decision.types), comment=with_tag(decision.tag, None),
+                         time_limit_s=tj.time_limit_s,
                          extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,
                                 "user": tj.user})
         jid = client.submit(req)
@@ -283,15 +279,23 @@ def _canonical(name: str) -> str:
     """GPU type names in the simulator are canonical already (cluster specs are lowercased)."""
     return name
 
-def _pending_view(tj: TraceJob, tag: JobTag, estimator, now: float, types: Sequence[str]) -> PendingJob:
-    """The PendingJob msub's submit-time choice looks at (the job as it is about to be submitted)."""
-    job = SlurmJob(job_id="0", state=PENDING, submit_time=now, num_gpus=tj.num_gpus,
-                   time_limit_s=tj.time_limit_s, gres_gpu_type=tj.gpu_type)
-    raw = getattr(estimator, "inner", estimator)          # not the per-job-id cache: this job has no id yet
-    est = {t: v for t, v in (raw(job, tag) or {}).items() if t in types}
-    return PendingJob(job_id="0", submit_time=now, num_gpus=tj.num_gpus, est_runtime_s=est,
-                      allowed_types=tuple(types), time_limit_s=tj.time_limit_s, group=tag.group,
-                      reference=tag.ref)
+def cluster_node_gpus(cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
+    """GPUs per node of each type: the node shapes msub reads from sinfo."""
+    out: dict[str, list[int]] = {}
+    for n in cluster.nodes:
+        out.setdefault(n.gpu_type, []).append(n.gpus)
+    return {t: tuple(sorted(v)) for t, v in out.items()}
+
+
+def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, cluster: ClusterView,  # noqa: ANN001
+                    now: float) -> SubmitDecision:
+    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`)."""
+    tag = classifier(tj.model)._replace(iters=int(tj.iterations) if tj.iterations else None,
+                                        bs=int(tj.batch_size) if tj.batch_size else None,
+                                        pinned=tj.gpu_type or "", ver=__version__)
+    job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s)
+    raw = getattr(estimator, "inner", estimator)      # not the per-job-id cache: this job has no id yet
+    return decide_submit(tag, job, cluster, raw, now=now, choose=policy.submit_choice)
 
 
 def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) -> dict[str, float]:

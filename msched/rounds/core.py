@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.slurm.base import (
     JobNotPending,
@@ -117,7 +118,23 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             node_states.append(NodeState(n.name, t, n.gpus, n.gpus_free))
     known = {ns.gpu_type for ns in node_states} | set(node_type.values())
     usable_feats = [(canon(n.gpu_type), n.features) for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
+    usable_nodes = [(canon(n.gpu_type), n.gpus, n.features, n.partitions)
+                    for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
     cache: dict[str, tuple[str, ...]] = {}
+    sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+
+    def possible(job: SlurmJob, expr: str) -> tuple[str, ...]:
+        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape."""
+        key = (expr, job.partition or "")
+        sizes = sizes_cache.get(key)
+        if sizes is None:
+            try:
+                sizes = node_sizes(usable_nodes, constraint=expr, partitions=(job.partition or "").split(","),
+                                   matches=matches)
+            except ConstraintError:
+                sizes = {}
+            sizes_cache[key] = sizes
+        return feasible_types(job, sizes)
 
     def as_type(name: str) -> str | None:
         c = canon(name) if name else ""
@@ -156,7 +173,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         elif job.is_pending:
             if job.priority <= 0 or job.reason.startswith("JobHeld"):
                 continue                                   # held: Slurm will not start it; never write it
-            pj, view = _pending(job, tag, estimator, as_type, known, types_matching)
+            pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
             pending.append(pj)
             views[job.job_id] = view
     snap = ClusterSnapshot(now=now, nodes=tuple(node_states), running=tuple(running), pending=tuple(pending),
@@ -183,7 +200,8 @@ def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estim
     return max(now, end)
 
 
-def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching):
+def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
+             possible):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
     user_part, msched_types = split(job.features or "", as_type)
     if tag is None:
@@ -193,7 +211,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
             allowed = tuple(t for t in (allowed or types_matching("")) if t in types_matching(job.features))
         pj = PendingJob(job.job_id, job.submit_time, job.num_gpus, job.priority, {}, allowed,
                         pinned_type="|".join(allowed) or None, current_types=(), time_limit_s=job.time_limit_s,
-                        managed=False, num_nodes=job.num_nodes)
+                        managed=False, num_nodes=job.num_nodes, gpus_per_node=job.gpus_per_node)
         return pj, JobView(job.job_id, job.priority, job.features or "", job.features or "", (), False, bool(allowed))
     pinned_names = [t for t in (tag.pinned.split("|") if tag.pinned else []) if t]
     pinned_types = tuple(dict.fromkeys(((gres_type,) if gres_type else ())
@@ -217,7 +235,8 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
-    est = {t: v for t, v in est.items() if t in known}
+    fits = possible(job, user_part if not (pinned or not writable) else "")
+    est = {t: v for t, v in est.items() if t in known and t in fits}
     fixed = pinned or not writable
     if fixed:
         allowed = pinned_types
@@ -231,7 +250,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         pinned_type=("|".join(pinned_types) or "any") if fixed else None,
         current_types=() if fixed else msched_types,
         time_limit_s=job.time_limit_s, managed=True, num_nodes=job.num_nodes,
-        group=tag.group, reference=tag.ref,
+        group=tag.group, reference=tag.ref, gpus_per_node=job.gpus_per_node,
     )
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
                    msched_types if not fixed else (), True, pinned, writable)

@@ -80,6 +80,7 @@ class SlurmJob:
     time_limit_s: float | None = None
     num_nodes: int = 1
     num_gpus: int = 0                 # total GPUs requested
+    gpus_per_node: int | None = None  # a fixed per-node count (--gres=gpu:N); None = Slurm may spread them
     gres_gpu_type: str | None = None  # a typed GPU request (gpu:a100:2) = the user pinned this type
     features: str = ""                # the job's constraint expression, as Slurm holds it
     comment: str = ""
