@@ -14,7 +14,7 @@ import pytest
 
 from msched.config import Config
 from msched.slurm.base import JobNotPending, SlurmError, SlurmUnavailable
-from msched.slurm.cli_backend import (
+from msched.slurm.cli import (
     classify_error,
     expand_hostlist,
     format_time_limit,
@@ -184,7 +184,7 @@ def test_small_parsers():
 
 def test_recorded_format_is_the_one_the_client_asks_for():
     """The recordings must keep matching the client's field list (re-record after changing it)."""
-    from msched.slurm.cli_backend import JOB_FIELDS, NODE_FIELDS
+    from msched.slurm.cli import JOB_FIELDS, NODE_FIELDS
     first = (DATA / "squeue.txt").read_text().splitlines()[0]
     assert first.count("\x1f") == len(JOB_FIELDS)
     assert re.match(r"^\d+\x1f", first)
@@ -193,7 +193,7 @@ def test_recorded_format_is_the_one_the_client_asks_for():
 
 def test_jobcomp_tail_reads_only_recent_lines(tmp_path):
     """A long completion file is read backwards only as far as `since` needs (plus a margin)."""
-    from msched.slurm.cli_backend import read_jobcomp_tail
+    from msched.slurm.cli import read_jobcomp_tail
     recorded = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines() if ln.startswith("JobId=")]
     old = re.sub(r"(Start|End|Submit|Eligible)Time=\d{4}-", r"\1Time=2001-", recorded[0])
     path = tmp_path / "jobcomp.txt"
@@ -210,15 +210,15 @@ def test_jobcomp_tail_reads_only_recent_lines(tmp_path):
 def test_jobcomp_tail_reads_one_timestamp_per_chunk(tmp_path, monkeypatch):
     """Recent lines (all within the margin, as on a busy cluster) are all returned, and the backward
     reader looks at one timestamp per chunk rather than re-reading every line of every chunk."""
-    from msched.slurm import cli_backend
+    from msched.slurm.cli import accounting
     recorded = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines() if ln.startswith("JobId=")]
     path = tmp_path / "jobcomp.txt"
     path.write_text("\n".join(recorded * 200) + "\n")
     since = min(j.end_time for j in parse_jobcomp("\n".join(recorded), Config(), NODE_TYPES))
     calls = []
-    real = cli_backend._local_time
-    monkeypatch.setattr(cli_backend, "_local_time", lambda text: calls.append(text) or real(text))
-    tail = cli_backend.read_jobcomp_tail(path, since, chunk=4096)
+    real = accounting._local_time
+    monkeypatch.setattr(accounting, "_local_time", lambda text: calls.append(text) or real(text))
+    tail = accounting.read_jobcomp_tail(path, since, chunk=4096)
     assert tail == path.read_text()
     assert len(calls) <= path.stat().st_size // 4096 + 1
 
@@ -226,7 +226,7 @@ def test_jobcomp_tail_reads_one_timestamp_per_chunk(tmp_path, monkeypatch):
 def test_sacct_history():
     """sacct (slurmdbd) keeps every finished job: GPU totals and the pinned type from the request's
     TRES, the type it ran on from the allocation's, the tag (AccountingStoreFlags=job_comment)."""
-    from msched.slurm.cli_backend import parse_sacct
+    from msched.slurm.cli import parse_sacct
     parsed = {j.job_id: j for j in parse_sacct((DATA / "sacct.txt").read_text(), Config(), NODE_TYPES)}
     ids = CASES["ids"]
     for name, args in CASES["cases"].items():

@@ -9,7 +9,7 @@
   piling onto the one that looks best on an idle cluster.
 
 Slurm's commands are the siblings of the configured sbatch, never found through PATH. Pure Python
-without subprocess (msub's light path): processes are run with `msched.msub.main.spawn_and_wait`.
+without subprocess (msub's light path): processes are run with `msched.msub.spawn.spawn_and_wait`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], 
 
 def _run(argv: list[str]) -> str | None:
     """A Slurm command's standard output, or None when it cannot be run or fails."""
-    from msched.msub.main import spawn_and_wait
+    from msched.msub.spawn import spawn_and_wait
 
     try:
         status, out, _ = spawn_and_wait(argv, b"", True)
@@ -93,11 +93,10 @@ def cluster_nodes(config, sbatch: str, known_types: set[str]) -> list[tuple[str,
             return []
         raw = parse_sinfo_nodes(out)
         try:
+            from msched.util.files import write_atomically
+
             os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-            tmp = f"{cache}.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "time": time.time(), "nodes": raw}, fh)
-            os.replace(tmp, cache)
+            write_atomically(cache, json.dumps({"key": key, "time": time.time(), "nodes": raw}))
         except OSError:
             pass                                      # a cache that cannot be written is no error
     nodes = []

@@ -49,7 +49,7 @@ from msched.slurm.base import (
     expand_hostlist,
 )
 from msched.slurm.feature_expr import ConstraintError, combine, matches, names_gpu_type, split
-from msched.tag import JobTag
+from msched.tag import JobTag, tag_problem
 
 log = logging.getLogger("msched.rounds.core")
 
@@ -163,6 +163,10 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         if job.num_gpus <= 0:
             continue
         tag = job.tag
+        if tag is None and job.comment:
+            problem = tag_problem(job.comment)
+            if problem:     # one warning; the job is a plain job for this round (README: Security model)
+                log.warning("job %s: tag refused (%s): treated as untagged", job.job_id, problem)
         if job.is_running:
             hosts = tuple(expand_hostlist(job.nodes))
             gtype = canon(job.gpu_type) if job.gpu_type else next((node_type[h] for h in hosts if h in node_type), None)

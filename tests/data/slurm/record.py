@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 
-from msched.slurm.cli_backend import JOB_FIELDS, NODE_FIELDS, SACCT_FIELDS, SACCT_STATES, SEP  # noqa: E402
+from msched.slurm.cli import JOB_FIELDS, NODE_FIELDS, SACCT_FIELDS, SACCT_STATES, SEP  # noqa: E402
 
 ENV = dict(os.environ, SLURM_TIME_FORMAT="%s")
 TAG = "msched:v1;model=resnet50;ref=resnet50;group=resnet;added=a100|titanv user note with spaces"

@@ -27,21 +27,17 @@ How it reads Slurm:
 - Every command is an argv list; nothing is ever passed through a shell.
 """
 
+
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from msched.config import Config, load_config
-from msched.msub.sbatch_args import parse_time_limit  # Slurm's one time syntax, read one way
 from msched.slurm.base import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -59,406 +55,28 @@ from msched.slurm.base import (
     check_updates,
     expand_hostlist,
 )
-
-SEP = "\x1f"
-
-# squeue -O fields, in parse order. Comment stays last (see module docstring).
-JOB_FIELDS = (
-    "JobID", "State", "Name", "UserName", "Partition", "PriorityLong", "SubmitTime", "StartTime",
-    "EndTime", "TimeLimit", "NumNodes", "NumTasks", "tres-per-job", "tres-per-node", "tres-per-task",
-    "Feature", "NodeList", "Reason", "Comment",
+from msched.slurm.cli.accounting import (
+    HISTORY_DEFAULT_S,
+    SACCT_FIELDS,
+    SACCT_STATES,
+    parse_jobcomp,
+    parse_sacct,
+    read_jobcomp_tail,
 )
-NODE_FIELDS = ("NodeList", "StateComplete", "Gres", "GresUsed", "Features", "Partition")
-
-# sacct --format fields (job allocations only, -X), used where the cluster keeps accounting (slurmdbd).
-SACCT_FIELDS = (
-    "JobIDRaw", "State", "JobName", "User", "Partition", "Priority", "Submit", "Start", "End",
-    "TimelimitRaw", "NNodes", "ReqTRES", "AllocTRES", "Constraints", "NodeList", "Reason", "Comment",
+from msched.slurm.cli.parsers import (
+    JOB_FIELDS,
+    NODE_FIELDS,
+    SEP,
+    JobRow,
+    _field,
+    _one_line,
+    classify_error,
+    format_time_limit,
+    job_from_row,
+    parse_sinfo,
+    parse_squeue,
 )
-SACCT_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL"
-HISTORY_DEFAULT_S = 7 * 86400     # finished_jobs(since=None) looks this far back in sacct
-
-_EMPTY = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
-
-# What Slurm prints when the controller cannot be reached (scontrol's update path reports the
-# connection failure as "Unexpected message received").
-_UNAVAILABLE = (
-    "Unable to contact slurm controller",
-    "connect failure",
-    "Socket timed out",
-    "Unexpected message received",
-    "Could not establish a configuration source",
-    "Zero Bytes were transmitted or received",
-)
-# What scontrol prints when an update meets a job that can no longer be changed as pending.
-_NOT_PENDING = (
-    "no longer pending",
-    "already finished",
-    "Invalid job id",
-    "Job is in held state",
-    "already completing",
-    "Requested operation is presently disabled",
-)
-_GPU_RE = re.compile(r"(?:^|,)(?:gres[:/])?gpu(?::([^:,()]+))?:(\d+)")
-
-
-def format_time_limit(seconds: float) -> str:
-    """Seconds as Slurm's D-HH:MM:SS (rounded up to whole seconds)."""
-    total = int(math.ceil(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-
-
-def parse_epoch(text: str) -> float | None:
-    """An epoch timestamp as printed under SLURM_TIME_FORMAT=%s; None for N/A/0/Unknown."""
-    text = text.strip()
-    if text in _EMPTY:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def parse_gpu_tres(text: str) -> tuple[int, str | None]:
-    """GPUs in a TRES/GRES string (`gres:gpu:a100:2`, `gres/gpu=2` is not GRES syntax) -> (count, type)."""
-    if not text or text.strip() in _EMPTY:
-        return 0, None
-    count, gtype = 0, None
-    for m in _GPU_RE.finditer(text.strip()):
-        count += int(m.group(2))
-        if m.group(1) and gtype is None:
-            gtype = m.group(1)
-    return count, gtype
-
-
-def _field(value: str) -> str:
-    value = value.strip()
-    return "" if value in _EMPTY else value
-
-
-def _int(value: str, default: int = 0) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        return default
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """One squeue line split into its fields (before GPU types are resolved)."""
-
-    values: dict[str, str]
-
-    @classmethod
-    def parse(cls, line: str) -> JobRow | None:
-        parts = line.split(SEP)
-        n = len(JOB_FIELDS)
-        if len(parts) < n:
-            return None
-        if len(parts) > n + 1 or (len(parts) == n + 1 and parts[-1].strip()):
-            # A separator inside the comment (the last field): join the rest back into it.
-            parts = parts[: n - 1] + [SEP.join(parts[n - 1:]).rstrip(SEP)]
-        return cls(dict(zip(JOB_FIELDS, parts[:n], strict=True)))
-
-
-def job_from_row(row: JobRow, config: Config, node_types: Mapping[str, str | None]) -> SlurmJob:
-    v = row.values
-    state = v["State"].strip().split()[0].upper() if v["State"].strip() else ""
-    num_nodes = max(1, _int(v["NumNodes"], 1))
-    num_tasks = _int(v["NumTasks"], 1)
-    if not 0 < num_tasks < 0xFFFFFF00:      # NO_VAL (4294967294) for jobs that never started
-        num_tasks = 1
-    per_job, t_job = parse_gpu_tres(v["tres-per-job"])
-    per_node, t_node = parse_gpu_tres(v["tres-per-node"])
-    per_task, t_task = parse_gpu_tres(v["tres-per-task"])
-    num_gpus = per_job + per_node * num_nodes + per_task * num_tasks
-    typed = t_job or t_node or t_task
-    nodes = _field(v["NodeList"]) if state != PENDING else ""
-    gpu_type = None
-    if nodes:
-        for name in expand_hostlist(nodes):
-            if node_types.get(name):
-                gpu_type = node_types[name]
-                break
-    finished = state in FINISHED_STATES
-    return SlurmJob(
-        job_id=v["JobID"].strip(),
-        state=state,
-        name=v["Name"],
-        user=v["UserName"].strip(),
-        partition=v["Partition"].strip(),
-        priority=_int(v["PriorityLong"]),
-        submit_time=parse_epoch(v["SubmitTime"]) or 0.0,
-        start_time=parse_epoch(v["StartTime"]) if state != PENDING else None,
-        end_time=parse_epoch(v["EndTime"]) if finished else None,
-        time_limit_s=parse_time_limit(v["TimeLimit"]),
-        num_nodes=num_nodes,
-        num_gpus=num_gpus,
-        gpus_per_node=per_node or None,
-        gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
-        features=_field(v["Feature"]),
-        comment=_field(v["Comment"]) if v["Comment"].strip() != "(null)" else "",
-        nodes=nodes,
-        gpu_type=gpu_type,
-        reason=_field(v["Reason"]),
-    )
-
-
-def parse_squeue(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
-    """Parse `squeue -h -O <JOB_FIELDS with SEP suffixes>` output."""
-    jobs = []
-    for line in text.splitlines():
-        row = JobRow.parse(line)
-        if row is not None and row.values["JobID"].strip():
-            jobs.append(job_from_row(row, config, node_types))
-    return jobs
-
-
-def parse_sinfo(text: str, config: Config) -> list[SlurmNode]:
-    """Parse `sinfo -h -N -O <NODE_FIELDS with SEP suffixes>`: one line per (node, partition), merged."""
-    merged: dict[str, dict] = {}
-    for line in text.splitlines():
-        parts = line.split(SEP)
-        if len(parts) < len(NODE_FIELDS) or not parts[0].strip():
-            continue
-        v = dict(zip(NODE_FIELDS, parts[: len(NODE_FIELDS)], strict=True))
-        name = v["NodeList"].strip()
-        part = v["Partition"].strip().rstrip("*")
-        if name in merged:
-            if part and part not in merged[name]["partitions"]:
-                merged[name]["partitions"].append(part)
-            continue
-        gpus, gtype = parse_gpu_tres(v["Gres"])
-        used, _ = parse_gpu_tres(v["GresUsed"])
-        features = tuple(f for f in _field(v["Features"]).split(",") if f)
-        merged[name] = {
-            "name": name,
-            "gpu_type": config.canonical_gpu_type(gtype) if gtype else None,
-            "gpus": gpus,
-            "gpus_alloc": used,
-            "features": features,
-            "state": normalise_node_state(v["StateComplete"]),
-            "partitions": [part] if part else [],
-        }
-    return [SlurmNode(**{**d, "partitions": tuple(d["partitions"])}) for d in merged.values()]
-
-
-def normalise_node_state(text: str) -> str:
-    """sinfo's `idle+drain`, `down*`, `mixed~` -> `IDLE+DRAIN`, `DOWN+NOT_RESPONDING`, `MIXED+POWERED_DOWN`."""
-    text = text.strip().upper()
-    flags = []
-    suffixes = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWERING_DOWN",
-                "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
-                "-": "PLANNED"}
-    while text and text[-1] in suffixes:
-        flags.append(suffixes[text[-1]])
-        text = text[:-1]
-    return "+".join([text or "UNKNOWN", *flags])
-
-
-_TRES_GPU_RE = re.compile(r"(?:^|,)gres/gpu(?::([^=,]+))?=(\d+)")
-
-
-def parse_tres_gpus(text: str) -> tuple[int, str | None]:
-    """GPUs in accounting TRES (`cpu=1,gres/gpu:titanv=2,gres/gpu=2`) -> (total, type or None)."""
-    total, typed_total, gtype = 0, 0, None
-    for m in _TRES_GPU_RE.finditer(text.strip()):
-        if m.group(1):
-            typed_total += int(m.group(2))
-            gtype = gtype or m.group(1)
-        else:
-            total = int(m.group(2))
-    return (total or typed_total), gtype
-
-
-def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
-    """Parse `sacct -X -n -P --delimiter=SEP --format=<SACCT_FIELDS>` under SLURM_TIME_FORMAT=%s.
-
-    The request's TRES names a GPU type only when the user asked for one (the pin); the GPU type a
-    job ran on comes from its allocated TRES, else from its nodes.
-    """
-    n = len(SACCT_FIELDS)
-    jobs = []
-    for line in text.splitlines():
-        parts = line.split(SEP)
-        if len(parts) < n:
-            continue
-        if len(parts) > n:
-            parts = parts[: n - 1] + [SEP.join(parts[n - 1:])]
-        v = dict(zip(SACCT_FIELDS, parts, strict=True))
-        if not v["JobIDRaw"].strip().isdigit():
-            continue
-        state = v["State"].strip().split()[0].upper() if v["State"].strip() else ""
-        req, req_type = parse_tres_gpus(v["ReqTRES"])
-        alloc, alloc_type = parse_tres_gpus(v["AllocTRES"])
-        nodes = _field(v["NodeList"])
-        if nodes == "None assigned":
-            nodes = ""
-        ran_on = alloc_type or next((node_types[x] for x in expand_hostlist(nodes) if node_types.get(x)), None)
-        limit = v["TimelimitRaw"].strip()
-        jobs.append(SlurmJob(
-            job_id=v["JobIDRaw"].strip(),
-            state=state,
-            name=v["JobName"],
-            user=v["User"].strip(),
-            partition=v["Partition"].strip(),
-            priority=_int(v["Priority"]),
-            submit_time=parse_epoch(v["Submit"]) or 0.0,
-            start_time=parse_epoch(v["Start"]),
-            end_time=parse_epoch(v["End"]),
-            time_limit_s=float(limit) * 60 if limit.isdigit() else None,
-            num_nodes=max(1, _int(v["NNodes"], 1)),
-            num_gpus=req or alloc,
-            gres_gpu_type=config.canonical_gpu_type(req_type) if req_type else None,
-            features=_field(v["Constraints"]),
-            comment=v["Comment"].strip(),
-            nodes=nodes,
-            gpu_type=config.canonical_gpu_type(ran_on) if ran_on else None,
-            reason=_field(v["Reason"]),
-        ))
-    return jobs
-
-
-_JOBCOMP_RE = re.compile(r"(\w+)=(.*?)(?= \w+=|$)")
-
-
-def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
-    """Parse jobcomp/filetxt lines (`JobId=10 UserId=u(1001) ... JobState=COMPLETED ...`).
-
-    The file holds no comment or GPU request; it is the fallback for jobs squeue has forgotten.
-    Its timestamps are the controller's local time (`2026-12-02T14:16:33`).
-    """
-    jobs = []
-    for line in text.splitlines():
-        v = {m.group(1): m.group(2) for m in _JOBCOMP_RE.finditer(line.strip())}
-        if "JobId" not in v or "JobState" not in v:
-            continue
-        nodes = _field(v.get("NodeList", ""))
-        gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None)
-        limit = v.get("TimeLimit", "")
-        jobs.append(SlurmJob(
-            job_id=v["JobId"],
-            state=v["JobState"].split()[0].upper(),
-            name=v.get("Name", ""),
-            user=re.sub(r"\(\d+\)$", "", v.get("UserId", "")),
-            partition=v.get("Partition", ""),
-            submit_time=_local_time(v.get("SubmitTime", "")) or 0.0,
-            start_time=_local_time(v.get("StartTime", "")),
-            end_time=_local_time(v.get("EndTime", "")),
-            # jobcomp writes the limit in minutes ("60") or UNLIMITED
-            time_limit_s=(float(limit) * 60 if limit.isdigit() else parse_time_limit(limit)),
-            num_nodes=_int(v.get("NodeCnt", "1"), 1),
-            nodes=nodes,
-            gpu_type=gpu_type,
-        ))
-    return jobs
-
-
-_ENDTIME_RE = re.compile(r" EndTime=(\S+)")
-
-
-def read_jobcomp_tail(path: Path, since: float | None, *, chunk: int = 1 << 16, margin_s: float = 3600.0) -> str:
-    """The lines of a jobcomp file that can hold jobs ended at or after `since`.
-
-    The file only grows (a line per finished job, in completion order), so it is read backwards in
-    chunks and reading stops once the oldest whole line read ended well before `since`: a round costs
-    the same on a file of years as on a file of minutes, and one timestamp is read per chunk, not per
-    line (a busy cluster finishes thousands of jobs within the margin).
-    """
-    if since is None:
-        return path.read_text(errors="replace")
-    pieces: list[bytes] = []
-    with open(path, "rb") as fh:
-        pos = fh.seek(0, os.SEEK_END)
-        while pos > 0:
-            step = min(chunk, pos)
-            pos -= step
-            fh.seek(pos)
-            pieces.append(fh.read(step))
-            if pos == 0:
-                break
-            head = pieces[-1]                       # this chunk's first piece may be a partial line
-            first_nl = head.find(b"\n")
-            if first_nl < 0:
-                continue
-            second_nl = head.find(b"\n", first_nl + 1)
-            oldest = head[first_nl + 1:second_nl if second_nl >= 0 else len(head)]
-            m = _ENDTIME_RE.search(oldest.decode(errors="replace"))
-            end = _local_time(m.group(1)) if m else None
-            if end is not None and end < since - margin_s:
-                pieces[-1] = head[first_nl + 1:]
-                break
-    return b"".join(reversed(pieces)).decode(errors="replace")
-
-
-def _local_time(text: str) -> float | None:
-    """A controller-local timestamp (`2026-12-02T14:16:33`) as epoch seconds; None when empty/unknown."""
-    text = text.strip()
-    if text in _EMPTY:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()      # naive = local time, as time.mktime reads it
-    except ValueError:
-        return None
-
-
-def classify_error(message: str, default: type[SlurmError] = SlurmError) -> type[SlurmError]:
-    """Which exception a failed command's message means. `default=JobNotPending` marks job updates:
-    there a not-pending message gives JobNotPending and any other refusal a plain SlurmError."""
-    low = message.lower()
-    if any(s.lower() in low for s in _UNAVAILABLE):
-        return SlurmUnavailable
-    if default is JobNotPending:
-        return JobNotPending if any(s.lower() in low for s in _NOT_PENDING) else SlurmError
-    return default
-
-
-# One scontrol update command per line on its standard input (see the module docstring).
-_BATCH_JOB_ID = re.compile(r"\d+(?:_\d+)?")
-_BATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:|&!()\[\]*+=@%/-]*")   # what scontrol's line reader keeps whole
-# A failed line's stderr: `<reason> for job <id>`, or `<id>: <reason>` for an array task id (22.05.8).
-_FOR_JOB = re.compile(r"(?P<reason>.*\S)\s+for job (?P<id>\S+)|(?P<id2>\d+(?:_\d+)?): (?P<reason2>.*\S)")
-_SCONTROL_KEY = {"features": "Features", "priority": "Priority"}
-
-
-def scontrol_update_line(job_id: str, field: str, value: int | str) -> str | None:
-    """The line `scontrol` reads for one update (`update JobId=12 Priority=500`), or None when the
-    job id or value holds anything beyond the plain characters Slurm ids and feature expressions use
-    (such a value is sent as its own argv instead, never spliced into a command line)."""
-    text = str(int(value)) if field == "priority" else str(value)
-    if not _BATCH_JOB_ID.fullmatch(str(job_id)) or not _BATCH_VALUE.fullmatch(text):
-        return None
-    return f"update JobId={job_id} {_SCONTROL_KEY[field]}={text}"
-
-
-def parse_scontrol_errors(stderr: str, job_ids: Iterable[str]) -> tuple[dict[str, str], list[str]]:
-    """Split a batched scontrol's stderr into {job id: reason} for the jobs of the batch (`Job is no
-    longer pending execution for job 13` -> {"13": "Job is no longer pending execution"}; `12_9:
-    Invalid job id specified` -> {"12_9": "Invalid job id specified"}) and the lines that name no job
-    of the batch."""
-    wanted = {str(j) for j in job_ids}
-    per_job: dict[str, str] = {}
-    other: list[str] = []
-    for line in stderr.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        m = _FOR_JOB.fullmatch(line)
-        job_id, reason = (m.group("id") or m.group("id2"), m.group("reason") or m.group("reason2")) if m else ("", "")
-        if job_id in wanted:
-            per_job[job_id] = f"{per_job[job_id]}; {reason}" if job_id in per_job else reason
-        else:
-            other.append(line)
-    return per_job, other
-
-
-def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return "; ".join(dict.fromkeys(lines))[:500] if lines else "(no message)"
+from msched.slurm.cli.writes import _SCONTROL_KEY, parse_scontrol_errors, scontrol_update_line
 
 
 class CliClient(SlurmClient):
@@ -745,6 +363,3 @@ class CliClient(SlurmClient):
         self._run(["scancel", str(job_id)])
 
 
-__all__ = ["CliClient", "parse_squeue", "parse_sinfo", "parse_jobcomp", "parse_gpu_tres",
-           "parse_time_limit", "expand_hostlist", "format_time_limit", "read_jobcomp_tail", "classify_error",
-           "parse_sacct", "parse_tres_gpus", "parse_scontrol_errors", "scontrol_update_line"]

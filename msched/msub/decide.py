@@ -1,0 +1,81 @@
+"""The submit decision's caller: from a classified model and the user's request to msub's tag and the
+GPU types it adds to the job's constraint.
+
+The decision itself is the policy's (`msched.policy.choice.decide_submit`, the one the simulator
+replays); this module gathers what it needs at submit time without the database: the model's
+classification, the performance rows that may estimate it, and what msub knows of the cluster
+(`msched.msub.cluster_view`: the published free time, the nodes' sizes, and without a fresh round the
+queue's load).
+"""
+
+from __future__ import annotations
+
+from msched.msub.directives import MschedSettings, known_models
+from msched.msub.sbatch_args import SbatchRequest
+
+
+def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
+    """The performance table restricted to a few models: msub needs only the rows that may estimate
+    this job, and filtering lines before parsing keeps a large site table off the submission's
+    critical path."""
+    import csv
+
+    from msched.estimate.perf_table import PerfTable, PerfTableError, _parse_rows
+
+    prefixes = tuple(p for m in dict.fromkeys(m for m in models if m) for p in (f"{m},", f'"{m}",'))
+    try:
+        with open(path, newline="") as fh:
+            header = fh.readline()
+            lines = [header] + [ln for ln in fh if ln.startswith(prefixes)]
+    except OSError as exc:
+        raise PerfTableError(f"cannot read performance table {path}: {exc.strerror}") from exc
+    return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
+
+
+def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str):  # noqa: ANN001, ANN201
+    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
+
+    Every exception raised here means "submit as a plain job with a warning".
+    """
+    from msched import __version__
+    from msched.estimate.estimators import TagEstimator
+    from msched.models.classify import classify
+    from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time
+    from msched.msub.gpu_request import gpu_request, pinned_types
+    from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
+    from msched.policy.feasibility import node_sizes
+    from msched.tag import JobTag
+
+    if ".py:" not in spec and spec not in known_models():
+        # not a shipped torchvision name: say so now rather than start torch to find out
+        import difflib
+        close = difflib.get_close_matches(spec, sorted(known_models()), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; use a torchvision name or path/to/file.py:factory"
+        raise ValueError(f"unknown model {spec!r}{hint}")
+    cls = classify(spec, config=config)
+    fields = reference_fields(cls)
+    perf = reference_rows(config.performance, [spec, fields["pref"], fields["ref"]])
+    gpus = gpu_request(req, config.canonical_gpu_type)
+    free_at, fresh = read_free_time(config)
+    table_types = set(perf.gpu_types()) | set(config.gpu_aliases.values()) | set(free_at)
+    nodes = cluster_nodes(config, sbatch, table_types) if gpus is not None else []
+    known_types = table_types | {n[1] for n in nodes}
+    pinned = pinned_types(req, gpus, known_types, config.canonical_gpu_type)
+    tag = JobTag(model=spec, iters=settings.iterations, bs=settings.batch_size, pinned="|".join(pinned),
+                 ver=__version__, **fields)
+    if gpus is None or pinned:
+        return tag, (), pinned
+    sizes = None
+    if nodes:      # the nodes the user's own constraint and partitions reach (it names no GPU type here)
+        sizes = node_sizes([n[1:] for n in nodes], constraint=req.constraint or "",
+                           partitions=(req.partition or "").split(","))
+    free_gpus = pending = None
+    if nodes and not fresh:
+        free_gpus, pending = queue_load(config, sbatch, nodes)
+    view = ClusterView(node_gpus=sizes, free_at=free_at or None, fresh=fresh, free_gpus=free_gpus,
+                       pending_gpus=pending)
+    per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
+    job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
+                    num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
+    decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
+    return decision.tag, decision.types, pinned
