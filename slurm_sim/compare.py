@@ -6,9 +6,11 @@ decision (`msched.policy.choice.decide_submit`, with the policy's `submit_choice
 user-pinned type stays a typed gres and gets no constraint): the tag in the job's comment and the
 GPU-type constraint. Then, for policies that
 re-plan, every `round_s` seconds `msched.rounds.core.run_round` runs against the simulator through
-`SimClient`, exactly as cron's `msched reorder` runs against Slurm. Rounds whose snapshot has not
-changed since the last round (same pending and running sets) are skipped, and the clock jumps to the
-next grid time at which something can have changed.
+`SimClient`, exactly as cron's `msched reorder` runs against Slurm. A round is skipped only when it
+could not plan differently from the last one (`msched.rounds.core.round_due`: the simulator's state
+is unchanged and the clock has not reached the last round's `stable_until`: a job reaching the
+starvation age, a running job passing its estimate); the clock then jumps to the next grid time at
+which something can have changed.
 
 What msub knows of the future differs by policy, as on a real cluster: a re-planning policy's msub reads
 the free time per GPU type that the last round published; `msched-once` has no reorderer, so the replay
@@ -115,9 +117,11 @@ class SimSetup:
 
 
 def make_policy(name: str, setup: SimSetup):
-    """The policy object; the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
-    from msched.policy import get_policy
-    return get_policy(name, backfill=setup.backfill, objective=setup.objective, perf=setup.perf)
+    """The policy object, built as the reorderer builds its own (`msched.rounds.core.round_policy`):
+    the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
+    from msched.rounds.core import round_policy
+    return round_policy(name, backfill=setup.backfill, objective=setup.objective,
+                        starvation_age_s=setup.starvation_age_s, perf=setup.perf)
 
 
 def make_estimator(policy, setup: SimSetup):
@@ -146,7 +150,7 @@ class _PerJobCache:
 def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, store=None,
            progress: Callable[[str], None] | None = None) -> RunResult:
     """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`."""
-    from msched.rounds.core import run_round
+    from msched.rounds.core import round_due, run_round
 
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
@@ -170,6 +174,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     round_s_total = 0.0                  # wall seconds inside the round core (snapshot, plan, writes)
     reported = 0
     last_version: int | None = None
+    stable_until = float("inf")          # the last round's plan holds until then unless Slurm changes
     next_round = t0 if replans else float("inf")
     i = 0
     inf = float("inf")
@@ -211,10 +216,11 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 i += 1
             sim.run_until(t)             # Slurm looks at the new jobs at once
         if replans and next_round <= t:
-            if sim.version != last_version and sim.pending_count() == 0:
-                last_version = sim.version   # nothing to plan: a round could change nothing
+            due = round_due(stable_until, sim.now, sim.version != last_version)
+            if due and sim.pending_count() == 0:
+                last_version, stable_until = sim.version, inf   # nothing to plan: a round could change nothing
                 skipped += 1
-            elif sim.version != last_version:
+            elif due:
                 seen = sim.version       # the snapshot this round reads
                 r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
@@ -223,8 +229,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
-                if result.plan is not None:
-                    published = dict(result.plan.free_time or {})
+                published = dict(result.free_time)
+                stable_until = result.stable_until
                 if recorder is not None:
                     recorder.round(result, sim.now)
                 sim.run_until(t)         # Slurm acts on the changes (what it starts, the next round sees)
@@ -233,8 +239,9 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 skipped += 1
             next_round = t + round_s
             if sim.version == last_version:
-                # nothing changes before the next event or submission: jump to the grid time after it
-                nxt = min(sim.next_event_time() or inf, jobs[i].submit_time if i < n else inf)
+                # nothing changes before the next event, submission or time-driven change of the plan:
+                # jump to the grid time after it
+                nxt = min(sim.next_event_time() or inf, jobs[i].submit_time if i < n else inf, stable_until)
                 if nxt == inf:
                     if i >= n and sim.active:
                         break            # stuck: nothing will ever change again
@@ -303,7 +310,7 @@ def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) 
     from msched.rounds.core import run_round
     result = run_round(client, policy, estimator, now=client.now(), dry_run=True,
                        starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
-    return dict(result.plan.free_time or {}) if result.plan is not None else {}
+    return dict(result.free_time)
 
 
 class _Recorder:

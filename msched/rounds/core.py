@@ -4,6 +4,9 @@ One code path for `msched reorder` (cron) and `msched sim` rounds: both hand a `
 
     result = run_round(client, policy, estimator, now=None, dry_run=False, starvation_age_s=86400.0,
                        gpu_type_of=None, jobs=None, nodes=None)
+    if round_due(last.stable_until, now, slurm_changed): ...   # the simulator skips a round only when not
+
+The result carries what the reorderer publishes for msub (`free_time`, clamped) and `stable_until`.
 
 Reading the queue (`build_snapshot`):
 - managed = the job carries an msched tag (msub submitted it); everything else is never written but
@@ -95,6 +98,8 @@ class RoundResult:
     nodes: list[SlurmNode] = field(default_factory=list)
     views: dict[str, JobView] = field(default_factory=dict)
     snapshot_seconds: float = 0.0
+    free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
+    stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
 
 
 # --------------------------------------------------------------------------------- reading
@@ -104,8 +109,10 @@ def _canon(gpu_type_of: Callable[[str], str] | None) -> Callable[[str], str]:
 
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator: Estimator, now: float, *,
                    starvation_age_s: float | None = 86400.0,
-                   gpu_type_of: Callable[[str], str] | None = None) -> tuple[ClusterSnapshot, dict[str, JobView]]:
-    """The policy's view of the cluster, and per pending job what the diff needs."""
+                   gpu_type_of: Callable[[str], str] | None = None,
+                   changes: list[float] | None = None) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+    """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
+    receives the times at which this view would change with the clock alone (see `plan_changes`)."""
     canon = _canon(gpu_type_of)
     node_states = []
     node_type: dict[str, str] = {}
@@ -172,12 +179,18 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             gtype = canon(job.gpu_type) if job.gpu_type else next((node_type[h] for h in hosts if h in node_type), None)
             if gtype is None:
                 continue
-            running.append(RunningJob(job.job_id, gtype, job.num_gpus, _running_end(job, tag, gtype, estimator, now),
-                                      hosts))
+            end, changes_at = _running_end(job, tag, gtype, estimator, now)
+            if changes is not None and changes_at is not None:
+                changes.append(changes_at)
+            running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
         elif job.is_pending:
             if job.priority <= 0 or job.reason.startswith("JobHeld"):
                 continue                                   # held: Slurm will not start it; never write it
             pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
+            if changes is not None and pj.managed and starvation_age_s is not None:
+                starving_at = job.submit_time + starvation_age_s
+                if starving_at > now:
+                    changes.append(starving_at)
             pending.append(pj)
             views[job.job_id] = view
     snap = ClusterSnapshot(now=now, nodes=tuple(node_states), running=tuple(running), pending=tuple(pending),
@@ -185,7 +198,9 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     return snap, views
 
 
-def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estimator, now: float) -> float:
+def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estimator,
+                 now: float) -> tuple[float, float | None]:
+    """(expected end, the time this expectation starts to move with the clock, or None if never)."""
     start = job.start_time if job.start_time is not None else now
     est = None
     if tag is not None:
@@ -193,15 +208,21 @@ def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estim
             est = estimator(job, tag).get(gtype)
         except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
             log.warning("job %s: no estimate (%s)", job.job_id, exc)
+    changes_at = None
     if est is None:
-        end = start + job.time_limit_s if job.time_limit_s else now + UNKNOWN_RUNNING_S
+        if job.time_limit_s:
+            end = start + job.time_limit_s
+        else:
+            end, changes_at = now + UNKNOWN_RUNNING_S, now
     else:
         end = start + est
+        changes_at = end
         if end < now:                 # overdue: the estimate was low; it is still running, so not "now"
             end = now + max(OVERDUE_MIN_S, OVERDUE_FRACTION * (now - start))
-        if job.time_limit_s:
-            end = min(end, start + job.time_limit_s)
-    return max(now, end)
+            changes_at = now
+        if job.time_limit_s and start + job.time_limit_s <= end:
+            end, changes_at = start + job.time_limit_s, None
+    return max(now, end), changes_at
 
 
 def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
@@ -320,8 +341,11 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
               gpu_type_of: Callable[[str], str] | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundResult:
-    """One round: read once, plan, write only what changes. Slurm errors other than JobNotPending
-    propagate (every single write leaves a valid queue; the next round re-plans)."""
+    """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
+    write only what changes; the result carries the free time to publish for msub (`free_time`, each
+    type clamped to now) and until when the same Slurm state would give the same plan
+    (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every single
+    write leaves a valid queue; the next round re-plans)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -329,18 +353,47 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if now is None:
         now = client.now()
     t0 = time.perf_counter()
+    changes: list[float] = []
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
-                                 gpu_type_of=gpu_type_of)
+                                 gpu_type_of=gpu_type_of, changes=changes)
     t1 = time.perf_counter()
     plan = policy.plan(snap)
     t2 = time.perf_counter()
     updates = diff_plan(views, plan)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
-                         snapshot_seconds=t1 - t0)
+                         snapshot_seconds=t1 - t0, free_time=published_free_time(plan, snap),
+                         stable_until=min(changes, default=float("inf")) if snap.pending else float("inf"))
     if not dry_run and updates:
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
     return result
+
+
+def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:
+    """The plan's projected free time per GPU type, for msub: types the plan does not mention are free
+    now, and no type is free before now."""
+    now = snapshot.now
+    free = dict(getattr(plan, "free_time", {}) or {}) if plan is not None else {}
+    for t in snapshot.gpus_total:
+        free.setdefault(t, now)
+    return {t: max(float(v), now) for t, v in free.items()}
+
+
+def round_due(stable_until: float, now: float, changed: bool) -> bool:
+    """Could a round now plan differently from the last one (whose `stable_until` is given)? When
+    Slurm's state changed since it read it, or when the clock alone changes the plan: a managed job
+    reaching the starvation age, a running job passing its estimated end, one already past it (its
+    expected end moves with the clock)."""
+    return changed or now >= stable_until
+
+
+def round_policy(name: str = "msched", *, objective: str = "makespan", starvation_age_s: float | None = 86400.0,
+                 backfill: bool = False, **opts):  # noqa: ANN201 - a Policy
+    """The policy a round runs, built the same way for the reorderer (from the site config and Slurm's
+    scheduler) and for the simulator (from its setup): one place for the objective and the guards."""
+    from msched.policy import get_policy
+
+    return get_policy(name, objective=objective, starvation_age_s=starvation_age_s, backfill=backfill, **opts)
 
 
 def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
