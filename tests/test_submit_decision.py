@@ -157,3 +157,25 @@ def test_a_burst_spreads_over_the_types_without_a_fresh_round(tmp_path, monkeypa
         used.update(d.types)
     assert len(used) > len(first.types) >= 1
     assert len(used) > 1
+
+
+def test_a_site_that_splits_types_by_partition_gets_partitions_not_features(tmp_path, monkeypatch):
+    """type_lever = "partition": msub steers the job with -p (the types' partitions), never a feature;
+    a partition the user chose is theirs; a bad lever name is one line listing the valid ones."""
+    from msched.config import ConfigError, load_config
+
+    now = time.time()
+    _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1", {"a100": now, "titanv": now})
+    conf = tmp_path / "msched.toml"
+    conf.write_text(conf.read_text() + 'type_lever = "partition"\n[type_partitions]\na100 = "p-a100"\n'
+                    'titanv = "p-titanv"\n')
+    sub, _ = build_submission(["--model=vgg16", "--iterations=1000", "--gres=gpu:1", "--wrap", "true"])
+    parts = [w.split("=", 1)[1] for w in sub.argv if w.startswith("--partition=")]
+    tag = parse_comment([w.split("=", 1)[1] for w in sub.argv if w.startswith("--comment=")][-1])[0]
+    assert parts and set(parts[-1].split(",")) == {f"p-{t}" for t in tag.added.split("|")}
+    assert not [w for w in sub.argv if w.startswith("--constraint=")]
+    sub, _ = build_submission(["--model=vgg16", "--iterations=1000", "--gres=gpu:1", "-p", "mine", "--wrap", "true"])
+    assert [w for w in sub.argv if w.startswith("--partition=")] == []
+    conf.write_text(conf.read_text().replace('"partition"', '"queue"'))
+    with pytest.raises(ConfigError, match="type_lever 'queue' is not one of feature, partition"):
+        load_config(conf)

@@ -79,3 +79,21 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
     decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
     return decision.tag, decision.types, pinned
+
+
+def lever_options(req: SbatchRequest, types: tuple[str, ...], config) -> list[str]:  # noqa: ANN001
+    """The sbatch options that steer the job to `types`, by the site's lever (config `type_lever`):
+    the GPU-type feature constraint ANDed with the user's own (`feature`), or the partitions of the
+    types (`partition`, config `type_partitions`), only when the user named no partition and every type
+    has one. [] = leave the request as it is (a user expression too complex to extend, say)."""
+    from msched.msub.gpu_request import add_types
+
+    if not types:
+        return []
+    if config.type_lever == "partition":
+        parts = [config.type_partitions.get(t) for t in types]
+        if req.partition or not all(parts):
+            return []
+        return [f"--partition={','.join(dict.fromkeys(parts))}"]
+    expr = add_types(req.constraint, types, multi_node=req.nodes > 1)
+    return [f"--constraint={expr}"] if expr is not None else []
