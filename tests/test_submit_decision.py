@@ -179,3 +179,47 @@ def test_a_site_that_splits_types_by_partition_gets_partitions_not_features(tmp_
     conf.write_text(conf.read_text().replace('"partition"', '"queue"'))
     with pytest.raises(ConfigError, match="type_lever 'queue' is not one of feature, partition"):
         load_config(conf)
+
+
+@pytest.mark.slurm
+def test_on_real_slurm_a_job_is_never_sent_to_nodes_too_small_and_a_burst_spreads(tmp_path, monkeypatch):
+    """A dev cluster whose titanv node has 2 GPUs: msub never constrains a 4-GPU job to titanv (while a
+    2-GPU job of the same models may go there); 16 one-GPU jobs of one model submitted through msub with
+    no round running use more than one GPU type."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from msched.msub.main import main as msub_main
+
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "slurm-dev-cluster.sh"
+    sdir = tmp_path / "slurm"
+    up = subprocess.run(["bash", str(script), "up", "--dir", str(sdir), "--node-gpus", "n2=2"],
+                        capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(sdir / "slurm.conf"))
+        state = tmp_path / "state"
+        state.mkdir()
+        conf = tmp_path / "msched.toml"
+        conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\n')
+        monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+        monkeypatch.setenv("MSCHED_CACHE_DIR", str(tmp_path / "cache"))
+        wide, narrow = set(), set()
+        for model in MODELS:
+            for gpus, seen in ((4, wide), (2, narrow)):
+                _, types = _msub([f"--model={model}", "--iterations=2000", f"--gres=gpu:{gpus}", "--time=600"])
+                seen.update(types)
+        assert "titanv" not in wide and "titanv" in narrow
+        # the burst: real submissions, no free-time file (no round), the queue read at each one
+        for k in range(16):
+            assert msub_main(["--model=densenet121", "--iterations=20000", "--gres=gpu:1", "--time=600",
+                              "-J", f"burst{k}", "--wrap", "sleep 300"], allow_exec=False) == 0
+        out = subprocess.run(["squeue", "-h", "-o", "%j|%f"], capture_output=True, text=True, timeout=60).stdout
+        feats = {line.split("|")[1] for line in out.splitlines() if line.startswith("burst")}
+        assert len({t for f in feats for t in f.split("|")}) > 1, feats
+    finally:
+        subprocess.run(["scancel", "-u", "root"], capture_output=True, timeout=60)
+        subprocess.run(["bash", str(script), "down", "--dir", str(sdir)], capture_output=True, timeout=120)
