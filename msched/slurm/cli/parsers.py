@@ -156,6 +156,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         time_limit_s=float(limit) * 60 if limit > 0 else None,
         num_nodes=num_nodes,
         num_gpus=num_gpus,
+        gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
         features=_field(_json_str(d.get("features"))),
         comment=_json_str(d.get("comment")),
