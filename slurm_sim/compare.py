@@ -112,9 +112,15 @@ class SimSetup:
     classifier: Classifier
     round_s: float = 60.0
     objective: str = "makespan"
-    backfill: bool = False
+    scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"
+
+
+    @property
+    def backfill(self) -> bool:
+        """Whether the simulated Slurm backfills (what the planner is told)."""
+        return (self.scheduler or self.cluster.scheduler.type) == "backfill"
 
 
 def make_policy(name: str, setup: SimSetup):
@@ -154,7 +160,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
     estimator = make_estimator(policy, setup)
-    sim = Simulator(setup.cluster, setup.truth, backfill=setup.backfill)
+    sim = Simulator(setup.cluster, setup.truth, scheduler=setup.scheduler)
     client = SimClient(sim)
     recorder = _Recorder(store, policy_name, setup) if store is not None else None
     jobs = sorted(trace, key=lambda j: j.submit_time)
@@ -255,7 +261,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                            state=j.state, model=j.model)
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     lb = lower_bound(trace, setup.truth, setup.cluster)
-    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb, submitted=n)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:

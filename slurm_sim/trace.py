@@ -1,8 +1,10 @@
 """Workload traces: reading DESIGN's trace CSV (with errors that name the row) and synthesising them.
 
 Trace CSV (DESIGN, a stable interface): `job_id,submit_time,user,model,num_gpus,batch_size,iterations
-[,gpu_type][,time_limit_s]`; seconds from trace start, `batch_size` per GPU, `gpu_type` only where the
-user pins one.
+[,gpu_type][,time_limit_s][,partition][,dependency][,array]`; seconds from trace start, `batch_size` per
+GPU, `gpu_type` only where the user pins one, `time_limit_s` the user's own limit (empty: the partition's
+DefaultTime), `partition` sbatch -p's comma list, `dependency` afterok:ID[:ID] / afterany:ID[:ID] on
+earlier rows, `array` N or A-B (each task becomes a job `ID_K`).
 
 Synthetic workloads (`synth`) have Philly-shaped sizes and durations: rows drawn from the Philly trace
 (`philly_jobs.csv`, jobs of the allowed GPU counts; durations clipped to [60 s, 600,000 s] so one
@@ -21,30 +23,35 @@ import math
 import os
 import random
 import statistics
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import IO
 
-from msched.estimate.perf_table import PerfTable
+from msched.estimate.perf_table import PerfRow, PerfTable
 from slurm_sim.cluster import ClusterSpec
 
 REQUIRED = ("job_id", "submit_time", "user", "model", "num_gpus", "batch_size", "iterations")
-OPTIONAL = ("gpu_type", "time_limit_s")
+OPTIONAL = ("gpu_type", "time_limit_s", "partition", "dependency", "array")
 GAVEL_SIZES = ((1, 0.7), (2, 0.1), (4, 0.15), (8, 0.05))
 MIN_DURATION_S, MAX_DURATION_S = 60.0, 600_000.0
 DEFAULT_BATCH = 12
 ARRIVALS = ("static", "poisson:MEAN_S", "philly")
+TRUTH_FILLS = ("median-type-ratio",)
+MAX_ARRAY_TASKS = 10_000
 
 
 class TraceError(ValueError):
     """A trace that cannot be used; the message is one line naming the file and row."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceJob:
+    """One trace row (one task of an array row). Slots: a 1M-line trace holds a million of these."""
+
     job_id: str
     submit_time: float
     user: str
@@ -54,75 +61,158 @@ class TraceJob:
     iterations: int
     gpu_type: str | None = None
     time_limit_s: float | None = None
+    partition: str = ""                 # comma-separated partitions ("" = the cluster's default one)
+    dependency: str = ""                # afterok:ID[:ID] / afterany:ID[:ID] on earlier trace job ids
 
 
 # ----------------------------------------------------------------------------- reading
 def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
                cluster: ClusterSpec | None = None) -> list[TraceJob]:
-    """Read and check a trace. With `truth` and `cluster`, every job must be able to run somewhere."""
+    """Read and check a trace (a streaming csv.reader, strings interned: ~1 µs and well under 1 KB a row).
+
+    With `truth` and `cluster`, every job must be able to run somewhere, and the truth must have data on
+    every type it may be sent to (`truth_gaps`), else one line names the gaps. Array rows (`array` = N or
+    A-B) become one job per task, `ID_K`; a dependency on an array's ID waits for all of its tasks."""
     name = str(path)
     try:
         fh = open(path, newline="")
     except OSError as exc:
         raise TraceError(f"cannot read trace {name}: {exc.strerror}") from None
     with fh:
-        reader = csv.DictReader(fh)
-        cols = [c.strip() for c in (reader.fieldnames or [])]
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        cols = [c.strip() for c in (header or [])]
         missing = [c for c in REQUIRED if c not in cols]
         if missing:
             raise TraceError(f"{name} line 1: missing column(s) {', '.join(missing)}; expected "
-                             f"{','.join(REQUIRED)}[,gpu_type][,time_limit_s]")
-        reader.fieldnames = cols
+                             f"{','.join(REQUIRED)}[,{'][,'.join(OPTIONAL)}]")
+        idx = {c: cols.index(c) for c in (*REQUIRED, *OPTIONAL) if c in cols}
+        parse = _RowParser(name, idx, len(cols))
         jobs: list[TraceJob] = []
-        seen: set[str] = set()
+        seen: dict[str, tuple[str, ...]] = {}       # trace id -> its job ids (an array's tasks)
+        checked: set[tuple] = set()
         for lineno, rec in enumerate(reader, start=2):
-            job = _parse_row(rec, name, lineno)
+            if not rec:
+                continue
+            job, tasks = parse(rec, lineno)
             where = f"{name} line {lineno} (job {job.job_id})"
             if job.job_id in seen:
                 raise TraceError(f"{where}: duplicate job_id")
-            seen.add(job.job_id)
-            if truth is not None:
+            if job.dependency:
+                job = _resolve_dependency(job, seen, where)
+            key = (job.model, job.num_gpus, job.batch_size, job.gpu_type, job.partition)
+            if truth is not None and key not in checked:
                 _check_runnable(job, truth, cluster, where)
-            jobs.append(job)
+                checked.add(key)
+            if tasks is None:
+                seen[job.job_id] = (job.job_id,)
+                jobs.append(job)
+            else:
+                ids = tuple(f"{job.job_id}_{k}" for k in tasks)
+                clash = [i for i in ids if i in seen]
+                if clash:
+                    raise TraceError(f"{where}: array task id {clash[0]} clashes with another job")
+                seen[job.job_id] = ids
+                for i in ids:
+                    seen[i] = (i,)
+                    jobs.append(replace(job, job_id=i))
     if not jobs:
         raise TraceError(f"{name}: no jobs")
+    if truth is not None and cluster is not None:
+        gaps = truth_gaps(jobs, truth, cluster)
+        if gaps:
+            raise TraceError(f"{name}: {describe_gaps(gaps)}; the simulator will not guess those runtimes: use a "
+                             f"truth with those rows or --truth-fill {TRUTH_FILLS[0]}")
     return jobs
 
 
-def _parse_row(rec: dict, name: str, lineno: int) -> TraceJob:
-    def field_(key: str) -> str:
-        v = rec.get(key)
-        return "" if v is None else v.strip()
+class _RowParser:
+    """Turns one CSV record into a TraceJob; repeated strings (users, models, types) are shared."""
 
-    job_id = field_("job_id")
-    where = f"{name} line {lineno}" + (f" (job {job_id})" if job_id else "")
-    if None in rec:
-        raise TraceError(f"{where}: more values than columns")
-    if not job_id:
-        raise TraceError(f"{where}: empty job_id")
-    model = field_("model")
-    if not model:
-        raise TraceError(f"{where}: empty model")
+    def __init__(self, name: str, idx: dict[str, int], ncols: int):
+        self.name, self.idx, self.ncols = name, idx, ncols
+        self.strings: dict[str, str] = {}
 
-    def number(key: str, kind, minimum: float, optional: bool = False):
-        raw = field_(key)
-        if raw == "" and optional:
-            return None
-        try:
-            value = kind(float(raw)) if kind is int else float(raw)
-            if kind is int and float(raw) != int(float(raw)):
-                raise ValueError
-        except ValueError:
-            raise TraceError(f"{where}: {key} {raw!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not math.isfinite(value) or value < minimum:
-            raise TraceError(f"{where}: {key} must be >= {minimum:g} (got {raw})")
-        return value
+    def _intern(self, v: str) -> str:
+        return self.strings.setdefault(v, v)
 
-    gpu_type = field_("gpu_type").lower() or None
-    return TraceJob(job_id=job_id, submit_time=number("submit_time", float, 0.0), user=field_("user"),
-                    model=model, num_gpus=number("num_gpus", int, 1), batch_size=number("batch_size", int, 1),
-                    iterations=number("iterations", int, 1), gpu_type=gpu_type,
-                    time_limit_s=number("time_limit_s", float, 1.0, optional=True))
+    def __call__(self, rec: list[str], lineno: int) -> tuple[TraceJob, range | None]:
+        idx = self.idx
+
+        def field_(key: str) -> str:
+            i = idx.get(key)
+            return rec[i].strip() if i is not None and i < len(rec) else ""
+
+        job_id = field_("job_id")
+        where = f"{self.name} line {lineno}" + (f" (job {job_id})" if job_id else "")
+        if len(rec) > self.ncols:
+            raise TraceError(f"{where}: more values than columns")
+        if not job_id:
+            raise TraceError(f"{where}: empty job_id")
+        model = field_("model")
+        if not model:
+            raise TraceError(f"{where}: empty model")
+
+        def number(key: str, kind, minimum: float, optional: bool = False):
+            raw = field_(key)
+            if raw == "" and optional:
+                return None
+            try:
+                value = float(raw)
+                if kind is int:
+                    if value != int(value):
+                        raise ValueError
+                    value = int(value)
+            except (ValueError, OverflowError):
+                raise TraceError(f"{where}: {key} {raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+            if not math.isfinite(value) or value < minimum:
+                raise TraceError(f"{where}: {key} must be >= {minimum:g} (got {raw})")
+            return value
+
+        gpu_type = field_("gpu_type").lower() or None
+        partition = ",".join(p.strip().lower() for p in field_("partition").split(",") if p.strip())
+        job = TraceJob(job_id=job_id, submit_time=number("submit_time", float, 0.0),
+                       user=self._intern(field_("user")), model=self._intern(model),
+                       num_gpus=number("num_gpus", int, 1), batch_size=number("batch_size", int, 1),
+                       iterations=number("iterations", int, 1),
+                       gpu_type=self._intern(gpu_type) if gpu_type else None,
+                       time_limit_s=number("time_limit_s", float, 1.0, optional=True),
+                       partition=self._intern(partition), dependency=field_("dependency"))
+        return job, _array_tasks(field_("array"), where)
+
+
+def _array_tasks(text: str, where: str) -> range | None:
+    """`array` = N (tasks 0..N-1) or A-B (sbatch --array's simple form); empty: not an array."""
+    if not text:
+        return None
+    lo, sep, hi = text.partition("-")
+    try:
+        tasks = range(int(lo), int(hi) + 1) if sep else range(int(lo))
+    except ValueError:
+        tasks = range(0)
+    if not tasks or len(tasks) > MAX_ARRAY_TASKS or tasks.start < 0:
+        raise TraceError(f"{where}: array {text!r}: expected N or A-B (0 <= A <= B, at most {MAX_ARRAY_TASKS} tasks)")
+    return tasks
+
+
+def _resolve_dependency(job: TraceJob, seen: dict[str, tuple[str, ...]], where: str) -> TraceJob:
+    """Dependencies name earlier rows; an array's ID expands to its tasks."""
+    kind, _, ids = job.dependency.partition(":")
+    if kind not in ("afterok", "afterany") or not ids.strip(":"):
+        raise TraceError(f"{where}: dependency {job.dependency!r}: expected afterok:ID[:ID...] or afterany:ID[:ID...]")
+    out = []
+    for d in (i for i in ids.split(":") if i):
+        if d not in seen:
+            raise TraceError(f"{where}: dependency on {d!r}, which is not an earlier row of the trace")
+        out.extend(seen[d])
+    return replace(job, dependency=f"{kind}:{':'.join(out)}")
+
+
+def _candidate_types(job: TraceJob, cluster: ClusterSpec) -> list[str]:
+    """GPU types a job may be sent to: its pin, else every type of its partitions whose nodes hold its size."""
+    parts = set(job.partition.split(",")) if job.partition else {cluster.default_partition}
+    types = [job.gpu_type] if job.gpu_type else cluster.gpu_types
+    return [t for t in types if cluster.fits(t, job.num_gpus, parts)]
 
 
 def _check_runnable(job: TraceJob, truth: PerfTable, cluster: ClusterSpec | None, where: str) -> None:
@@ -134,17 +224,81 @@ def _check_runnable(job: TraceJob, truth: PerfTable, cluster: ClusterSpec | None
     types = cluster.gpu_types
     if job.gpu_type is not None and job.gpu_type not in types:
         raise TraceError(f"{where}: gpu_type {job.gpu_type!r} is not in the cluster (types: {', '.join(types)})")
-    allowed = [job.gpu_type] if job.gpu_type else types
-    fitting = [t for t in allowed if cluster.fits(t, job.num_gpus)]
+    unknown = [p for p in job.partition.split(",") if p and p not in cluster.partition]
+    if unknown:
+        raise TraceError(f"{where}: partition {', '.join(unknown)} is not in the cluster "
+                         f"(partitions: {', '.join(cluster.partition)})")
+    fitting = _candidate_types(job, cluster)
     if not fitting:
+        allowed = [job.gpu_type] if job.gpu_type else types
         most = max(cluster.max_gpus(t) for t in allowed)
         raise TraceError(f"{where}: {job.num_gpus} GPUs is more than the cluster can give one job"
-                         f"{' of type ' + job.gpu_type if job.gpu_type else ''} (at most {most}: one node "
+                         f"{' of type ' + job.gpu_type if job.gpu_type else ''}"
+                         f"{' in partition ' + job.partition if job.partition else ''} (at most {most}: one node "
                          "or whole nodes of one type)")
-    with_data = [t for t in fitting if truth.iter_ms(job.model, t, job.num_gpus, job.batch_size) is not None]
-    if not with_data:
-        raise TraceError(f"{where}: the truth table has no data for {job.model} on "
-                         f"{', '.join(fitting)}, the only type(s) that can hold {job.num_gpus} GPUs")
+
+
+def truth_gaps(jobs: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec) -> dict[tuple[str, str], int]:
+    """(model, GPU type) -> jobs of the trace that may be sent to a type where the truth has no data."""
+    gaps: Counter[tuple[str, str]] = Counter()
+    memo: dict[tuple, list[str]] = {}
+    for j in jobs:
+        key = (j.model, j.num_gpus, j.batch_size, j.gpu_type, j.partition)
+        missing = memo.get(key)
+        if missing is None:
+            missing = memo[key] = [t for t in _candidate_types(j, cluster)
+                                   if truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) is None]
+        for t in missing:
+            gaps[j.model, t] += 1
+    return dict(gaps)
+
+
+def describe_gaps(gaps: dict[tuple[str, str], int]) -> str:
+    by_model: dict[str, list[str]] = {}
+    for (m, t) in sorted(gaps):
+        by_model.setdefault(m, []).append(t)
+    jobs = {m: max(gaps[m, t] for t in ts) for m, ts in by_model.items()}
+    parts = [f"{m} on {'/'.join(ts)} ({jobs[m]} job{'s' if jobs[m] > 1 else ''})" for m, ts in by_model.items()]
+    shown = "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more model(s)" if len(parts) > 6 else "")
+    return f"the truth table has no data where {sum(jobs.values())} job(s) may be sent: {shown}"
+
+
+def fill_truth(truth: PerfTable, rule: str, types: Sequence[str]) -> PerfTable:
+    """The truth with each missing (model, type) filled by an explicit, documented rule.
+
+    `median-type-ratio`: a model without rows on type T gets, for each of its rows on the reference type S
+    (the type that shares the most models with T), a row on T with iter_ms x the median over the models
+    measured on both of iter_ms(T) / iter_ms(S) at the same GPU count and batch size. The filled rows are
+    marked `source=fill:median-type-ratio`. It guesses; the simulator uses it only when asked."""
+    if rule not in TRUTH_FILLS:
+        raise TraceError(f"unknown truth fill rule {rule!r}; choose from {', '.join(TRUTH_FILLS)}")
+    by_key = {(r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision): r for r in truth.rows}
+    models_on: dict[str, set[str]] = {}
+    for r in truth.rows:
+        models_on.setdefault(r.gpu_type, set()).add(r.model)
+    added = []
+    for t in types:
+        lacking = sorted(m for m in truth.models() if m not in models_on.get(t, set()))
+        if not lacking:
+            continue
+        if t not in models_on:
+            raise TraceError(f"--truth-fill {rule}: the truth has no row at all on {t}; nothing to scale from")
+        for m in lacking:
+            sources = sorted((s for s in models_on if s != t and m in models_on[s]),
+                             key=lambda s: (-len(models_on[s] & models_on[t]), s))
+            if not sources:
+                continue
+            s_type = sources[0]
+            ratios = [by_key[(r.model, t, r.num_gpus, r.batch_size, r.precision)].iter_ms / r.iter_ms
+                      for r in truth.rows if r.gpu_type == s_type
+                      and (r.model, t, r.num_gpus, r.batch_size, r.precision) in by_key]
+            if not ratios:
+                continue
+            ratio = statistics.median(ratios)
+            added.extend(PerfRow(r.model, t, r.num_gpus, r.batch_size, r.precision, r.iter_ms * ratio,
+                                 f"fill:{rule}")
+                         for r in truth.rows if r.model == m and r.gpu_type == s_type)
+    return PerfTable(list(truth.rows) + added)
 
 
 def write_trace(path: str | os.PathLike | IO[str], jobs: Sequence[TraceJob]) -> None:

@@ -81,7 +81,7 @@ def test_no_data_on_any_type_that_fits(tmp_path):
     truth = tmp_path / "t.csv"
     PerfTable([PerfRow("vgg16", "titanv", 1, 12, "float", 50.0)]).write(truth)
     msg = error_of(tmp_path, truth, "1,0,u,vgg16,1,12,10\n", cluster="a100:4x1")
-    assert "no data for vgg16" in msg
+    assert "no data where 1 job(s) may be sent: vgg16 on a100" in msg
 
 
 def test_cli_trace_error_is_one_line(tmp_path, truth_csv):
@@ -201,7 +201,7 @@ def test_cli_sim_backfill_and_pinned_jobs(tmp_path, truth_csv):
     out = tmp_path / "jobs.csv"
     r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:4x1,rtx2080ti:4x1", "--trace", str(trace), "--truth",
                                  str(truth_csv), "--perf", str(truth_csv), "--references", "resnet50,vgg19",
-                                 "--policy", "fifo,msched", "--backfill", "--jobs-csv", str(out)])
+                                 "--policy", "fifo,msched", "--scheduler", "backfill", "--jobs-csv", str(out)])
     assert r.exit_code == 0, r.output
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
