@@ -32,7 +32,7 @@ from msched.slurm.base import PENDING, JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpec
-from slurm_sim.metrics import JobOutcome, lower_bound, summarize
+from slurm_sim.metrics import ENDED_OK, JobOutcome, lower_bound, summarize
 from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
@@ -195,10 +195,13 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             added = tuple(policy.submit_types(view, free, now=sim.now)) if view.est_runtime_s else ()
         if added:
             tag = tag._replace(added="|".join(added))
+        extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
+        if tj.dependency:
+            kind, _, ids = tj.dependency.partition(":")
+            extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
                          constraint="|".join(added), comment=with_tag(tag, None), time_limit_s=tj.time_limit_s,
-                         extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,
-                                "user": tj.user})
+                         partition=tj.partition, extra=extra)
         jid = client.submit(req)
         sim_id_of[tj.job_id] = jid
         trace_of[jid] = tj
@@ -255,7 +258,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             reported = rounds
             progress(f"{policy_name}: t={sim.now:.0f}s, {len(sim.finished)}/{n} done")
 
-    unfinished = [j.job_id for j in sim.active.values()]
+    unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
                            state=j.state, model=j.model)

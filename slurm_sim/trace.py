@@ -90,6 +90,7 @@ def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
         parse = _RowParser(name, idx, len(cols))
         jobs: list[TraceJob] = []
         seen: dict[str, tuple[str, ...]] = {}       # trace id -> its job ids (an array's tasks)
+        submitted: dict[str, float] = {}
         checked: set[tuple] = set()
         for lineno, rec in enumerate(reader, start=2):
             if not rec:
@@ -99,7 +100,8 @@ def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
             if job.job_id in seen:
                 raise TraceError(f"{where}: duplicate job_id")
             if job.dependency:
-                job = _resolve_dependency(job, seen, where)
+                job = _resolve_dependency(job, seen, submitted, where)
+            submitted[job.job_id] = job.submit_time
             key = (job.model, job.num_gpus, job.batch_size, job.gpu_type, job.partition)
             if truth is not None and key not in checked:
                 _check_runnable(job, truth, cluster, where)
@@ -195,8 +197,9 @@ def _array_tasks(text: str, where: str) -> range | None:
     return tasks
 
 
-def _resolve_dependency(job: TraceJob, seen: dict[str, tuple[str, ...]], where: str) -> TraceJob:
-    """Dependencies name earlier rows; an array's ID expands to its tasks."""
+def _resolve_dependency(job: TraceJob, seen: dict[str, tuple[str, ...]], submitted: dict[str, float],
+                        where: str) -> TraceJob:
+    """Dependencies name earlier rows submitted no later; an array's ID expands to its tasks."""
     kind, _, ids = job.dependency.partition(":")
     if kind not in ("afterok", "afterany") or not ids.strip(":"):
         raise TraceError(f"{where}: dependency {job.dependency!r}: expected afterok:ID[:ID...] or afterany:ID[:ID...]")
@@ -204,6 +207,8 @@ def _resolve_dependency(job: TraceJob, seen: dict[str, tuple[str, ...]], where: 
     for d in (i for i in ids.split(":") if i):
         if d not in seen:
             raise TraceError(f"{where}: dependency on {d!r}, which is not an earlier row of the trace")
+        if submitted[d] > job.submit_time:
+            raise TraceError(f"{where}: dependency on {d!r}, submitted later ({submitted[d]:g} s)")
         out.extend(seen[d])
     return replace(job, dependency=f"{kind}:{':'.join(out)}")
 
@@ -313,7 +318,10 @@ def write_trace(path: str | os.PathLike | IO[str], jobs: Sequence[TraceJob]) -> 
 def _write_rows(fh: IO[str], jobs: Sequence[TraceJob]) -> None:
     pinned = any(j.gpu_type for j in jobs)
     limits = any(j.time_limit_s is not None for j in jobs)
-    cols = list(REQUIRED) + (["gpu_type"] if pinned else []) + (["time_limit_s"] if limits else [])
+    parts = any(j.partition for j in jobs)
+    deps = any(j.dependency for j in jobs)
+    cols = (list(REQUIRED) + (["gpu_type"] if pinned else []) + (["time_limit_s"] if limits else [])
+            + (["partition"] if parts else []) + (["dependency"] if deps else []))
     w = csv.writer(fh)
     w.writerow(cols)
     for j in jobs:
@@ -323,6 +331,10 @@ def _write_rows(fh: IO[str], jobs: Sequence[TraceJob]) -> None:
             row.append(j.gpu_type or "")
         if limits:
             row.append("" if j.time_limit_s is None else f"{j.time_limit_s:.0f}")
+        if parts:
+            row.append(j.partition)
+        if deps:
+            row.append(j.dependency)
         w.writerow(row)
 
 

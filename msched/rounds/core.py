@@ -154,8 +154,8 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             running.append(RunningJob(job.job_id, gtype, job.num_gpus, _running_end(job, tag, gtype, estimator, now),
                                       hosts))
         elif job.is_pending:
-            if job.priority <= 0 or job.reason.startswith("JobHeld"):
-                continue                                   # held: Slurm will not start it; never write it
+            if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
+                continue              # held or waiting on another job: not startable; never write it
             pj, view = _pending(job, tag, estimator, as_type, known, types_matching)
             pending.append(pj)
             views[job.job_id] = view
