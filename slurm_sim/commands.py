@@ -94,28 +94,35 @@ def trace() -> None:
 @click.option("--no-philly", is_flag=True, help="Ignore the Philly trace: Gavel's size and duration distribution.")
 @click.option("--gpus-per-job", "gpus_dist", default=None,
               help="GPU-count distribution, e.g. 1:0.7,2:0.1,4:0.15,8:0.05 (default: Philly's, else that one).")
+@click.option("--time-limits", "time_limits", type=click.Choice(["users", "none"]), default="users",
+              show_default=True,
+              help="users: limits as users set them (an overestimate of the runtime on the slowest type, "
+                   "heavy-tailed, rounded up to popular values; Mu'alem & Feitelson 2001, Tsafrir et al. "
+                   "2005); none: no limits (jobs get the partition's DefaultTime).")
 @click.option("--time-limit-factor", type=click.FloatRange(min=1.0), default=None,
-              help="Give each job a time limit of F x its true runtime on its slowest type.")
+              help="Instead: a time limit of F x each job's true runtime on its slowest type.")
+@click.option("--max-duration", "max_duration", type=click.FloatRange(min=60.0), default=600_000.0,
+              show_default=True, help="Clip drawn durations to this many seconds.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
               help="Performance table that turns durations into iterations [default: msched/data/measured_perf.csv].")
-@click.option("--cluster", "cluster_spec", default=None, help="Keep job sizes that fit this cluster.")
+@click.option("--cluster", "cluster_spec", default=None,
+              help="Keep job sizes that fit this cluster, and models with truth data on every type that can "
+                   "hold the job (so `msched sim` never refuses the trace for truth gaps).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Output CSV (default: stdout).")
-def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limit_factor, truth_path,
-              cluster_spec, out_path) -> None:
+def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limits, time_limit_factor,
+              max_duration, truth_path, cluster_spec, out_path) -> None:
     """Synthesise a workload: Philly-shaped sizes and durations, turned into iterations of real models."""
     from slurm_sim.trace import TraceError, default_philly_path, parse_size_dist, synth, write_trace
 
     truth = _load_table(truth_path or default_truth_path(), "--truth")
     names = resolve_models(models, truth)
     philly = None if no_philly else (philly_path or default_philly_path())
-    max_gpus = None
-    if cluster_spec:
-        cl = _cluster(cluster_spec)
-        max_gpus = max(cl.max_gpus(t) for t in cl.gpu_types)
+    cl = _cluster(cluster_spec) if cluster_spec else None
     try:
         sizes = parse_size_dist(gpus_dist) if gpus_dist else None
         jobs = synth(n_jobs, names, truth, seed=seed, arrival=arrival, philly=philly, sizes=sizes,
-                     time_limit_factor=time_limit_factor, max_gpus=max_gpus)
+                     time_limit_factor=time_limit_factor, time_limits=time_limits, cluster=cl,
+                     max_duration_s=max_duration)
         if out_path:
             write_trace(out_path, jobs)
         else:

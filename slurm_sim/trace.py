@@ -403,10 +403,61 @@ def _load_philly(path: str) -> tuple[_PhillyRow, ...]:
     return tuple(rows)
 
 
+# ----------------------------------------------------------------------------- users' time limits
+# How users set time limits, from studies of real HPC logs:
+# - Mu'alem & Feitelson, "Utilization, predictability, workloads, and user runtime estimates in scheduling
+#   the IBM SP2 with backfilling", IEEE TPDS 12(6), 2001: estimates are far above runtimes, and the
+#   accuracy runtime/estimate is spread roughly uniformly over (0, 1]; so estimate/runtime = 1/U is
+#   heavy-tailed (P(estimate > x runtime) ~ 1/x).
+# - Tsafrir, Etsion & Feitelson, "Modeling user runtime estimates", JSSPP 2005 (LNCS 3834): estimates are
+#   modal: about 20 round values (5 min, 10 min, 15 min, 30 min, 1 h, 2 h, ... 1 day, the maximum) cover
+#   some 90% of jobs, and the maximum the site allows is one of the most popular choices.
+# The draw: with probability USER_MAX_SHARE the user asks for the maximum (MaxTime); otherwise the limit is
+# runtime / U, U ~ U(USER_MIN_ACCURACY, 1], rounded UP to the next popular value and capped at the maximum.
+# The runtime a user knows is the job's runtime on the slowest type it may get, so limits cover every type
+# (real users also underestimate and get killed; that is not modelled: a TIMEOUT loses the job's work).
+POPULAR_LIMITS_S = tuple(60.0 * m for m in (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 360, 480, 600, 720,
+                                              1080, 1440, 2160, 2880, 4320, 5760, 7200, 10080))
+USER_MAX_SHARE = 0.1
+USER_MIN_ACCURACY = 0.02
+TIME_LIMIT_MODES = ("users", "none")
+
+
+def user_time_limit(rng: random.Random, runtime_s: float, max_s: float = POPULAR_LIMITS_S[-1]) -> float:
+    """A time limit as a user would ask for a job that runs `runtime_s` (see the sources above)."""
+    if rng.random() < USER_MAX_SHARE:
+        return max(max_s, math.ceil(runtime_s / 60.0) * 60.0)
+    want = runtime_s / rng.uniform(USER_MIN_ACCURACY, 1.0)
+    i = bisect.bisect_left(POPULAR_LIMITS_S, want)
+    limit = POPULAR_LIMITS_S[i] if i < len(POPULAR_LIMITS_S) else max_s
+    return max(min(limit, max_s), math.ceil(runtime_s / 60.0) * 60.0)
+
+
+def gap_free(truth: PerfTable, cluster: ClusterSpec | None, model: str, num_gpus: int, batch_size: int) -> bool:
+    """Whether the truth has data for the model on every type of the cluster that can hold num_gpus."""
+    if cluster is None:
+        return True
+    return all(truth.iter_ms(model, t, num_gpus, batch_size) is not None
+               for t in cluster.gpu_types if cluster.fits(t, num_gpus))
+
+
 def synth(n_jobs: int, models: Sequence[str], truth: PerfTable, *, seed: int = 0, arrival: str = "static",
           philly: str | os.PathLike | None = None, sizes: list[tuple[int, float]] | None = None,
-          time_limit_factor: float | None = None, max_gpus: int | None = None, users: int = 16) -> list[TraceJob]:
-    """A reproducible synthetic trace (same arguments and seed → same jobs)."""
+          time_limit_factor: float | None = None, max_gpus: int | None = None, users: int = 16,
+          time_limits: str = "users", cluster: ClusterSpec | None = None,
+          max_duration_s: float = MAX_DURATION_S) -> list[TraceJob]:
+    """A reproducible synthetic trace (same arguments and seed → same jobs).
+
+    With `cluster`, GPU counts fit it and a job's model always has truth data on every type that can hold
+    it (a model without is redrawn among those with), so the trace is never refused for truth gaps.
+    `time_limits="users"` gives each job a limit as users set them (`user_time_limit`);
+    `time_limit_factor` F instead gives F x the runtime on the slowest type; "none" leaves them empty."""
+    if time_limits not in TIME_LIMIT_MODES:
+        raise TraceError(f"bad time limit mode {time_limits!r}; choose from {', '.join(TIME_LIMIT_MODES)}")
+    if cluster is not None:
+        cap = max(cluster.max_gpus(t) for t in cluster.gpu_types)
+        max_gpus = cap if max_gpus is None else min(max_gpus, cap)
+    max_duration_s = min(MAX_DURATION_S, max_duration_s)
     if n_jobs < 1:
         raise TraceError("--jobs must be at least 1")
     if not models:
@@ -426,6 +477,10 @@ def synth(n_jobs: int, models: Sequence[str], truth: PerfTable, *, seed: int = 0
         allowed_sizes = {s for s in allowed_sizes if s <= max_gpus}
         if not allowed_sizes:
             raise TraceError(f"no GPU count in the distribution fits the cluster (at most {max_gpus})")
+    if cluster is not None:
+        allowed_sizes = {s for s in allowed_sizes if any(cluster.fits(t, s) for t in cluster.gpu_types)}
+        if not allowed_sizes:
+            raise TraceError("no GPU count in the distribution fits the cluster")
     if rows is not None:
         rows = [r for r in rows if r.num_gpus in allowed_sizes and r.duration > 0]
         if not rows:
@@ -461,26 +516,37 @@ def synth(n_jobs: int, models: Sequence[str], truth: PerfTable, *, seed: int = 0
             if kind == "poisson":
                 t += rng.expovariate(1.0 / mean)
 
-    batch: dict[str, int] = {}
+    batch = {m: _batch_size(truth, m) for m in models}
+    usable: dict[int, list[str]] = {}
     speeds: dict[tuple[str, int], list[float]] = {}
+    limit_cap = cluster.partitions[0].max_time_s if cluster is not None else math.inf
+    limit_cap = POPULAR_LIMITS_S[-1] if not math.isfinite(limit_cap) else limit_cap
     jobs = []
     for i, (t, g, dur) in enumerate(shapes, start=1):
-        dur = min(MAX_DURATION_S, max(MIN_DURATION_S, dur))
+        dur = min(max_duration_s, max(MIN_DURATION_S, dur))
         model = models[rng.randrange(len(models))]
-        if model not in batch:
-            batch[model] = _batch_size(truth, model)
+        if not gap_free(truth, cluster, model, g, batch[model]):
+            if g not in usable:
+                usable[g] = [m for m in models if gap_free(truth, cluster, m, g, batch[m])]
+            if not usable[g]:
+                raise TraceError(f"no model of the list has truth data on every type of the cluster that can hold "
+                                 f"{g} GPUs")
+            model = usable[g][rng.randrange(len(usable[g]))]
         bs = batch[model]
         if (model, g) not in speeds:
-            speeds[model, g] = [ms for ms in (truth.iter_ms(model, ty, g, bs) for ty in truth.types_for(model))
-                                if ms]
+            kinds = ([ty for ty in cluster.gpu_types if cluster.fits(ty, g)] if cluster is not None
+                     else truth.types_for(model))
+            speeds[model, g] = [ms for ms in (truth.iter_ms(model, ty, g, bs) for ty in kinds) if ms]
         per_type = speeds[model, g]
         if not per_type:
             raise TraceError(f"the truth table has no iteration time for {model}")
         iters = max(1, round(dur * 1000.0 / statistics.median(per_type)))
         limit = None
+        slowest = max(per_type) * iters / 1000.0
         if time_limit_factor is not None:
-            slowest = max(per_type) * iters / 1000.0
             limit = math.ceil(time_limit_factor * slowest / 60.0) * 60.0
+        elif time_limits == "users":
+            limit = user_time_limit(rng, slowest, limit_cap)
         jobs.append(TraceJob(job_id=str(i), submit_time=round(t, 3), user=f"u{rng.randrange(users) + 1:02d}",
                              model=model, num_gpus=g, batch_size=bs, iterations=iters, time_limit_s=limit))
     return jobs

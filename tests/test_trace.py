@@ -115,6 +115,38 @@ def test_synth_reproducible_by_seed(tmp_path, truth_csv):
         assert j.time_limit_s >= 1.5 * slowest - 1e-6
 
 
+def test_synth_users_time_limits_overestimate_heavy_tailed_and_round(truth_csv):
+    """Limits as users set them: never below the runtime on the slowest type, mostly popular round values,
+    some at the maximum, the ratio limit/runtime heavy-tailed (median well above 1, a long upper tail)."""
+    from slurm_sim.trace import POPULAR_LIMITS_S
+    truth = PerfTable.load(truth_csv)
+    jobs = synth(2000, sorted(MODELS), truth, seed=5, arrival="static",
+                 sizes=parse_size_dist("1:0.7,2:0.2,4:0.1"), cluster=parse_cluster("a100:4x2,rtx2080ti:4x2"))
+    ratios = []
+    for j in jobs:
+        slowest = max(truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) for t in ("a100", "rtx2080ti"))
+        runtime = slowest * j.iterations / 1000
+        assert j.time_limit_s >= runtime - 1e-6
+        ratios.append(j.time_limit_s / runtime)
+    popular = sum(1 for j in jobs if j.time_limit_s in POPULAR_LIMITS_S) / len(jobs)
+    at_max = sum(1 for j in jobs if j.time_limit_s == POPULAR_LIMITS_S[-1]) / len(jobs)
+    ratios.sort()
+    assert popular > 0.8 and 0.05 < at_max < 0.4
+    assert ratios[len(ratios) // 2] > 1.5 and ratios[int(len(ratios) * 0.9)] > 10
+    none = synth(20, sorted(MODELS), truth, seed=5, time_limits="none")
+    assert all(j.time_limit_s is None for j in none)
+
+
+def test_synth_with_a_cluster_never_draws_a_model_the_truth_lacks_there(tmp_path):
+    rows = [PerfRow(m, t, 1, 12, "float", 50.0) for m in ("a", "b") for t in ("a100", "titanv")]
+    rows.append(PerfRow("c", "a100", 1, 12, "float", 50.0))           # c: no titanv rows
+    truth = PerfTable(rows)
+    cluster = parse_cluster("a100:1x1,titanv:1x1")
+    jobs = synth(300, ["a", "b", "c"], truth, seed=2, sizes=parse_size_dist("1:1"), cluster=cluster)
+    assert {j.model for j in jobs} == {"a", "b"}
+    assert {j.model for j in synth(300, ["a", "b", "c"], truth, seed=2, sizes=parse_size_dist("1:1"))} == {"a", "b", "c"}
+
+
 def test_synth_gavel_distribution_when_no_philly(tmp_path, truth_csv):
     truth = PerfTable.load(truth_csv)
     jobs = synth(2000, ["resnet50"], truth, seed=3, arrival="static", sizes=parse_size_dist("1:0.7,2:0.1,4:0.15,8:0.05"))
