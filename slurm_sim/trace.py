@@ -96,15 +96,14 @@ def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
             if not rec:
                 continue
             job, tasks = parse(rec, lineno)
-            where = f"{name} line {lineno} (job {job.job_id})"
             if job.job_id in seen:
-                raise TraceError(f"{where}: duplicate job_id")
+                raise TraceError(f"{name} line {lineno} (job {job.job_id}): duplicate job_id")
             if job.dependency:
-                job = _resolve_dependency(job, seen, submitted, where)
+                job = _resolve_dependency(job, seen, submitted, f"{name} line {lineno} (job {job.job_id})")
             submitted[job.job_id] = job.submit_time
             key = (job.model, job.num_gpus, job.batch_size, job.gpu_type, job.partition)
             if truth is not None and key not in checked:
-                _check_runnable(job, truth, cluster, where)
+                _check_runnable(job, truth, cluster, f"{name} line {lineno} (job {job.job_id})")
                 checked.add(key)
             if tasks is None:
                 seen[job.job_id] = (job.job_id,)
@@ -113,7 +112,8 @@ def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
                 ids = tuple(f"{job.job_id}_{k}" for k in tasks)
                 clash = [i for i in ids if i in seen]
                 if clash:
-                    raise TraceError(f"{where}: array task id {clash[0]} clashes with another job")
+                    raise TraceError(f"{name} line {lineno} (job {job.job_id}): array task id {clash[0]} "
+                                     "clashes with another job")
                 seen[job.job_id] = ids
                 for i in ids:
                     seen[i] = (i,)
@@ -129,16 +129,42 @@ def load_trace(path: str | os.PathLike, truth: PerfTable | None = None,
 
 
 class _RowParser:
-    """Turns one CSV record into a TraceJob; repeated strings (users, models, types) are shared."""
+    """Turns one CSV record into a TraceJob; repeated strings (users, models, types) are shared.
+
+    A fast path reads a plain row (integers as integers, nothing optional but a limit and a type) in one
+    try block; anything else, and every error, goes through the careful path that names what is wrong."""
 
     def __init__(self, name: str, idx: dict[str, int], ncols: int):
         self.name, self.idx, self.ncols = name, idx, ncols
         self.strings: dict[str, str] = {}
+        self._plain = not any(k in idx for k in ("partition", "dependency", "array"))
+        self._cols = tuple(idx[k] for k in REQUIRED)
+        self._type_col = idx.get("gpu_type")
+        self._limit_col = idx.get("time_limit_s")
 
     def _intern(self, v: str) -> str:
         return self.strings.setdefault(v, v)
 
     def __call__(self, rec: list[str], lineno: int) -> tuple[TraceJob, range | None]:
+        if self._plain and len(rec) == self.ncols:
+            i_id, i_t, i_u, i_m, i_g, i_b, i_it = self._cols
+            try:
+                job_id, model = rec[i_id].strip(), rec[i_m].strip()
+                t, g, b, it = float(rec[i_t]), int(rec[i_g]), int(rec[i_b]), int(rec[i_it])
+                raw_limit = rec[self._limit_col].strip() if self._limit_col is not None else ""
+                limit = float(raw_limit) if raw_limit else None
+                gpu_type = rec[self._type_col].strip().lower() if self._type_col is not None else ""
+            except ValueError:
+                return self._careful(rec, lineno)
+            if (job_id and model and 0.0 <= t < math.inf and g >= 1 and b >= 1 and it >= 1
+                    and (limit is None or 1.0 <= limit < math.inf)):
+                strings = self.strings
+                return TraceJob(job_id, t, strings.setdefault(u := rec[i_u].strip(), u),
+                                strings.setdefault(model, model), g, b, it,
+                                strings.setdefault(gpu_type, gpu_type) if gpu_type else None, limit), None
+        return self._careful(rec, lineno)
+
+    def _careful(self, rec: list[str], lineno: int) -> tuple[TraceJob, range | None]:
         idx = self.idx
 
         def field_(key: str) -> str:
