@@ -184,8 +184,8 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                 changes.append(changes_at)
             running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
         elif job.is_pending:
-            if job.priority <= 0 or job.reason.startswith("JobHeld"):
-                continue                                   # held: Slurm will not start it; never write it
+            if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
+                continue              # held or waiting on another job: not startable; never write it
             pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
             if changes is not None and pj.managed and starvation_age_s is not None:
                 starving_at = job.submit_time + starvation_age_s
