@@ -12,6 +12,7 @@
 # One slurmctld and four `slurmd -N nX` on loopback emulate four nodes with typed GPUs, each tagged
 # with a node feature equal to its GPU type (msched retypes a pending job through its features):
 #   n1 a100:4   n2 titanv:4   n3 rtx2080ti:4   n4 titanxp:4
+# SLURM_DEV_SCHEDULER=builtin gives SchedulerType=sched/builtin instead of Slurm's default sched/backfill.
 # Everything (config, state, logs, pid files, fake GPU device files, the job completion file) lives in
 # DIR (default: .slurm-dev in the repository). Ports derive from DIR so clusters in different
 # directories can coexist; SLURM_DEV_PORT_BASE overrides. `up` prints the line to eval:
@@ -19,17 +20,20 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--node-gpus NODE=N ...]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
+NODE_GPUS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
         --dir=*) DIR="${1#--dir=}"; shift ;;
         --accounting) ACCOUNTING=1; shift ;;
+        # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
+        --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -38,8 +42,14 @@ case "$ACTION" in up|down|status) ;; *) usage ;; esac
 NODES=(n1 n2 n3 n4)
 declare -A GPU_TYPE=([n1]=a100 [n2]=titanv [n3]=rtx2080ti [n4]=titanxp)
 GPUS_PER_NODE=4
+declare -A NODE_GPU_COUNT=([n1]=$GPUS_PER_NODE [n2]=$GPUS_PER_NODE [n3]=$GPUS_PER_NODE [n4]=$GPUS_PER_NODE)
+for item in "${NODE_GPUS[@]}"; do NODE_GPU_COUNT[${item%%=*}]="${item#*=}"; done
 CPUS_PER_NODE=16
 UP_TIMEOUT_S="${SLURM_DEV_UP_TIMEOUT:-60}"
+# SchedulerType (slurm.conf): backfill, Slurm's default, or builtin (strict priority order). Read when a
+# fresh controller is configured; a running cluster keeps its own (use another --dir to compare both).
+SCHEDULER="${SLURM_DEV_SCHEDULER:-backfill}"
+case "$SCHEDULER" in backfill|builtin) ;; *) echo "slurm-dev: error: SLURM_DEV_SCHEDULER must be backfill or builtin" >&2; exit 2 ;; esac
 
 log() { echo "slurm-dev: $*" >&2; }
 die() { echo "slurm-dev: error: $*" >&2; exit 1; }
@@ -158,7 +168,7 @@ write_config() {
         echo "ReturnToService=2"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_Core"
-        echo "SchedulerType=sched/backfill"
+        echo "SchedulerType=sched/$SCHEDULER"
         echo "SchedulerParameters=bf_interval=1,bf_resolution=60,sched_min_interval=0"
         # All weights 0: every job gets the same base priority, so `scontrol update priority=`
         # alone decides the start order (SLURM-NOTES).
@@ -179,7 +189,7 @@ write_config() {
         i=0
         for node in "${NODES[@]}"; do
             i=$((i + 1)); port=$((PORT_BASE + i))
-            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:$GPUS_PER_NODE Feature=${GPU_TYPE[$node]} State=UNKNOWN"
+            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]} Feature=${GPU_TYPE[$node]} State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
     } >"$CONF.tmp"
@@ -189,7 +199,7 @@ write_config() {
         for node in "${NODES[@]}"; do
             mkdir -p "$DIR/spool/$node"
             gpus=()
-            for ((i = 0; i < GPUS_PER_NODE; i++)); do
+            for ((i = 0; i < NODE_GPU_COUNT[$node]; i++)); do
                 ln -sfn /dev/null "$DIR/dev/$node-gpu$i"
                 gpus+=("$DIR/dev/$node-gpu$i")
             done
