@@ -234,6 +234,7 @@ class Reorderer:
         if not dry_run:
             t0 = time.perf_counter()
             try:
+                self.store.check_integrity()      # never keep writing into a damaged file
                 self.store.check_writable()
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
