@@ -229,3 +229,42 @@ def test_forged_tags_do_not_jump_the_queue(slurm_cluster, janitor, ordinary_user
                                                       (liar, later))]
     import json
     assert runtimes and all(all(v <= 3600 + 1e-6 for v in json.loads(rt).values()) for rt in runtimes)
+
+
+def test_managed_jobs_are_permuted_among_their_places_when_priorities_leave_room(slurm_cluster, janitor,
+                                                                                  ordinary_user, tmp_path):
+    """Spaced priorities, as age and fair-share give them (set here by root on every job, since the dev
+    cluster's weights are 0): plain P1 9000, managed M1 8000, plain P2 7000, managed M2 6000 and M3 5000.
+    The plan (makespan: longest first) wants M3 (most work) first. After a round the plain jobs hold
+    places 1 and 3 with their own values, managed jobs were reordered among places 2, 4 and 5, and with
+    `managed_first = true` managed jobs may pass the plain ones."""
+    cfg = _site(tmp_path)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+
+    def plain_job() -> str:
+        return janitor.add(slurm_cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "--time=60",
+                                              "--output=/dev/null", "--wrap=true"], check=True).stdout.strip())
+
+    def managed_job(iters: int) -> str:
+        return janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", "--wrap=true",
+                                        f"--comment={_tag(iters=iters)}"))
+    p1, m1, p2, m2, m3 = plain_job(), managed_job(1000), plain_job(), managed_job(5000), managed_job(40000)
+    values = {p1: 9000, m1: 8000, p2: 7000, m2: 6000, m3: 5000}
+    for jid, v in values.items():
+        slurm_cluster.run(["scontrol", "update", f"jobid={jid}", f"priority={v}"], check=True)
+    ids = list(values)
+    assert _order(slurm_cluster, ids) == ids
+    out = _reorder(cfg)
+    assert out.returncode == 0, out.stderr
+    order = _order(slurm_cluster, ids)
+    q = _squeue(slurm_cluster, ids)
+    assert order[0] == p1 and order[2] == p2                                   # plain places kept
+    assert (q[p1]["priority"], q[p2]["priority"]) == ("9000", "7000")          # and never written
+    assert order[1] == m3 and order != ids                                     # the plan moved M3 up
+    # opt-in: managed jobs first
+    (tmp_path / "first").mkdir()
+    cfg_first = _site(tmp_path / "first", extra="managed_first = true\n")
+    out = _reorder(cfg_first)
+    assert out.returncode == 0, out.stderr
+    order = _order(slurm_cluster, ids)
+    assert order.index(p1) > order.index(m3)                                   # M3 now passes P1
