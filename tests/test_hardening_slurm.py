@@ -268,3 +268,63 @@ def test_managed_jobs_are_permuted_among_their_places_when_priorities_leave_room
     assert out.returncode == 0, out.stderr
     order = _order(slurm_cluster, ids)
     assert order.index(p1) > order.index(m3)                                   # M3 now passes P1
+
+
+@pytest.mark.slow
+def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, ordinary_user, tmp_path):
+    """A private cluster with multifactor's age weight on (PriorityWeightAge, PriorityMaxAge=1 min): jobs
+    submitted a few seconds apart get distinct, Slurm-computed priorities. msched's round permutes the
+    managed jobs among their places only; the plain jobs keep their places and values."""
+    import re
+    import shutil
+    import time
+
+    from helpers import REPO
+    d = Path("/tmp") / f"msched-mf-{os.getpid()}"
+    script = REPO / "scripts" / "slurm-dev-cluster.sh"
+    subprocess.run(["bash", str(script), "up", "--dir", str(d)], check=True, capture_output=True, timeout=300)
+    env = {**os.environ, "SLURM_CONF": str(d / "slurm.conf")}
+
+    def sl(*argv: str) -> str:
+        p = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (argv, p.stderr)
+        return p.stdout
+    try:
+        conf = (d / "slurm.conf").read_text()
+        (d / "slurm.conf").write_text(re.sub(r"PriorityWeightAge=0", "PriorityWeightAge=100000\nPriorityMaxAge=0-00:01:00",
+                                             conf))
+        sl("scontrol", "reconfigure")
+        time.sleep(1)
+        for n in ("n1", "n2", "n3", "n4"):
+            sl("sbatch", "--gres=gpu:4", f"--nodelist={n}", "--time=60", "--output=/dev/null", "--wrap=sleep 300")
+        ids = []
+        for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
+            argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
+            if kind == "managed":
+                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": env["SLURM_CONF"]})
+                assert p.returncode == 0, p.stderr
+                ids.append(p.stdout.strip())
+            else:
+                ids.append(sl(*argv).strip())
+            time.sleep(4)
+        for jid in ids:                       # recompute every job's multifactor priority now (age counted)
+            sl("scontrol", "update", f"jobid={jid}", "nice=0")
+        p1, m1, p2, m2, m3 = ids
+
+        def prio() -> dict[str, int]:
+            out = sl("squeue", "-h", "-j", ",".join(ids), "-o", "%i %Q")
+            return {i: int(q) for i, q in (ln.split() for ln in out.splitlines())}
+        before = prio()
+        assert len(set(before.values())) == 5 and before[p1] > before[m1] > before[p2] > before[m2] > before[m3]
+        cfg = _site(tmp_path)
+        out = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True, timeout=120,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        after = prio()
+        order = sorted(ids, key=lambda j: (-after[j], int(j)))
+        assert order[0] == p1 and order[2] == p2, (before, after)
+        assert (after[p1], after[p2]) == (before[p1], before[p2])     # the round wrote no plain job
+        assert order[1] == m3, (before, after)                        # the longest managed job moved up
+    finally:
+        subprocess.run(["bash", str(script), "down", "--dir", str(d)], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
