@@ -13,6 +13,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -68,6 +69,7 @@ class Config:
     cluster_name: str = "local"
     constraint_slack: float = 1.25
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
+    gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -152,7 +154,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance"):
+    for key in ("references", "performance", "gpu_specs"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])
