@@ -30,7 +30,8 @@ def install(directory: str | None, python: str | None, timeout_s: int) -> None:
     """Write cli_filter.lua and job_submit.lua, generated from msched's tag bounds and GPU-type table,
     and print the slurm.conf lines that turn them on."""
     from msched.config import ConfigError, load_config
-    from msched.plugin.generate import SLURM_CONF_LINES, install as write
+    from msched.plugin.generate import SLURM_CONF_LINES
+    from msched.plugin.generate import install as write
 
     directory = directory or _default_dir()
     if python is not None and not (os.path.isabs(python) and os.access(python, os.X_OK)):
