@@ -116,6 +116,10 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     from msched.tag import parse_comment, with_tag
 
     changes: dict[str, str] = {}
+    if types and not _cluster_types_known(config):
+        # msub retries without its constraint when the cluster rejects a feature name; a filter cannot,
+        # so it names GPU types only when it knows the cluster's (published by the reorderer, or sinfo)
+        types, tag = (), tag._replace(added="")
     new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
     if types and new_constraint is None:
         tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
@@ -128,6 +132,12 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     if new_constraint:
         changes["constraint"] = new_constraint
     return changes, warnings
+
+
+def _cluster_types_known(config) -> bool:
+    from msched.msub.main import cluster_gpu_types, read_free_time
+
+    return bool(read_free_time(config)[0] or cluster_gpu_types(config, str(config.sbatch)))
 
 
 def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
