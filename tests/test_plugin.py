@@ -313,6 +313,8 @@ def test_decide_leaves_a_job_without_a_model_alone_and_warns_for_an_unknown_one(
 def test_decide_refuses_a_comment_slurm_would_refuse():
     changes, warnings = _decide({"wrap": "python t.py --arch resnet50", "comment": "x" * 1000})
     assert changes == {} and "1024" in warnings[0]
+    # already too long without the tag: Slurm says so itself, msched adds nothing
+    assert _decide({"wrap": "python t.py --arch resnet50", "comment": "x" * 1025}) == ({}, [])
 
 
 def test_filter_entry_point_answers_in_its_line_protocol_and_stays_light(tmp_path):

@@ -124,6 +124,8 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     if types and new_constraint is None:
         tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
     comment = with_tag(tag, parse_comment(req.comment)[1])   # a copied old tag is replaced, not stacked
+    if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
+        return {}, warnings                # slurmctld refuses the user's own comment, in its own words
     if len(comment.encode("utf-8", "surrogateescape")) > COMMENT_MAX:
         warnings.append(f"the comment with msched's tag would be longer than Slurm's {COMMENT_MAX} "
                         "characters; submitting untagged")
