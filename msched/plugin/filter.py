@@ -142,6 +142,43 @@ def _cluster_types_known(config) -> bool:
     return bool(read_free_time(config)[0] or cluster_gpu_types(config, str(config.sbatch)))
 
 
+class DeadlinePassed(BaseException):
+    """msched's decision ran past DEADLINE_S; its child processes were killed. A BaseException, so no
+    handler meant for msched's own errors swallows it on the way out."""
+
+
+DEADLINE_S = 1.6              # below the Lua side's hard 2 s, so the answer still says why
+
+
+def _kill_children() -> None:
+    """SIGKILL every child process (and its process group: the profiler runs a user's model file in a
+    session of its own), so nothing of this submission outlives it. Linux's /proc lists children."""
+    import signal
+
+    me = os.getpid()
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children", encoding="ascii") as fh:
+                pids = [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def _on_deadline(signum, frame):  # noqa: ANN001 - a signal handler's signature
+    _kill_children()
+    raise DeadlinePassed(f"msched's decision took longer than {DEADLINE_S:g} s")
+
+
 def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
     lines = ["msched-filter 1"]
     lines += [f"{key} {encode_value(value)}" for key, value in changes.items()]
@@ -153,6 +190,10 @@ def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else "sbatch"
+    import signal
+
+    signal.signal(signal.SIGALRM, _on_deadline)
+    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
     try:
         import json
 
@@ -162,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         if kind not in KINDS:
             raise ValueError(f"unknown client {kind!r}; valid: {', '.join(KINDS)}")
         changes, warnings = decide(kind, options)
+    except DeadlinePassed as exc:
+        changes, warnings = {}, [f"{exc}; submitting untagged"]
     except Exception as exc:  # noqa: BLE001 - a bad input is one warning, never a traceback
         changes, warnings = {}, [f"cannot read the job's options: {exc}; submitting untagged"]
+    signal.setitimer(signal.ITIMER_REAL, 0)
     sys.stdout.write(answer_lines(changes, warnings))
     sys.stdout.flush()
     return 0
