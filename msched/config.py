@@ -179,17 +179,12 @@ def _cache_write(identity: list, data: dict) -> None:
     """Atomically, owner-only; values JSON cannot hold (TOML dates) are simply not cached."""
     import json
 
+    from msched.util.files import write_atomically
+
     path = _cache_file()
-    tmp = f"{path}.{os.getpid()}"
     try:
         text = json.dumps({"identity": identity, "data": data})
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text, mode=0o600)
     except (OSError, TypeError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

@@ -306,13 +306,11 @@ class _Recorder:
     """Writes a simulated run into the store as the real reorderer writes real rounds."""
 
     def __init__(self, store, policy: str, setup: SimSetup):
-        from sqlalchemy import select
-
-        from msched.store.schema import Run
+        from msched.store.queries import run_names_starting
         self.store = store
         base = f"sim:{policy}:{setup.trace_name}"[:120]
         with store.read() as s:
-            taken = set(s.scalars(select(Run.name).where(Run.name.like(base + "%"))))
+            taken = run_names_starting(s, base)
         name, k = base, 1
         while name in taken:
             k += 1

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from msched.errors import ProfileError
+from msched.util.text import one_line
 
 PROFILE_VERSION = 2
 DEFAULT_INPUT_SIZE = 224
@@ -224,7 +225,7 @@ def load_factory(path: str, factory: str):
     except ProfileError:
         raise
     except BaseException as exc:  # the user's code may raise anything, SystemExit included
-        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {one_line(exc)}") from exc
     fn = getattr(module, factory, None)
     if fn is None:
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
@@ -243,7 +244,7 @@ def build_user(path: str, factory: str):
     except ProfileError:
         raise
     except Exception as exc:
-        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {one_line(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
         raise ProfileError(f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module")
     return model, mode
@@ -386,7 +387,7 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
     try:
         model = model.to("meta")
     except Exception as exc:  # a module holding non-tensor state that cannot move
-        raise ProfileError(f"{spec}: cannot move the model to the meta device: {_one_line(exc)}") from exc
+        raise ProfileError(f"{spec}: cannot move the model to the meta device: {one_line(exc)}") from exc
     ops = _OpCounter()
     flop_mode = FlopCounterMode(display=False)
     try:
@@ -396,7 +397,7 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
         raise
     except Exception as exc:
         raise ProfileError(f"{spec}: forward pass at {input_size}x{input_size} failed: "
-                           f"{type(exc).__name__}: {_one_line(exc)}") from exc
+                           f"{type(exc).__name__}: {one_line(exc)}") from exc
     finally:
         for h in handles:
             h.remove()
@@ -465,11 +466,6 @@ def profile_subprocess(spec: str, input_size: int | None = None, timeout: float 
     raise ProfileError(f"{spec}: profiler exited with status {proc.returncode}: {tail[-1] if tail else 'no output'}")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m msched.models.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
     import argparse
@@ -485,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", flush=True)
         return 2
     except Exception as exc:
-        msg = f"{args.spec}: {type(exc).__name__}: {_one_line(exc)}"
+        msg = f"{args.spec}: {type(exc).__name__}: {one_line(exc)}"
         print(json.dumps({"error": msg}) if args.json else f"error: {msg}", flush=True)
         return 2
     if args.json:

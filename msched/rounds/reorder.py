@@ -22,7 +22,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +31,8 @@ from typing import Any
 
 from msched.config import Config
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from msched.util.files import write_atomically
+from msched.util.text import one_line
 
 log = logging.getLogger("msched.rounds.reorder")
 
@@ -123,19 +124,7 @@ def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, fl
     path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
-    fd, tmp = tempfile.mkstemp(prefix=".gpu_free_time.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, FREE_TIME_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=FREE_TIME_MODE)
     if not os.stat(path.parent).st_mode & 0o001:
         log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
                     path)
@@ -187,9 +176,9 @@ class Reorderer:
         try:
             return list(self.client.jobs(ACTIVE_STATES)), list(self.client.nodes())
         except SlurmUnavailable as exc:
-            raise _fail(f"Slurm unreachable: {_one_line(exc)}; nothing changed") from None
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
         except SlurmError as exc:
-            raise _fail(f"cannot read the queue from Slurm: {_one_line(exc)}; nothing changed") from None
+            raise _fail(f"cannot read the queue from Slurm: {one_line(exc)}; nothing changed") from None
 
     def run_id(self, nodes: Sequence[SlurmNode]) -> int:
         if self._run_id is None:
@@ -234,7 +223,7 @@ class Reorderer:
                 with self.store.write() as session:
                     new = ingest_jobs(session, rid, jobs, now)
             except Exception as exc:  # noqa: BLE001 - any database failure: stop before touching Slurm
-                raise _fail(f"cannot record jobs in {self.store.display_url}: {_one_line(exc)}; "
+                raise _fail(f"cannot record jobs in {self.store.display_url}: {one_line(exc)}; "
                             "nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
         try:
@@ -242,7 +231,7 @@ class Reorderer:
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes)
         except SlurmError as exc:
-            raise _fail(f"Slurm failed during the round: {_one_line(exc)}; every update already written "
+            raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
         if log.isEnabledFor(logging.DEBUG):
             verb = "would set" if dry_run else "set"
@@ -261,30 +250,28 @@ class Reorderer:
             round_id, done, record_s = self._record(result, jobs, now)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
-                        f"{_one_line(exc)}; the queue is valid (the next round re-plans)") from None
+                        f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
         return RoundOutcome(result, round_id=round_id, new_jobs=new, completions=done, free_time=free,
                             db_seconds=db_s + record_s)
 
     def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
-        from sqlalchemy import func, select
-
-        from msched.store.schema import Round
+        from msched.store.queries import last_round_time
         from msched.store.writes import active_job_ids, mark_vanished, record_completions, record_round
 
         finished: list[SlurmJob] = []
         rid = self.run_id([])
         if self._last_completion_check is None:     # a new process (cron): since the last recorded round
             with self.store.read() as session:
-                last = session.scalar(select(func.max(Round.time)).where(Round.run_id == rid))
+                last = last_round_time(session, rid)
             self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
         finished_ok = True
         try:
             finished = list(self.client.finished_jobs(since=self._last_completion_check))
         except SlurmError as exc:
             finished_ok = False
-            log.warning("cannot read finished jobs: %s (completions recorded next round)", _one_line(exc))
+            log.warning("cannot read finished jobs: %s (completions recorded next round)", one_line(exc))
         started = [j for j in jobs if j.start_time is not None and not j.is_pending]
         t0 = time.perf_counter()
         with self.store.read() as session:
@@ -296,7 +283,7 @@ class Reorderer:
             try:
                 older = [j for j in self.client.finished_jobs(since=None) if j.job_id in vanished]
             except SlurmError as exc:
-                log.warning("cannot read finished jobs: %s", _one_line(exc))
+                log.warning("cannot read finished jobs: %s", one_line(exc))
                 older, vanished = [], set()
             finished += older
             vanished -= {j.job_id for j in older}
@@ -336,12 +323,6 @@ def default_estimator(config: Config):  # noqa: ANN201
     from msched.estimate.perf_table import PerfTable
 
     return TagEstimator(PerfTable.load(config.performance))
-
-
-def _one_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    msg = str(orig if orig is not None else exc) or type(exc).__name__
-    return msg.splitlines()[0]
 
 
 def wait_interval(seconds: float, started: float) -> None:

@@ -24,6 +24,7 @@ from msched.slurm.base import (
     SlurmUnavailable,
     expand_hostlist,
 )
+from msched.util.text import one_line
 
 SEP = "\x1f"
 
@@ -228,6 +229,6 @@ def classify_error(message: str, default: type[SlurmError] = SlurmError) -> type
 
 
 def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return "; ".join(dict.fromkeys(lines))[:500] if lines else "(no message)"
+    """Slurm's stderr, all its distinct lines, as one line."""
+    return one_line(text, limit=500, all_lines=True, empty="(no message)")
 
