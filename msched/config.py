@@ -13,6 +13,11 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
+                                           # or "partition" (-p, where a site gives each type its partition)
+
+    [type_partitions]                      # type_lever = "partition": GPU type -> its partition
+    a100 = "gpu-a100"
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -39,6 +44,7 @@ DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
+TYPE_LEVERS = ("feature", "partition")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -68,6 +74,8 @@ class Config:
     cluster_name: str = "local"
     constraint_slack: float = 1.25
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
+    type_lever: str = "feature"
+    type_partitions: Mapping[str, str] = MappingProxyType({})
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -77,12 +85,17 @@ class Config:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.type_lever not in TYPE_LEVERS:
+            raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
+        if self.type_lever == "partition" and not self.type_partitions:
+            raise ConfigError("type_lever = \"partition\" needs a [type_partitions] table (GPU type -> partition)")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
             database_url=self.database_url or f"sqlite:///{os.path.join(state_dir, 'msched.db')}",
             references=self.references if isinstance(self.references, str) else tuple(self.references),
             gpu_aliases={str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()},   # a fresh dict
+            type_partitions={str(k).lower(): str(v) for k, v in self.type_partitions.items()},
         )
 
     @property

@@ -22,6 +22,7 @@ from msched.slurm.base import (
     PENDING,
     JobNotPending,
     JobRequest,
+    SchedulerSettings,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -43,6 +44,10 @@ class SimClient(SlurmClient):
         """A client over a fresh simulated cluster, e.g. `from_spec("a100:4x1,titanv:4x1", truth=table)`."""
         cluster = spec if isinstance(spec, ClusterSpec) else parse_cluster(spec)
         return cls(Simulator(cluster, truth, backfill=backfill, **kwargs))
+
+    def scheduler(self) -> SchedulerSettings:
+        """What `scontrol show config` would say of the simulated Slurm: its scheduler setting."""
+        return SchedulerSettings("sched/backfill" if self.sim.backfill else "sched/builtin")
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:

@@ -174,15 +174,14 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
         warnings.append(f"{one_line(exc)}; submitting as a plain sbatch job")
         return submission, warnings
 
-    from msched.msub.gpu_request import add_types
+    from msched.msub.decide import lever_options
     from msched.tag import parse_comment, with_tag
 
-    new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
-    if types and new_constraint is None:
-        tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
+    constraint = lever_options(req, types, config)     # --constraint, or --partition (config type_lever)
+    if types and not constraint:
+        tag = tag._replace(added="")      # the user's request cannot be extended: leave it alone
     user_comment = parse_comment(req.comment)[1]       # a copied old tag is replaced, not stacked
     comment = f"--comment={with_tag(tag, user_comment)}"
-    constraint = [f"--constraint={new_constraint}"] if new_constraint else []
     name = []
     new_argv = kept
     stdin_data = submission.stdin_data

@@ -34,6 +34,7 @@ from msched.config import OBJECTIVES
 from msched.policy.base import (
     Placed,
     Policy,
+    PossibleTypes,
     as_is_runtime,
     default_types,
     feasible_types,
@@ -77,12 +78,9 @@ class MschedOncePolicy(Policy):
     name = "msched-once"
     replans = False
 
-    def submit_types(self, job: PendingJob, free_time: Mapping[str, float] | None = None,
-                     now: float | None = None) -> tuple[str, ...]:
-        if job.pinned_type:
-            return ()
-        est = {t: v for t, v in job.est_runtime_s.items() if not job.allowed_types or t in job.allowed_types}
-        return completion_choice(est, free_time, now, self.slack)
+    def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
+                      now: float) -> tuple[str, ...]:
+        return completion_choice(est, free_at, now, self.slack)
 
 
 class MschedPolicy(MschedOncePolicy):
@@ -145,6 +143,7 @@ class MschedPolicy(MschedOncePolicy):
         slots = iter(order)
         construct = [next(slots) if j.managed else j for j in sorted(snapshot.pending, key=queue_key)]
         tl = Timeline(now, snapshot.nodes, snapshot.running)
+        self._possible = PossibleTypes(snapshot)
         relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
         start: dict[str, float] = {}
@@ -221,9 +220,11 @@ class MschedPolicy(MschedOncePolicy):
         """Types the job may be placed on in construction, and its runtime on each. (The estimate's keys
         are iterated directly when nothing restricts them: types the cluster lacks never start.)"""
         if job.managed and not job.pinned_type:
-            if not job.allowed_types and job.est_runtime_s and job.job_id not in starving:
+            possible = self._possible(job)
+            if not job.allowed_types and job.est_runtime_s and job.job_id not in starving \
+                    and possible.issuperset(job.est_runtime_s):
                 return job.est_runtime_s, job.est_runtime_s
-            feas = feasible_types(job, types)
+            feas = feasible_types(job, types, self._possible)
             if feas:
                 return feas, job.est_runtime_s
         t = default_types(job, tl)

@@ -130,14 +130,6 @@ def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, fl
                     path)
 
 
-def free_time_from_plan(result: Any, snapshot_now: float) -> dict[str, float]:
-    """The plan's projected free time per GPU type; types the plan does not mention are free now."""
-    free = dict(getattr(result.plan, "free_time", {}) or {}) if result.plan is not None else {}
-    for t in result.snapshot.gpus_total:
-        free.setdefault(t, snapshot_now)
-    return {t: max(float(v), snapshot_now) for t, v in free.items()}
-
-
 # ------------------------------------------------------------------------------------------ reorderer
 def _fail(msg: str) -> ReorderError:
     return ReorderError(msg.replace("\n", " "))
@@ -155,13 +147,26 @@ class Reorderer:
         self.client = client
         self.store = store
         self.objective = objective or config.objective
-        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s)
+        self._policy = policy
         self._estimator = estimator
         self.run_kind = run_kind
         self.run_name = run_name or config.cluster_name
         self.publish = publish
         self._run_id: int | None = None
         self._last_completion_check: float | None = None
+
+    @property
+    def policy(self):  # noqa: ANN201
+        """The site's policy, planning for the scheduler Slurm runs (read once, on first use: backfill,
+        Slurm's default, when `scontrol show config` cannot be read)."""
+        if self._policy is None:
+            try:
+                backfill = self.client.scheduler().backfill
+            except SlurmError as exc:
+                log.warning("cannot read Slurm's scheduler (%s); planning for sched/backfill", one_line(exc))
+                backfill = True
+            self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill)
+        return self._policy
 
     @property
     def estimator(self):  # noqa: ANN201
@@ -237,7 +242,7 @@ class Reorderer:
             verb = "would set" if dry_run else "set"
             for u in result.updates:
                 log.debug("job %s: %s %s %s (was %s)", u.job_id, verb, u.field, u.value, u.old)
-        free = free_time_from_plan(result, now)
+        free = result.free_time
         if dry_run:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
@@ -312,10 +317,10 @@ class Reorderer:
                         "priorities; run --release again") from None
 
 
-def default_policy(objective: str, starvation_age_s: float = 86400.0):  # noqa: ANN201
-    from msched.policy import get_policy
+def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False):  # noqa: ANN201
+    from msched.rounds.core import round_policy
 
-    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s)
+    return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill)
 
 
 def default_estimator(config: Config):  # noqa: ANN201

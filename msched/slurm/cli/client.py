@@ -46,6 +46,7 @@ from msched.slurm.base import (
     JobNotPending,
     JobRequest,
     JobUpdate,
+    SchedulerSettings,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -196,6 +197,11 @@ class CliClient(SlurmClient):
             self._slurm_config = conf
         return self._slurm_config
 
+
+    def scheduler(self) -> SchedulerSettings:
+        """SchedulerType and SchedulerParameters from `scontrol show config` (read once per client)."""
+        conf = self.slurm_config()
+        return SchedulerSettings.parse(conf.get("SchedulerType"), conf.get("SchedulerParameters"))
     def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
         """Finished jobs: squeue's memory (MinJobAge, full detail), then the accounting database
         (sacct, where slurmdbd runs; `since=None` looks back HISTORY_DEFAULT_S), then the

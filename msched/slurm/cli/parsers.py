@@ -156,6 +156,7 @@ def job_from_row(row: JobRow, config: Config, node_types: Mapping[str, str | Non
         time_limit_s=parse_time_limit(v["TimeLimit"]),
         num_nodes=num_nodes,
         num_gpus=num_gpus,
+        gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
         features=_field(v["Feature"]),
         comment=_field(v["Comment"]) if v["Comment"].strip() != "(null)" else "",
