@@ -10,10 +10,12 @@ attack is reproduced and shown to fail. The reorderer runs as root, as on a site
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -270,14 +272,12 @@ def test_managed_jobs_are_permuted_among_their_places_when_priorities_leave_room
     assert order.index(p1) > order.index(m3)                                   # M3 now passes P1
 
 
-@pytest.mark.slow
-def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, ordinary_user, tmp_path):
-    """A private cluster with multifactor's age weight on (PriorityWeightAge, PriorityMaxAge=1 min): jobs
-    submitted a few seconds apart get distinct, Slurm-computed priorities. msched's round permutes the
-    managed jobs among their places only; the plain jobs keep their places and values."""
+@contextlib.contextmanager
+def _age_weighted_cluster():
+    """A private dev cluster (its own directory and ports) with multifactor's age weight on
+    (PriorityWeightAge=100000, PriorityMaxAge=1 min: about 1667 a second of age); yields sl(*argv)."""
     import re
     import shutil
-    import time
 
     from helpers import REPO
     d = Path("/tmp") / f"msched-mf-{os.getpid()}"
@@ -289,6 +289,7 @@ def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, 
         p = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, (argv, p.stderr)
         return p.stdout
+    sl.env = env
     try:
         conf = (d / "slurm.conf").read_text()
         (d / "slurm.conf").write_text(re.sub(r"PriorityWeightAge=0", "PriorityWeightAge=100000\nPriorityMaxAge=0-00:01:00",
@@ -297,11 +298,23 @@ def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, 
         time.sleep(1)
         for n in ("n1", "n2", "n3", "n4"):
             sl("sbatch", "--gres=gpu:4", f"--nodelist={n}", "--time=60", "--output=/dev/null", "--wrap=sleep 300")
+        yield sl
+    finally:
+        subprocess.run(["bash", str(script), "down", "--dir", str(d)], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, ordinary_user, tmp_path):
+    """Multifactor's age weight on: jobs submitted a few seconds apart get distinct, Slurm-computed
+    priorities. msched's round permutes the managed jobs among their places only: it writes no plain
+    job, and once every value is recalculated no plain job has lost a place."""
+    with _age_weighted_cluster() as sl:
         ids = []
         for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
             argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
             if kind == "managed":
-                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": env["SLURM_CONF"]})
+                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": sl.env["SLURM_CONF"]})
                 assert p.returncode == 0, p.stderr
                 ids.append(p.stdout.strip())
             else:
@@ -318,13 +331,46 @@ def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, 
         assert len(set(before.values())) == 5 and before[p1] > before[m1] > before[p2] > before[m2] > before[m3]
         cfg = _site(tmp_path)
         out = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True, timeout=120,
-                             env=env)
+                             env=sl.env)
         assert out.returncode == 0, out.stderr
+        # Slurm recalculates a job's multifactor value when it is updated (a new feature list, say) and
+        # the others only every PriorityCalcPeriod: recalculate the jobs msched gave no explicit value
+        # (the plain ones among them) so every value is today's before comparing places
+        written = {ln.split()[0] for ln in sl("squeue", "-h", "-j", ",".join(ids), "-o", "%i %Q").splitlines()
+                   if int(ln.split()[1]) != before[ln.split()[0]]}
+        assert p1 not in written and p2 not in written
+        for jid in [j for j in ids if j in (p1, p2) or (j not in written and j not in (m1, m2, m3))]:
+            sl("scontrol", "update", f"jobid={jid}", "nice=0")
         after = prio()
         order = sorted(ids, key=lambda j: (-after[j], int(j)))
-        assert order[0] == p1 and order[2] == p2, (before, after)
-        assert (after[p1], after[p2]) == (before[p1], before[p2])     # the round wrote no plain job
-        assert order[1] == m3, (before, after)                        # the longest managed job moved up
-    finally:
-        subprocess.run(["bash", str(script), "down", "--dir", str(d)], capture_output=True, timeout=120)
-        shutil.rmtree(d, ignore_errors=True)
+        # no plain job lost a place; as they age past the frozen explicit values a plain job may gain
+        # places over managed ones (the drift README "Which priority lever" describes), never the reverse
+        assert order.index(p1) == 0 and order.index(p2) <= 2, (before, after)
+        assert order.index(m3) < 4 and order.index(m3) <= order.index(m2), (before, after)   # M3 moved up
+
+
+@pytest.mark.slow
+def test_which_lever_explicit_priority_freezes_age_nice_keeps_it(slurm_cluster):
+    """The measurement behind README "Which priority lever": with the age weight on, a job given an
+    explicit priority keeps that value while its neighbours age; a job shifted by a nice offset ages
+    like a plain job (its distance to the plain job stays the offset)."""
+    with _age_weighted_cluster() as sl:
+        argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
+        plain, explicit, niced = (sl(*argv).strip() for _ in range(3))
+        ids = [plain, explicit, niced]
+
+        def prio() -> dict[str, int]:
+            for jid in (plain, niced):        # a multifactor recalculation of these two now
+                sl("scontrol", "update", f"jobid={jid}", f"nice={-500 if jid == niced else 0}")
+            out = sl("squeue", "-h", "-j", ",".join(ids), "-o", "%i %Q")
+            return {i: int(q) for i, q in (ln.split() for ln in out.splitlines())}
+        time.sleep(3)
+        first = prio()
+        sl("scontrol", "update", f"jobid={explicit}", f"priority={first[plain]}")
+        first = prio()
+        time.sleep(6)
+        later = prio()
+        assert later[plain] - first[plain] >= 5000                  # ~1667 a second of age
+        assert later[explicit] == first[explicit] == first[plain]   # frozen: the plain job has aged past it
+        assert later[niced] - later[plain] == first[niced] - first[plain] == 500 or \
+            abs((later[niced] - later[plain]) - (first[niced] - first[plain])) <= 2
