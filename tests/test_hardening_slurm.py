@@ -23,7 +23,7 @@ import pytest
 from msched.tag import JobTag, with_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import VENV_BIN, measured_rows  # noqa: E402
+from helpers import VENV_BIN, measured_rows, wait_for  # noqa: E402
 from test_reorder import _fill_gpus  # noqa: E402
 
 MSCHED = str(VENV_BIN / "msched")
@@ -374,3 +374,36 @@ def test_which_lever_explicit_priority_freezes_age_nice_keeps_it(slurm_cluster):
         assert later[explicit] == first[explicit] == first[plain]   # frozen: the plain job has aged past it
         assert later[niced] - later[plain] == first[niced] - first[plain] == 500 or \
             abs((later[niced] - later[plain]) - (first[niced] - first[plain])) <= 2
+
+
+def test_begin_time_holds_go_through_the_journal_and_release_clears_them(slurm_cluster, janitor, ordinary_user,
+                                                                        tmp_path):
+    """The planner's lever (issue 17 point 3): a begin time recorded in the journal, then set; `msched
+    reorder --release` clears it (the job can start at once) and closes the entry; an entry whose time
+    has passed is closed as expired by the next round without a Slurm call."""
+    from msched.config import load_config
+    from msched.rounds.reorder import open_site_store
+    from msched.slurm import get_client
+    from msched.store.holds import HoldJournal
+    cfg = _site(tmp_path)
+    config = load_config(cfg)
+    client = get_client("cli", config=config)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+    job = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={_tag()}", "--wrap=true"))
+    store = open_site_store(config)
+    journal = HoldJournal(store)
+    when = time.time() + 3600
+    journal.record_hold(job, "begin_time", str(when), "kept off a100 for the plan")
+    client.set_begin_time(job, when)
+    wait_for(lambda: _squeue(slurm_cluster, [job])[job]["reason"] == "BeginTime", 20,
+             message="the scheduler to see the begin time")
+    past = journal.record_hold(job, "begin_time", str(time.time() - 5), "an old one")
+    out = _reorder(cfg)                               # a round: the expired entry is closed, the future one kept
+    assert out.returncode == 0, out.stderr
+    assert [e.kind for e in journal.open_entries()] == ["begin_time"] and past not in [e.id for e in journal.open_entries()]
+    out = _reorder(cfg, "--release")
+    assert out.returncode == 0, out.stderr
+    assert journal.open_entries() == []
+    wait_for(lambda: _squeue(slurm_cluster, [job])[job]["reason"] != "BeginTime", 20,
+             message="the begin time to be cleared")
+    store.dispose()
