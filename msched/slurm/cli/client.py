@@ -59,7 +59,6 @@ from msched.slurm.base import (
 )
 from msched.slurm.cli.accounting import (
     HISTORY_DEFAULT_S,
-    SACCT_FIELDS,
     SACCT_STATES,
     parse_jobcomp,
     parse_sacct,
@@ -161,7 +160,11 @@ class CliClient(SlurmClient):
         """Run a read-only command and return its raw standard output (squeue --json: decoded by its parser)."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, env=self._env(), timeout=self.timeout_s,
+            env = self._env()
+            # JSON carries epoch seconds already; with SLURM_TIME_FORMAT=%s, 22.05's sacct --json rejects
+            # its own -S/-E ("Invalid time specification") and prints an error record
+            env.pop("SLURM_TIME_FORMAT", None)
+            proc = subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
@@ -247,10 +250,10 @@ class CliClient(SlurmClient):
             self._refresh_node_types()
         if conf.get("AccountingStorageType", "").endswith("slurmdbd"):
             start = since if since is not None else self.now() - HISTORY_DEFAULT_S
-            out = self._run([
-                "sacct", "-X", "-n", "-P", "-a", f"--delimiter={SEP}",
+            out = self._run_bytes([
+                "sacct", "--json", "-X", "-a",
                 "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "-E", "now",
-                f"--state={SACCT_STATES}", f"--format={','.join(SACCT_FIELDS)}",
+                f"--state={SACCT_STATES}",
             ])
             for job in parse_sacct(out, self.config, self._node_types):
                 found.setdefault(job.job_id, job)
