@@ -9,11 +9,13 @@ How it reads Slurm:
   forge a field or a row (issue 13, verified on 22.05.8 against comments holding every control byte:
   tests/data/slurm/squeue.json). 22.05 ignores `-t` and `-j` with `--json`: states and ids are filtered
   here. Output is read as bytes; what is not UTF-8 becomes U+FFFD (Slurm passes such bytes through raw).
-- SLURM_TIME_FORMAT=%s makes sinfo's and sacct's timestamps epoch seconds, so no time zone guessing.
+- SLURM_TIME_FORMAT=%s makes sinfo's timestamps epoch seconds (the JSON reads carry epochs and run
+  without it), so no time zone guessing.
 - One squeue per `jobs()`, one sinfo per `nodes()`. The GPU type of a running job comes from the
   nodes it runs on: a node -> type map cached from sinfo, refreshed only when an unknown node shows up.
-- `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), sacct where the cluster runs
-  slurmdbd, and the jobcomp/filetxt file where configured (read backwards only as far as needed).
+- `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), `sacct --json` where the cluster
+  runs slurmdbd, and the jobcomp/filetxt file where configured (read backwards only as far as needed);
+  no finished record overrides a job squeue shows in another state.
 - `set_priority` checks the job is pending first (one squeue): scontrol accepts a priority for a
   running job silently, and the round core relies on JobNotPending to skip jobs that started.
 - A round's writes go through `update_jobs()`: one `squeue -t PD` for the pending check of every job,
