@@ -21,6 +21,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report_fill  # noqa: E402
 from helpers import VENV_BIN  # noqa: E402
+from test_reorder import _dead_slurm_conf  # noqa: E402
 
 ESC_NAME = "evil\x1b]0;pwned\x07\x1b[31m[bold]red"
 
@@ -129,3 +130,25 @@ def test_a_killed_rounds_scontrol_does_not_keep_writing(tmp_path):
     time.sleep(3)
     assert not marker.exists()
     assert shutil.which("sh")
+
+
+def test_release_works_without_a_usable_database(tmp_path):
+    """The off switch must work when the database does not: a damaged database gives one warning and
+    --release goes on (here it then stops at Slurm, unreachable, with its own one line)."""
+    from msched.store.db import Store
+    state = tmp_path / "state"
+    path = state / "msched.db"
+    store = Store(f"sqlite:///{path}")
+    report_fill.fill(store, time.time())
+    store.dispose()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    _corrupt(path)
+    cfg = tmp_path / "msched.toml"
+    cfg.write_text(f'state_dir = "{state}"\ndatabase_url = "sqlite:///{path}"\nbackend = "cli"\n')
+    proc = subprocess.run([str(VENV_BIN / "msched"), "reorder", "--config", str(cfg), "--release"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SLURM_CONF": str(_dead_slurm_conf(tmp_path))})
+    lines = proc.stderr.strip().splitlines()
+    assert "releasing without the hold journal" in lines[0], proc.stderr
+    assert "Slurm" in lines[-1] and proc.returncode == 1 and all(ln.isprintable() for ln in lines)
