@@ -274,6 +274,15 @@ def test_an_unreachable_controller_is_an_error_not_an_empty_queue():
         parse_squeue((DATA / "squeue_down.json").read_bytes(), Config(), NODE_TYPES)
 
 
+def test_sacct_with_no_job_in_the_window_is_an_empty_list():
+    """22.05's sacct --json reports an empty window as an error record (seen on the accounting dev
+    cluster): "Nothing found" is no job, not an unreachable controller."""
+    from msched.slurm.cli import parse_sacct
+    doc = {"meta": {}, "jobs": [], "errors": [{"description": "Nothing found", "error_number": -1,
+                                               "error": "Nothing found with query", "source": "slurmdb_jobs_get"}]}
+    assert parse_sacct(json.dumps(doc).encode(), Config(), NODE_TYPES) == []
+
+
 def test_a_document_that_is_not_json_is_one_clean_error():
     from msched.slurm.cli.parsers import SqueueFormatError
     for bad in (RECORDED[: len(RECORDED) // 2], b"", b'{"jobs": 3}', b"\xff\x00garbage"):

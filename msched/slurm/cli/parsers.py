@@ -185,6 +185,10 @@ def _json_document(raw: bytes | str, command: str) -> dict:
     except ValueError as exc:
         raise SqueueFormatError(f"{command} --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
     errors = doc.get("errors") if isinstance(doc, dict) else None
+    if errors and all(isinstance(e, dict) and "Nothing found" in f"{e.get('description')} {e.get('error')}"
+                      for e in errors):
+        errors = None       # sacct --json with no job in the window: an error record "Nothing found"
+        doc["jobs"] = doc.get("jobs") or []
     if errors:
         first = errors[0] if isinstance(errors[0], dict) else {}
         what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
