@@ -142,9 +142,29 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
         pflops=est_flops if est_model not in (spec, cls.nearest_reference) else None,
     )
     if gpus is None or pinned:
-        return tag, (), pinned
+        why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
+        return tag._replace(why=why), (), pinned
     types = choose_types(tag, gpus, req, perf, config, cluster_types, free_at, est_model, est_flops)
-    return tag._replace(added="|".join(types)) if types else tag, types, pinned
+    if types:
+        return tag._replace(added="|".join(types)), types, pinned
+    return tag._replace(why=why_no_types(tag, gpus, req, perf, cluster_types, est_model, est_flops)), types, pinned
+
+
+def why_no_types(tag, gpus, req: SbatchRequest, perf, cluster_types, est_model: str, est_flops: float) -> str:
+    """Why the submit decision named no GPU type, in words the job's owner reads in `msched jobs`."""
+    from msched.estimate.runtime import estimate_runtime
+
+    allowed = [t for t in perf.types_for(est_model) if not cluster_types or t in cluster_types]
+    if not allowed:
+        return f"no measurements of {est_model} on this cluster's GPU types"
+    unbounded = estimate_runtime(perf, est_model, num_gpus=gpus.total, batch_size=tag.bs, flops_ratio=est_flops,
+                                 iterations=tag.iters, time_limit_s=req.time_limit_s, types=allowed,
+                                 within_time_limit=False)
+    if not unbounded:
+        return f"no measurements of {est_model} at {gpus.total} GPUs" + (f", batch size {tag.bs}" if tag.bs else "")
+    if req.time_limit_s and min(unbounded.values()) > req.time_limit_s:
+        return "claim longer than the time limit on every GPU type"
+    return "no GPU type chosen"
 
 
 def classify_model(spec: str, config, warnings: list[str]):
