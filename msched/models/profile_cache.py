@@ -31,6 +31,7 @@ from msched.models.profiler import (
     unknown_name_error,
 )
 from msched.models.shipped import SHIPPED_FEATURES, load_table, model_names, profile_data
+from msched.util.files import write_atomically
 
 
 class UntrustedModelError(ProfileError):
@@ -106,13 +107,7 @@ def _cache_write(key: str, prof: Profile) -> None:
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(prof.to_dict(), fh)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, d / f"{key}.json")
+        write_atomically(d / f"{key}.json", json.dumps(prof.to_dict()), mode=0o600)
     except OSError:
         pass
 

@@ -55,6 +55,7 @@ from msched.msub.sbatch_args import (
     parse_script_options,
 )
 from msched.msub.spawn import PROG, SLURM_COMMENT_MAX_BYTES, Fallback, Submission, run_sbatch, warn
+from msched.util.text import one_line
 
 MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
 PASS_THROUGH = {"help", "usage", "version"}          # answered by sbatch alone
@@ -168,7 +169,8 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     settings = settings_from_words(env_settings(environ) + directive_pairs + cli_pairs, dry_run=dry_run)
     warnings.extend(settings.problems)
 
-    from msched.msub.gpu_request import add_types, gpu_request
+    from msched.msub.decide import lever_options
+    from msched.msub.gpu_request import gpu_request
     from msched.tag import parse_comment, short_why, untagged_record, with_tag
 
     user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
@@ -190,24 +192,24 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
             raise RuntimeError(config_problem)
         tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        reason = _one_line(exc)
+        reason = one_line(exc)
         warnings.append(f"{reason}; submitting as a plain sbatch job")
         return _with_comment(plain, untagged_record(reason), user_comment, options_end, "submitted as typed"), \
             warnings
 
-    new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
-    if types and new_constraint is None:
-        # the user's expression cannot be extended: leave it alone
-        tag = tag._replace(added="", why="the job's own constraint cannot take GPU types")
+    steer = lever_options(req, types, config)          # --constraint, or --partition (config type_lever)
+    if types and not steer:
+        # the user's request cannot be extended: leave it alone
+        tag = tag._replace(added="", why="the job's own request cannot take msched's GPU types")
     comment = with_tag(tag, user_comment)
     if len(comment.encode("utf-8", "surrogateescape")) > SLURM_COMMENT_MAX_BYTES:
         warnings.append(f"the job's comment leaves no room for msched's tag (Slurm keeps at most "
                         f"{SLURM_COMMENT_MAX_BYTES} bytes); submitting as a plain sbatch job")
         return plain, warnings
     at = _option_insert_point(kept, options_end)
-    extra = [f"--comment={comment}", *([f"--constraint={new_constraint}"] if new_constraint else [])]
+    extra = [f"--comment={comment}", *steer]
     fallbacks = []
-    if new_constraint:
+    if steer:
         no_types = tag._replace(added="", why=short_why("sbatch refused msched's GPU-type constraint"))
         fallbacks.append(Fallback(_insert_options([sbatch, *kept], at + 1, [f"--comment={with_tag(no_types, user_comment)}"]),
                                   ("constraint",), "submitted without msched's GPU-type constraint"))
@@ -233,11 +235,6 @@ def _option_insert_point(words: list[str], options_end: int) -> int:
     if options_end > 0 and options_end <= len(words) and words[options_end - 1] == "--":
         return options_end - 1
     return min(options_end, len(words))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def dry_run_report(sub: Submission) -> str:

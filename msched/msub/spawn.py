@@ -19,6 +19,7 @@ SUBMISSION_FAILED = b"sbatch: error: Batch job submission failed: "
 REFUSALS = {
     b"Requested node configuration is not available": "constraint",   # msched's types cannot hold the shape
     b"Invalid feature specification": "constraint",                   # a type msched named is no node feature
+    b"Invalid partition name specified": "constraint",   # msched's partition lever (config type_lever)
     b"Pathname of a file, directory or other parameter too long": "comment",   # the comment passed the limit
 }
 # Slurm's limit on a job's comment, in bytes (found by trying: 1024 bytes are accepted, 1025 refused with
@@ -35,7 +36,8 @@ class Fallback:
     """Another way to submit the same job, without some of what msched added."""
 
     argv: list[str]
-    drops: tuple[str, ...]          # what it leaves out: "constraint", "comment" (msched's tag)
+    drops: tuple[str, ...]          # what it leaves out: "constraint" (msched's --constraint or --partition
+                                    # that steers the job to its GPU types), "comment" (msched's tag)
     warning: str                    # said once when the job goes in this way
 
 

@@ -47,6 +47,7 @@ from msched.slurm.base import (
     JobNotPending,
     JobRequest,
     JobUpdate,
+    SchedulerSettings,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -202,6 +203,11 @@ class CliClient(SlurmClient):
             self._slurm_config = conf
         return self._slurm_config
 
+
+    def scheduler(self) -> SchedulerSettings:
+        """SchedulerType and SchedulerParameters from `scontrol show config` (read once per client)."""
+        conf = self.slurm_config()
+        return SchedulerSettings.parse(conf.get("SchedulerType"), conf.get("SchedulerParameters"))
     def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
         """Finished jobs: squeue's memory (MinJobAge, full detail), then the accounting database
         (sacct, where slurmdbd runs; `since=None` looks back HISTORY_DEFAULT_S), then the
@@ -362,6 +368,10 @@ class CliClient(SlurmClient):
             raise SlurmError(f"scontrol: {what} (in a batch of {len(lines)} updates: those before it are written)")
         return {job_id: classify_error(reason, JobNotPending)(f"scontrol: {reason} for job {job_id}")
                 for job_id, reason in per_job.items()}
+
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        value = "now" if when is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+        self._run(["scontrol", "update", f"jobid={job_id}", f"StartTime={value}"], error=JobNotPending)
 
     def hold(self, job_id: str) -> None:
         self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)

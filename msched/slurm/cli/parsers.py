@@ -25,6 +25,7 @@ from msched.slurm.base import (
     SlurmUnavailable,
     expand_hostlist,
 )
+from msched.util.text import one_line
 
 SEP = "\x1f"
 
@@ -155,6 +156,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         time_limit_s=float(limit) * 60 if limit > 0 else None,
         num_nodes=num_nodes,
         num_gpus=num_gpus,
+        gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
         features=_field(_json_str(d.get("features"))),
         comment=_json_str(d.get("comment")),
@@ -264,6 +266,6 @@ def classify_error(message: str, default: type[SlurmError] = SlurmError) -> type
 
 
 def _one_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return "; ".join(dict.fromkeys(lines))[:500] if lines else "(no message)"
+    """Slurm's stderr, all its distinct lines, as one line."""
+    return one_line(text, limit=500, all_lines=True, empty="(no message)")
 
