@@ -38,11 +38,9 @@ import sys
 
 from msched.msub.decide import plan_tag_and_types
 from msched.msub.directives import (
-    detect_model,
     env_settings,
-    known_models,
+    find_model,
     msched_directives,
-    script_command_lines,
     settings_from_words,
 )
 from msched.msub.sbatch_args import (
@@ -175,13 +173,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
 
     user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
     try:
-        spec = settings.model
-        if spec is None:
-            texts = [script_command_lines(script)] if script else []
-            if req.wrap:
-                texts.append(req.wrap)
-            if any(texts):
-                spec = detect_model(texts, known_models())
+        spec = find_model(settings.model, script, req.wrap)
         if spec is None:
             if gpu_request(req) is None:
                 return plain, warnings                    # no model, no GPUs: nothing for msched to say
