@@ -15,7 +15,7 @@ Slurm bounds a claim only by the time limit (rounds.core.bounded_claim: a job is
 than its limit), so the figures show what lying still buys inside that bound.
 
     .venv/bin/python bench/bench_liar.py [--jobs 1200] [--users 4] [--factor 10] [--load 0.9]
-                                         [--objective jct,makespan] [--policy msched] [--seed 1]
+                                         [--objective jct,makespan] [--policy msched] [--seeds 1,2,3,4,5]
 """
 
 from __future__ import annotations
@@ -61,46 +61,58 @@ def honest_mean(jcts: Mapping[str, float], counts: Mapping[str, int], liar: str)
     return sum(jcts[u] * counts[u] for u in others) / sum(counts[u] for u in others)
 
 
-def run(args: argparse.Namespace) -> int:
-    truth = PerfTable.load(default_truth_path())
-    cluster = parse_cluster(args.cluster)
-    perf, refs = knowledge(truth)
-    trace, gap = online_trace(args.jobs, truth, cluster, args.seed, args.load)
+def one_seed(args: argparse.Namespace, seed: int, truth: PerfTable, cluster, perf, refs) -> list[tuple]:  # noqa: ANN001
+    """[(objective, lie, liar's gain, honest users' loss)] for one seed's trace, printed as it goes."""
+    trace, gap = online_trace(args.jobs, truth, cluster, seed, args.load)
     # a few users with a few hundred jobs each: reassign the synthetic users round-robin by arrival
-    trace = [replace(j, user=f"u{k % args.users + 1:02d}") for k, j in enumerate(sorted(trace, key=lambda j: j.submit_time))]
+    trace = [replace(j, user=f"u{k % args.users + 1:02d}")
+             for k, j in enumerate(sorted(trace, key=lambda j: j.submit_time))]
     counts: dict[str, int] = {}
     for j in trace:
         counts[j.user] = counts.get(j.user, 0) + 1
-    print(f"{len(trace)} jobs from {args.users} users ({min(counts.values())}-{max(counts.values())} each), "
-          f"{cluster.total_gpus} GPUs ({args.cluster}), Poisson arrivals, mean gap {gap:.1f} s "
-          f"(offered load {args.load:.0%}), users' time limits, policy {args.policy}, seed {args.seed}")
-    print(f"liar: {LIAR}; claims x{args.factor:g} (inflate) and x{1 / args.factor:g} (deflate) against honest")
+    print(f"\nseed {seed}: {len(trace)} jobs from {args.users} users ({min(counts.values())}-{max(counts.values())} "
+          f"each), mean gap {gap:.1f} s")
     rows = []
     for objective in args.objective.split(","):
         base = SimSetup(cluster, truth, perf, Classifier(refs, perf), round_s=60.0, objective=objective)
         results = {}
         for label, factor in (("honest", 1.0), ("inflate", args.factor), ("deflate", 1.0 / args.factor)):
             setup = replace(base, claim_factors={} if factor == 1.0 else {LIAR: factor})
-            t0 = time.perf_counter()
             res = replay(trace, args.policy, setup)
-            jcts = mean_jct_by_user(trace, res.outcomes)
-            results[label] = (jcts, res.metrics, time.perf_counter() - t0)
-        h_jcts, h_metrics, _ = results["honest"]
+            results[label] = (mean_jct_by_user(trace, res.outcomes), res.metrics)
+        h_jcts, h_metrics = results["honest"]
         h_liar, h_others = h_jcts[LIAR], honest_mean(h_jcts, counts, LIAR)
-        print(f"\nobjective {objective}: honest run mean JCT {h_metrics['mean_jct_s'] / 3600:.2f} h "
-              f"(liar's jobs {h_liar / 3600:.2f} h, others' {h_others / 3600:.2f} h)")
+        line = [f"  {objective:9s} honest: liar {h_liar / 3600:.2f} h, others {h_others / 3600:.2f} h"]
         for label in ("inflate", "deflate"):
-            jcts, metrics, wall = results[label]
+            jcts, metrics = results[label]
             liar, others = jcts[LIAR], honest_mean(jcts, counts, LIAR)
-            gain = (h_liar - liar) / h_liar
-            loss = (others - h_others) / h_others
+            gain, loss = (h_liar - liar) / h_liar, (others - h_others) / h_others
             rows.append((objective, label, gain, loss))
-            print(f"  {label:8s} liar's mean JCT {liar / 3600:.2f} h (gain {gain:+.1%}), others' {others / 3600:.2f} h "
-                  f"(loss {loss:+.1%}), all {metrics['mean_jct_s'] / 3600:.2f} h, unfinished {metrics.get('unfinished', 0)}"
-                  f" [{wall:.0f} s]")
-    print("\nsummary (gain: the liar's mean JCT cut; loss: the honest users' mean JCT rise; negative = the opposite)")
-    for objective, label, gain, loss in rows:
-        print(f"  {objective:9s} {label:8s} gain {gain:+.1%}  loss {loss:+.1%}")
+            line.append(f"{label}: liar {liar / 3600:.2f} h ({gain:+.1%}), others {others / 3600:.2f} h "
+                        f"({loss:+.1%}), unfinished {metrics.get('unfinished', 0)}")
+        print(" | ".join(line))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster(args.cluster)
+    perf, refs = knowledge(truth)
+    seeds = [int(s) for s in str(args.seeds).split(",")]
+    print(f"{args.jobs} jobs per trace, {args.users} users, {cluster.total_gpus} GPUs ({args.cluster}), Poisson "
+          f"arrivals at offered load {args.load:.0%}, users' time limits, policy {args.policy}, seeds {seeds}")
+    print(f"liar: {LIAR}; claims x{args.factor:g} (inflate) and x{1 / args.factor:g} (deflate), against everyone honest")
+    t0 = time.perf_counter()
+    rows = [r for seed in seeds for r in one_seed(args, seed, truth, cluster, perf, refs)]
+    print(f"\nsummary over {len(seeds)} seeds (gain: cut in the liar's mean JCT; loss: rise in the honest users' "
+          f"mean JCT; negative = the opposite) [{time.perf_counter() - t0:.0f} s]")
+    for objective in args.objective.split(","):
+        for label in ("inflate", "deflate"):
+            mine = [(g, v) for o, lab, g, v in rows if o == objective and lab == label]
+            gains, losses = [g for g, _ in mine], [v for _, v in mine]
+            print(f"  {objective:9s} {label:8s} gain mean {statistics.fmean(gains):+.1%} "
+                  f"(range {min(gains):+.1%} .. {max(gains):+.1%})  loss mean {statistics.fmean(losses):+.1%} "
+                  f"(range {min(losses):+.1%} .. {max(losses):+.1%})")
     return 0
 
 
@@ -113,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objective", default="jct,makespan", help="objectives to run, comma-separated: jct, makespan")
     ap.add_argument("--policy", default="msched", help="the policy under test (default msched)")
     ap.add_argument("--cluster", default=CLUSTER, help=f"cluster spec (default {CLUSTER})")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default="1,2,3,4,5", help="trace seeds, comma-separated (default 1,2,3,4,5)")
     return run(ap.parse_args(argv))
 
 
