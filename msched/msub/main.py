@@ -63,8 +63,9 @@ msched options (msub only; removed before sbatch sees the command line):
       --model=SPEC            model the job trains: a torchvision name or path/to/file.py:factory
       --iterations=N          training iterations (the job's work, for runtime estimates)
       --batch-size=B          per-GPU batch size
-      --msched-dry-run        print the sbatch command (and script changes) instead of submitting
+      --msched-dry-run        print the sbatch command (and its fallbacks) instead of submitting
   In the script: #MSCHED --model=resnet50 --iterations=20000 --batch-size=64
+  In the environment: MSCHED_MODEL, MSCHED_ITERATIONS, MSCHED_BATCH_SIZE (options and #MSCHED lines win)
 """
 
 
