@@ -82,8 +82,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
     decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
-    # why no type was added, for the job's owner (`msched jobs`): the decision's own words
-    return decision.tag._replace(why="" if decision.types else decision.note), decision.types, pinned
+    return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
 
 
 def classify_model(spec: str, config, warnings: list[str]):
