@@ -75,6 +75,12 @@ BENCHES = (
           "Jobs/s and rounds/s of `slurm_sim` under msched with 60 s rounds on a 20k-job trace on 1,000 GPUs of "
           "6 types (and 100k jobs in --full); --quick runs 5k jobs.",
           quick=(("--jobs", "5000"),), full=(("--full", "--fifo"),), timeout_full=3600.0),
+    Bench("liar", "bench_liar.py", "Lying about a job's size (one user's claims x10 and x0.1)",
+          "One online workload (1,200 jobs, 4 users with 300 each, 64 GPUs of 4 types, 90% offered load, users' "
+          "time limits) under msched, replayed with everyone honest and with one user inflating or deflating every "
+          "claim (iterations) 10x: that user's gain and the honest users' loss in mean JCT, 5 seeds, both "
+          "objectives.",
+          quick=(("--jobs", "300", "--seeds", "1,2"),), full=((),), timeout_quick=420.0, timeout_full=3600.0),
     Bench("quality", "bench_quality.py", "Scheduling quality",
           "fifo, fastest, msched-once, msched and oracle on the four workloads (bench/workloads.py), several "
           "seeds, every policy on the same trace in one `msched sim` call.",

@@ -23,7 +23,7 @@ round-less submit-time choice can know), which keeps the comparison with rounds 
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,9 @@ class SimSetup:
     scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"
+    # per user, the factor by which their tags misstate iterations (a claim, not the truth: users
+    # write their own tags); absent = honest. bench/bench_liar.py measures what lying buys.
+    claim_factors: Mapping[str, float] = field(default_factory=dict)
 
 
     @property
@@ -195,7 +198,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
-                                   ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now)
+                                   ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now,
+                                   claim=setup.claim_factors.get(tj.user, 1.0))
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
@@ -307,9 +311,10 @@ def cluster_node_gpus(cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
 
 
 def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, cluster: ClusterView,  # noqa: ANN001
-                    now: float) -> SubmitDecision:
-    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`)."""
-    tag = classifier(tj.model)._replace(iters=int(tj.iterations) if tj.iterations else None,
+                    now: float, claim: float = 1.0) -> SubmitDecision:
+    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`);
+    CLAIM scales the iterations the tag states (the job's true work stays the trace's)."""
+    tag = classifier(tj.model)._replace(iters=max(1, round(tj.iterations * claim)) if tj.iterations else None,
                                         bs=int(tj.batch_size) if tj.batch_size else None,
                                         pinned=tj.gpu_type or "", ver=__version__)
     job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s)

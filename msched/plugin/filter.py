@@ -32,7 +32,6 @@ import sys
 UNSET_TIMES = frozenset({"2982616-04:14:00", "unlimited", "infinite", ""})
 COMMENT_MAX = 1024            # slurmctld refuses a longer comment (job_mgr.c, _test_strlen)
 KINDS = ("sbatch", "srun", "salloc")
-ENV_SETTINGS = (("MSCHED_MODEL", "model"), ("MSCHED_ITERATIONS", "iterations"), ("MSCHED_BATCH_SIZE", "batch-size"))
 
 
 def encode_value(text: str) -> str:
@@ -77,14 +76,14 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
     msched's own trouble: it becomes a warning and no change."""
     from msched.msub.decide import plan_tag_and_types
-    from msched.msub.directives import find_model, msched_directives, settings_from_words
+    from msched.msub.directives import env_settings, find_model, msched_directives, settings_from_words
     from msched.msub.main import _load_config
     from msched.util.text import one_line
 
     environ = os.environ if environ is None else environ
     req = request_from_options(options)
     script = _read_script(kind, options)
-    env_pairs = [(key, environ[var]) for var, key in ENV_SETTINGS if environ.get(var)]
+    env_pairs = env_settings(environ)             # msub's one reading of MSCHED_MODEL & co.
     directive_pairs = msched_directives(script)[0] if script else []
     settings = settings_from_words(env_pairs + directive_pairs)
     warnings = list(settings.problems)

@@ -116,7 +116,11 @@ function msched_parse_tag(comment)
             end
         end
     end
-    if values.model == nil then return nil, "no model" end
+    if values.model == nil then
+        -- msub's record of why a job went untagged (only `why`): no tag, and nothing wrong
+        if values.why ~= nil then return nil, nil end
+        return nil, "no model"
+    end
     return values, nil
 end
 
