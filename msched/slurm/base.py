@@ -87,6 +87,8 @@ class SlurmJob:
     nodes: str = ""                   # allocated node list (running jobs)
     gpu_type: str | None = None       # GPU type of the allocated nodes (running/finished jobs)
     reason: str = ""
+    admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
+    nice: int = 0
 
     @property
     def tag(self) -> JobTag | None:
