@@ -186,6 +186,64 @@ def restore(inner: SlurmClient, original: dict[str, tuple[int, str]]) -> int:
     return sum(1 for r in results if r.ok)
 
 
+# ------------------------------------------------------------------------- the busy queue (issue 21)
+BUSY_TYPES = ("a100", "titanv", "rtx2080ti", "titanxp")      # the dev cluster: 4 nodes x 4 GPUs
+
+
+def busy_models(perf: PerfTable, truth: PerfTable | None = None, types=BUSY_TYPES) -> list[str]:  # noqa: ANN001
+    """Five tagged models: those with rows for every type (and in the truth table when one is given)."""
+    return [m for m in models_of(perf, types) if truth is None or truth.has_model(m)][:5]
+
+
+def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=BUSY_TYPES,  # noqa: ANN001
+                        plain_share: float = 0.2, sim: bool = False) -> list[JobRequest]:
+    """The queue of issue 21: `n_pending` jobs, `plain_share` of them plain (no tag, never written), the
+    rest tagged as msub tags them (untyped gres, a GPU-type constraint msub picked, the tag) from
+    `models`. `sim=True` adds what the simulator needs to know each job's true runtime."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_pending):
+        if rng.random() < plain_share:
+            secs = rng.uniform(600, 7200)
+            out.append(JobRequest(name=f"plain-{i}", num_gpus=rng.choice((1, 1, 2)), time_limit_s=4 * 3600,
+                                  wrap="sleep 1", extra={"runtime_s": secs} if sim else {"--output": "/dev/null"}))
+            continue
+        m = rng.choice(models)
+        first = rng.choice(types)
+        iters = int(10 ** rng.uniform(3, 4.5))
+        tag = JobTag(model=m, ref=m, group=m, sim=1.0, flops=1.0, iters=iters, bs=12, added=first, ver="bench")
+        extra = {"model": m, "iterations": iters, "batch_size": 12} if sim else {"--output": "/dev/null"}
+        out.append(JobRequest(name=f"bench-{i}", num_gpus=rng.choice((1, 1, 2, 4)), constraint=first,
+                              comment=with_tag(tag, None), wrap="sleep 1", time_limit_s=4 * 3600, extra=extra))
+    return out
+
+
+def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True):  # noqa: ANN201
+    """The dev cluster's shape in the simulator (4 types x 4 GPUs, one node each), every GPU held by a
+    single-GPU plain blocker (1-2 h; time limit 2 h), `n_pending` jobs behind them. `equal_priority`:
+    every pending job at priority 1, as the dev cluster's multifactor with zero weights gives them.
+    Returns (client, blocker ids, the estimator's table)."""
+    from slurm_sim.client import SimClient
+
+    truth = PerfTable.load(TRUTH)
+    perf = PerfTable.load(PERF)
+    c = SimClient.from_spec(",".join(f"{t}:4x1" for t in BUSY_TYPES), truth=truth)
+    rng = random.Random(seed + 1)
+    blockers = [c.submit(JobRequest(name="blocker", num_gpus=1, constraint=t, time_limit_s=7200,
+                                    extra={"runtime_s": 3600 + rng.uniform(0, 3000)}))
+                for t in BUSY_TYPES for _ in range(4)]
+    c.advance(0)
+    for req in busy_queue_requests(n_pending, busy_models(perf, truth), seed, sim=True):
+        c.submit(req)
+    if equal_priority:
+        for job in list(c.sim.active.values()):
+            if job.state == "PENDING":
+                c.sim.set_priority(job, 1)
+                job.writes = 0                 # setting up the queue is not msched's churn
+    c.advance(0)
+    return c, blockers, perf
+
+
 def site(tmp: Path, name: str) -> Config:
     return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli")
 

@@ -37,6 +37,7 @@ class JobOutcome:
     num_gpus: int
     state: str
     model: str = ""
+    writes: int = 0            # Slurm updates msched made to the job over its life (churn)
 
 
 def percentile_nearest_rank(values: Sequence[float], q: float) -> float:
@@ -110,4 +111,6 @@ def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: 
         "gpu_utilization": busy / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
         "lower_bound_s": lb,
         "ratio_to_lower_bound": makespan / lb if lb > 0 else None,
+        "writes_per_job": sum(o.writes for o in outcomes) / len(outcomes),
+        "max_writes_per_job": max(o.writes for o in outcomes),
     }

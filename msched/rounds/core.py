@@ -43,6 +43,14 @@ from dataclasses import dataclass, field
 
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
+from msched.rounds.settle import (
+    Incumbent,
+    SettleOptions,
+    SettleReport,
+    incumbent_after,
+    settle,
+    within_budget,
+)
 from msched.slurm.base import (
     JobNotPending,
     JobUpdate,
@@ -100,6 +108,10 @@ class RoundResult:
     snapshot_seconds: float = 0.0
     free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
     stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
+    new_plan: Plan | None = None          # the policy's own plan; `plan` is what the round holds (settle)
+    incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
+    settle: SettleReport | None = None
+    held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
 
 
 # --------------------------------------------------------------------------------- reading
@@ -340,12 +352,15 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
 def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float | None = None,  # noqa: ANN001
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
               gpu_type_of: Callable[[str], str] | None = None,
-              jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundResult:
+              jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
+              incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None) -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
-    write only what changes; the result carries the free time to publish for msub (`free_time`, each
-    type clamped to now) and until when the same Slurm state would give the same plan
-    (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every single
-    write leaves a valid queue; the next round re-plans)."""
+    keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
+    only what changes, within the write budget. The result carries the free time to publish for msub
+    (`free_time`, each type clamped to now) and until when the same Slurm state would give the same
+    plan (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every
+    single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
+    `result.incumbent` (None: none known, the plan is written as it stands)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -357,15 +372,30 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
                                  gpu_type_of=gpu_type_of, changes=changes)
     t1 = time.perf_counter()
-    plan = policy.plan(snap)
+    new_plan = policy.plan(snap)
+    opts = settle_options or SettleOptions()
+    plan, report = settle(snap, new_plan, incumbent, objective=getattr(policy, "objective", "makespan"),
+                          backfill=bool(getattr(policy, "backfill", False)),
+                          starvation_age_s=getattr(policy, "starvation_age_s", None),
+                          job_margin=opts.job_margin if opts.job_margin is not None
+                          else float(getattr(policy, "hysteresis", 0.05)),
+                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)))
     t2 = time.perf_counter()
-    updates = diff_plan(views, plan)
+    wanted = diff_plan(views, plan)
+    updates, waiting = within_budget(wanted, opts.write_budget, report.gain)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
-                         snapshot_seconds=t1 - t0, free_time=published_free_time(plan, snap),
-                         stable_until=min(changes, default=float("inf")) if snap.pending else float("inf"))
+                         snapshot_seconds=t1 - t0, new_plan=new_plan, settle=report, held_back=waiting,
+                         free_time=published_free_time(plan, snap),
+                         # updates held back by the write budget make the next round due at once
+                         stable_until=(now if waiting else min(changes, default=float("inf")))
+                         if snap.pending else float("inf"))
+    report.held_back += waiting
     if not dry_run and updates:
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
+    written = {u.job_id for u in result.updates}
+    not_written = {u.job_id for u in wanted} - written if not dry_run else set()
+    result.incumbent = incumbent_after(snap, incumbent, plan, report, not_written | set(result.skipped))
     return result
 
 
