@@ -550,3 +550,22 @@ def test_online_workload_settles_with_few_writes_per_job():
     assert settled["makespan_s"] <= 1.05 * eager["makespan_s"]
     assert settled["mean_jct_s"] <= 1.05 * eager["mean_jct_s"]
     assert settled["update_calls"] <= eager["update_calls"]
+
+
+def test_the_simulator_runs_the_round_in_which_a_job_starves_though_nothing_else_changed():
+    """a100 is busy with a long job (2000 s) until t=2000; vgg16 waits for it (900 s there, 3600 s on
+    the idle titanv: a100 finishes it first). Nothing in the simulator changes between t=0 and t=2000,
+    but at the starvation age (600 s) the plan does: the job is widened to every type and Slurm starts
+    it on titanv at the first round after 600 s (rounds every 60 s), not at 2000 s on a100."""
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import TraceJob
+
+    trace = [TraceJob("long", 0.0, "u", "vgg16", 1, 12, 80_000, None, 10_000.0),
+             TraceJob("waits", 1.0, "u", "vgg16", 1, 12, 36_000, None, 5000.0)]
+    setup = SimSetup(parse_cluster("a100:1x1,titanv:1x1"), TRUTH, TRUTH, Classifier(["vgg16"], TRUTH),
+                     round_s=60.0, starvation_age_s=600.0)
+    got = {o.job_id: (o.gpu_type, o.start) for o in replay(trace, "msched", setup).outcomes}
+    assert got["long"] == ("a100", 0.0)
+    gpu_type, start = got["waits"]
+    assert gpu_type == "titanv" and 601.0 < start <= 601.0 + 60.0 + 1.0
