@@ -19,13 +19,14 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--node-gpus NODE=N ...]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--node-gpus NODE=N ...] [--partition-per-type]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
 NODE_GPUS=()
+PARTITION_PER_TYPE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
@@ -33,6 +34,8 @@ while [[ $# -gt 0 ]]; do
         --accounting) ACCOUNTING=1; shift ;;
         # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
         --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
+        # each GPU type also gets a partition of its own (named as the type), as sites that split types do
+        --partition-per-type) PARTITION_PER_TYPE=1; shift ;;
         *) usage ;;
     esac
 done
@@ -187,6 +190,11 @@ write_config() {
             echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]} Feature=${GPU_TYPE[$node]} State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+        if [[ "$PARTITION_PER_TYPE" == 1 ]]; then
+            for node in "${NODES[@]}"; do
+                echo "PartitionName=${GPU_TYPE[$node]} Nodes=$node DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+            done
+        fi
     } >"$CONF.tmp"
     mv "$CONF.tmp" "$CONF"
     {

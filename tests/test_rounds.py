@@ -569,3 +569,96 @@ def test_the_simulator_runs_the_round_in_which_a_job_starves_though_nothing_else
     assert got["long"] == ("a100", 0.0)
     gpu_type, start = got["waits"]
     assert gpu_type == "titanv" and 601.0 < start <= 601.0 + 60.0 + 1.0
+
+
+def test_a_per_partition_site_is_planned_through_partitions():
+    """type_lever = partition: each GPU type is its own partition. The round reads the job's partition
+    list as msched's current types and writes the planned type as Partition=, never a feature; a job the
+    user sent to another partition is left alone; an 8-GPU job is never sent to the 4-GPU nodes."""
+    from msched.rounds.core import TypeLever, build_snapshot, diff_plan
+    from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
+
+    lever = TypeLever("partition", (("a100", "p-a100"), ("titanv", "p-titanv")))
+    nodes = [SlurmNode("n1", "a100", 8, 8, ("a100",), "ALLOCATED", ("p-a100", "all")),
+             SlurmNode("n2", "titanv", 4, 0, ("titanv",), "IDLE", ("p-titanv", "all"))]
+
+    def tagged(**kw) -> str:
+        return with_tag(JobTag(model="mobilenet_v2", ref="mobilenet_v2", iters=36_000, bs=12, **kw), None)
+
+    jobs = [SlurmJob("1", RUNNING, num_gpus=8, start_time=0.0, nodes="n1", time_limit_s=50_000.0),
+            # msched put it on a100 at submit; titanv is as fast for it and free now
+            SlurmJob("2", PENDING, priority=50, num_gpus=1, partition="p-a100", comment=tagged(added="a100")),
+            SlurmJob("3", PENDING, priority=40, num_gpus=1, partition="all", comment=tagged()),
+            SlurmJob("4", PENDING, priority=30, num_gpus=8, gpus_per_node=8, partition="p-a100,p-titanv",
+                     comment=tagged(added="a100|titanv"))]
+    snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 100.0, lever=lever)
+    pend = {p.job_id: p for p in snap.pending}
+    assert pend["2"].current_types == ("a100",) and views["2"].writable
+    assert pend["3"].pinned_type and not views["3"].writable            # the user's own partition
+    assert "titanv" not in pend["4"].est_runtime_s                      # 8 GPUs: never the 4-GPU nodes
+    plan = get_policy("msched").plan(snap)
+    ups = {(u.job_id, u.field): u.value for u in diff_plan(views, plan, lever)}
+    assert ups[("2", "partition")] == "p-titanv"
+    assert ("4", "partition") not in ups or ups[("4", "partition")] == "p-a100"
+    assert not [k for k in ups if k[1] == "features"] and ("3", "partition") not in ups
+
+
+@pytest.mark.slurm
+def test_a_per_partition_dev_cluster_is_steered_through_partitions(tmp_path, monkeypatch):
+    """A dev cluster where each GPU type is also its own partition, type_lever = partition: msub adds
+    -p, never a constraint; a round on the real Slurm moves a waiting job to the partition of the type
+    that frees first (Partition= written, Features untouched)."""
+    import os
+    import subprocess
+    import time as _time
+    from pathlib import Path
+
+    from msched.config import load_config
+    from msched.msub.main import build_submission
+    from msched.rounds.core import TypeLever
+    from msched.slurm.cli.client import CliClient
+
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "slurm-dev-cluster.sh"
+    sdir = tmp_path / "slurm"
+    up = subprocess.run(["bash", str(script), "up", "--dir", str(sdir), "--partition-per-type"],
+                        capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    types = ("a100", "titanv", "rtx2080ti", "titanxp")
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(sdir / "slurm.conf"))
+        conf = tmp_path / "msched.toml"
+        conf.write_text(f'sbatch = "/usr/bin/sbatch"\nstate_dir = "{tmp_path}"\ntype_lever = "partition"\n'
+                        "[type_partitions]\n" + "".join(f'{t} = "{t}"\n' for t in types))
+        monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+        monkeypatch.setenv("MSCHED_CACHE_DIR", str(tmp_path / "cache"))
+        sub, _ = build_submission(["--model=vgg16", "--iterations=1000", "--gres=gpu:1", "--wrap", "true"])
+        assert any(w.startswith("--partition=") for w in sub.argv)
+        assert not any(w.startswith("--constraint=") for w in sub.argv)
+
+        def sbatch(*argv: str) -> str:
+            out = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip().split(";")[0]
+
+        # every GPU busy: a100 for a minute (its time limit), the others for an hour
+        for t in types:
+            sbatch("-p", t, "--gres=gpu:4", f"--time={1 if t == 'a100' else 60}", "--wrap", "sleep 3000")
+        comment = with_tag(JobTag(model="vgg16", ref="vgg16", iters=1000, bs=64, added="titanv"), None)
+        jid = sbatch("-p", "titanv", "--gres=gpu:1", "--time=60", f"--comment={comment}", "--wrap", "sleep 30")
+        client = CliClient(load_config())
+        deadline = _time.time() + 30
+        while not any(j.is_running for j in client.jobs()) or \
+                sum(j.is_running for j in client.jobs()) < len(types):
+            assert _time.time() < deadline, "the blockers did not start"
+            _time.sleep(0.5)
+        config = load_config()
+        res = run_round(client, get_policy("msched"), TagEstimator(PerfTable.load(config.performance)),
+                        lever=TypeLever.from_config(config), gpu_type_of=str.lower)
+        assert [(u.job_id, u.field) for u in res.updates if u.field != "priority"] == [(jid, "partition")]
+        job = next(j for j in client.jobs() if j.job_id == jid)
+        assert job.partition == "a100" and job.features == ""
+    finally:
+        subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=60)
+        subprocess.run(["bash", str(script), "down", "--dir", str(sdir)], capture_output=True, timeout=120)

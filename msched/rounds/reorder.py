@@ -202,7 +202,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
-        from msched.rounds.core import run_round
+        from msched.rounds.core import TypeLever, run_round
         from msched.store.db import StoreError
         from msched.store.writes import ingest_jobs
 
@@ -234,7 +234,8 @@ class Reorderer:
         try:
             result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
                                starvation_age_s=self.config.starvation_age_s,
-                               gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes)
+                               gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
+                               lever=TypeLever.from_config(self.config))
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
