@@ -373,6 +373,10 @@ class CliClient(SlurmClient):
         return {job_id: classify_error(reason, JobNotPending)(f"scontrol: {reason} for job {job_id}")
                 for job_id, reason in per_job.items()}
 
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        value = "now" if when is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+        self._run(["scontrol", "update", f"jobid={job_id}", f"StartTime={value}"], error=JobNotPending)
+
     def hold(self, job_id: str) -> None:
         self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)
 
