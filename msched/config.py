@@ -13,6 +13,9 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
+    retention_days = 14                    # store: detailed rounds this long, daily aggregates after
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -67,6 +70,9 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
+    retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     source: str = "defaults"
 
@@ -77,6 +83,12 @@ class Config:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if not isinstance(self.write_budget, int) or self.write_budget < 0:
+            raise ConfigError(f"write_budget {self.write_budget!r} must be a whole number >= 0")
+        if not 0 <= float(self.settle_margin) < 1:
+            raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
+        if not float(self.retention_days) > 0:
+            raise ConfigError(f"retention_days {self.retention_days!r} must be positive")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
