@@ -481,3 +481,19 @@ def test_online_workload_settles_with_few_writes_per_job():
     assert settled["makespan_s"] <= 1.05 * eager["makespan_s"]
     assert settled["mean_jct_s"] <= 1.05 * eager["mean_jct_s"]
     assert settled["update_calls"] <= eager["update_calls"]
+
+
+@pytest.mark.slurm
+def test_rounds_settle_on_the_dev_cluster(slurm_cluster, tmp_path):
+    """1,000 pending behind 16 busy GPUs, REQUEST_UPDATE_JOB counted by sdiag: after the first round, a
+    round with nothing changed writes at most 1% of the pending jobs; after 4 running jobs end, at most
+    5%; the settled plan's estimated makespan is no worse than the first round's."""
+    res = br.real_settle(1000, tmp_path)
+    r = {m["label"].split(" (")[0]: m for m in res["rounds"]}
+    first, second, after = r["round 1"], r["round 2"], r["after 4 running jobs end"]
+    assert first["writes"] >= first["update_calls"] > 0
+    assert second["writes"] <= 0.01 * second["pending"]
+    assert after["writes"] <= 0.05 * after["pending"]
+    assert second["est_makespan_s"] <= first["est_makespan_s"] + 60.0       # a minute of clock between rounds
+    assert r["again"]["writes"] <= 0.01 * r["again"]["pending"]
+    assert r["after one arrival"]["writes"] <= 5

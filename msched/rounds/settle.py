@@ -12,8 +12,8 @@ only the changes worth their writes:
    makespan and the mean end of the managed jobs.
 2. New jobs (not in the incumbent: msched never placed them) and starving ones not yet widened must take
    their place in the new plan: they are moves whatever they gain. A job the incumbent knows moves (takes its new type
-   and its new place in the order) only when its own planned finish improves by `job_margin` of its
-   runtime (the policy's `hysteresis`, 5%).
+   and its new place in the order) only when its own planned finish improves by `job_margin` (the
+   policy's `hysteresis`, 5%) of its runtime or of its horizon (planned end minus now), the longer.
 3. Moves are taken largest gain first until the write budget is spent (each move costs up to two
    writes: its constraint and its priority); the rest waits for the next round.
 4. The hybrid (incumbent order with the moved jobs inserted at their new planned starts, moved jobs on
@@ -237,7 +237,14 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     obliged = [j for j in new if incumbent is None or j not in incumbent or starving_unwidened(j)]
     report.new_jobs = len(obliged)
     obliged_set = set(obliged)
-    optional = [j for j in new if j not in obliged_set and differs(j) and gain[j] > job_margin * runtime(j)]
+    def worth(j: str) -> bool:
+        """The job's own finish improves by the margin of its runtime, or of its horizon when that is
+        longer: a job planned days out is re-planned many times before it starts, and moving it now
+        buys little a later round could not (an estimate's error grows with the horizon too)."""
+        horizon = inc_eval.end(j) - now
+        return gain[j] > job_margin * max(runtime(j), horizon if math.isfinite(horizon) else 0.0)
+
+    optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
     report.candidates = len(optional)
 
     def cost(j: str) -> int:
