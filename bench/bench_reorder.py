@@ -117,7 +117,7 @@ class CountingClient(SlurmClient):
 
 def counting_cli(config: Config):  # noqa: ANN201
     """The command-line client, counting the Slurm processes it starts (each goes through `_exec`)."""
-    from msched.slurm.cli_backend import CliClient
+    from msched.slurm.cli import CliClient
 
     class ProcessCountingCli(CliClient):
         processes: dict[str, int]
@@ -222,7 +222,7 @@ def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=
     return out
 
 
-def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True):  # noqa: ANN201
+def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plain_share: float = 0.2):  # noqa: ANN201
     """The dev cluster's shape in the simulator (4 types x 4 GPUs, one node each), every GPU held by a
     single-GPU plain blocker (1-2 h; time limit 2 h), `n_pending` jobs behind them. `equal_priority`:
     every pending job at priority 1, as the dev cluster's multifactor with zero weights gives them.
@@ -237,7 +237,7 @@ def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True):  # 
                                     extra={"runtime_s": 3600 + rng.uniform(0, 3000)}))
                 for t in BUSY_TYPES for _ in range(4)]
     c.advance(0)
-    for req in busy_queue_requests(n_pending, busy_models(perf, truth), seed, sim=True):
+    for req in busy_queue_requests(n_pending, busy_models(perf, truth), seed, sim=True, plain_share=plain_share):
         c.submit(req)
     if equal_priority:
         for job in list(c.sim.active.values()):

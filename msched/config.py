@@ -16,6 +16,13 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
+    managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
+    type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
+                                           # or "partition" (-p, where a site gives each type its partition)
+
+    [type_partitions]                      # type_lever = "partition": GPU type -> its partition
+    a100 = "gpu-a100"
+    gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -42,6 +49,7 @@ DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
+TYPE_LEVERS = ("feature", "partition")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -73,7 +81,11 @@ class Config:
     write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
+    managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
+    type_lever: str = "feature"
+    type_partitions: Mapping[str, str] = MappingProxyType({})
+    gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -89,12 +101,17 @@ class Config:
             raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
         if not float(self.retention_days) > 0:
             raise ConfigError(f"retention_days {self.retention_days!r} must be positive")
+        if self.type_lever not in TYPE_LEVERS:
+            raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
+        if self.type_lever == "partition" and not self.type_partitions:
+            raise ConfigError("type_lever = \"partition\" needs a [type_partitions] table (GPU type -> partition)")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
             database_url=self.database_url or f"sqlite:///{os.path.join(state_dir, 'msched.db')}",
             references=self.references if isinstance(self.references, str) else tuple(self.references),
             gpu_aliases={str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()},   # a fresh dict
+            type_partitions={str(k).lower(): str(v) for k, v in self.type_partitions.items()},
         )
 
     @property
@@ -164,7 +181,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance"):
+    for key in ("references", "performance", "gpu_specs"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])
@@ -191,17 +208,12 @@ def _cache_write(identity: list, data: dict) -> None:
     """Atomically, owner-only; values JSON cannot hold (TOML dates) are simply not cached."""
     import json
 
+    from msched.util.files import write_atomically
+
     path = _cache_file()
-    tmp = f"{path}.{os.getpid()}"
     try:
         text = json.dumps({"identity": identity, "data": data})
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text, mode=0o600)
     except (OSError, TypeError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
-from msched.policy.priorities import assign_priorities
+from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -197,9 +197,11 @@ def _hybrid_order(inc_order: Sequence[str], inc_eval: Evaluation, moves: Sequenc
 
 def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *, objective: str = "makespan",
            backfill: bool = False, starvation_age_s: float | None = None, job_margin: float = DEFAULT_JOB_MARGIN,
-           options: SettleOptions | None = None,
+           options: SettleOptions | None = None, managed_first: bool = False,
            unknown_runtime_s: float = UNKNOWN_RUNTIME_S) -> tuple[Plan, SettleReport]:
-    """The plan to hold this round: the new plan's worthwhile changes applied to the incumbent."""
+    """The plan to hold this round: the new plan's worthwhile changes applied to the incumbent. Orders
+    are written as the policy writes them (`assign_keeping_plain`: plain jobs keep their rank unless
+    `managed_first`)."""
     opts = options or SettleOptions()
     now = snapshot.now
     report = SettleReport()
@@ -265,10 +267,11 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     forced = [j for j in chosen if j in obliged_set]
     extra = [j for j in chosen if j not in obliged_set]
     inc_order = sorted((j for j in new), key=lambda j: queue_key(pending[j], inc_prio[j]))
+    plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
 
     def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:
         order = _hybrid_order(inc_order, inc_eval, moves, new_eval, new_rank)
-        prio = {**inc_prio, **assign_priorities(order, inc_prio)}
+        prio = {**inc_prio, **assign_keeping_plain(order, inc_prio, plain, managed_first)}
         types = dict(inc_types)
         for j in moves:
             types[j] = new_types[j]
