@@ -76,13 +76,9 @@ def _read_script(kind: str, options: dict) -> str | None:
 def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list[str]]:
     """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
     msched's own trouble: it becomes a warning and no change."""
-    from msched.msub.main import (
-        _load_config,
-        find_model,
-        msched_directives,
-        plan_tag_and_types,
-        settings_from_words,
-    )
+    from msched.msub.decide import plan_tag_and_types
+    from msched.msub.directives import find_model, msched_directives, settings_from_words
+    from msched.msub.main import _load_config
     from msched.util.text import one_line
 
     environ = os.environ if environ is None else environ
@@ -129,9 +125,9 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
 
 
 def _cluster_types_known(config) -> bool:
-    from msched.msub.main import cluster_gpu_types, read_free_time
+    from msched.msub.cluster_view import cluster_nodes, read_free_time
 
-    return bool(read_free_time(config)[0] or cluster_gpu_types(config, str(config.sbatch)))
+    return bool(read_free_time(config)[0] or any(n[1] for n in cluster_nodes(config, str(config.sbatch), set())))
 
 
 class DeadlinePassed(BaseException):
