@@ -396,7 +396,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     per node in turn), a round after one arrival. Each round: REQUEST_UPDATE_JOB RPCs counted by sdiag
     (and their controller time), wall time, the held plan's estimated makespan, moves and what they buy.
     Every job is cancelled at the end. None (with a line) when no cluster answers."""
-    from msched.slurm.cli_backend import CliClient
+    from msched.slurm.cli import CliClient
 
     why = slurm_available()
     if why:
@@ -464,6 +464,47 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
 
 
+def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print) -> dict:  # noqa: ANN001
+    """`real_settle`'s rounds on the simulator (`busy_sim`: the dev cluster's shape, the same queue),
+    through the round core with the incumbent carried from round to round; writes are the round's
+    Slurm update calls. For sizes the dev cluster cannot take (MaxJobCount) and a machine without Slurm."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.policy import get_policy
+    from msched.rounds.core import run_round
+
+    c, blockers, perf = busy_sim(n_pending, seed)
+    est = TagEstimator(perf)
+    policy = get_policy("msched")
+    out: dict = {"pending": n_pending, "rounds": []}
+    state = {"incumbent": None}
+
+    def measured(label: str) -> dict:
+        w0, cpu0 = time.perf_counter(), time.process_time()
+        r = run_round(c, policy, est, incumbent=state["incumbent"])
+        wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
+        state["incumbent"] = r.incumbent
+        st = r.settle
+        m = {"label": label, "pending": len(r.snapshot.pending), "writes": r.update_calls, "wall_s": wall,
+             "cpu_s": cpu, "plan_s": r.plan_seconds, "est_makespan_s": r.plan.est_makespan_end - r.time,
+             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys()}
+        out["rounds"].append(m)
+        log(f"  {label}: {m['pending']} pending, {m['writes']} writes, round {wall:.2f} s (CPU {cpu:.2f} s, plan "
+            f"{r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, "
+            f"waiting {st.held_back}; buys {st.buys()}")
+        c.advance(1)
+        return m
+
+    log(f"simulated dev cluster (4 types x 4 GPUs, all busy), {n_pending} pending:")
+    for k in range(1, 4):
+        measured("round 1 (the burst)" if k == 1 else f"round {k}")
+    for b in blockers[::max(1, len(blockers) // ends)][:ends]:
+        c.cancel(b)
+    c.advance(0)
+    measured(f"after {ends} running jobs end")
+    measured("again")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -476,12 +517,16 @@ def main() -> None:
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--settle", default="", metavar="N[,N...]",
-                    help="only the rounds-settle scenario on the real cluster, at these queue lengths (e.g. 1000,5000)")
+                    help="only the rounds-settle scenario (simulated, then the real cluster unless --no-real) "
+                         "at these queue lengths (e.g. 1000,5000)")
     args = ap.parse_args()
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]
+        res: dict = {}
         with tempfile.TemporaryDirectory(prefix="bench-settle-") as d:
-            res = {str(n): real_settle(n, Path(d), args.seed) for n in sizes}
+            for n in sizes:
+                res[str(n)] = {"sim": sim_settle(n, args.seed) if not args.no_sim else None,
+                               "real": real_settle(n, Path(d), args.seed) if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return

@@ -14,8 +14,9 @@ only the changes worth their writes:
    their place in the new plan: they are moves whatever they gain. A job the incumbent knows moves (takes its new type
    and its new place in the order) only when its own planned finish improves by `job_margin` (the
    policy's `hysteresis`, 5%) of its runtime or of its horizon (planned end minus now), the longer.
-3. Moves are taken largest gain first until the write budget is spent (each move costs up to two
-   writes: its constraint and its priority); the rest waits for the next round.
+3. Moves are taken largest gain first until the write budget is spent (a move costs a write for its
+   constraint when retyped and one for its priority when that changes); the rest waits for the next
+   round.
 4. The hybrid (incumbent order with the moved jobs inserted at their new planned starts, moved jobs on
    their new types) is evaluated; it replaces the incumbent only when it beats it by `plan_margin` of the
    horizon on the objective's measure (makespan, or mean end for `jct`), and never when it is worse on
@@ -250,7 +251,9 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     report.candidates = len(optional)
 
     def cost(j: str) -> int:
-        return (1 if new_types[j] != inc_types.get(j, ()) else 0) + 1
+        """Writes the move takes: its constraint when retyped, its priority when the new plan changes it
+        (where plain jobs keep their rank, many moves can change only the type)."""
+        return int(new_types[j] != inc_types.get(j, ())) + int(new_prio[j] != inc_prio[j])
 
     by_gain = sorted(obliged, key=lambda j: (-gain[j], new_rank[j])) + \
         sorted(optional, key=lambda j: (-gain[j], new_rank[j]))
