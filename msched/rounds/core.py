@@ -452,7 +452,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           starvation_age_s=getattr(policy, "starvation_age_s", None),
                           job_margin=opts.job_margin if opts.job_margin is not None
                           else float(getattr(policy, "hysteresis", 0.05)),
-                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)))
+                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)),
+                          managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever)
     updates, waiting = within_budget(wanted, opts.write_budget, report.gain)

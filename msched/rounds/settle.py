@@ -12,10 +12,11 @@ only the changes worth their writes:
    makespan and the mean end of the managed jobs.
 2. New jobs (not in the incumbent: msched never placed them) and starving ones not yet widened must take
    their place in the new plan: they are moves whatever they gain. A job the incumbent knows moves (takes its new type
-   and its new place in the order) only when its own planned finish improves by `job_margin` of its
-   runtime (the policy's `hysteresis`, 5%).
-3. Moves are taken largest gain first until the write budget is spent (each move costs up to two
-   writes: its constraint and its priority); the rest waits for the next round.
+   and its new place in the order) only when its own planned finish improves by `job_margin` (the
+   policy's `hysteresis`, 5%) of its runtime or of its horizon (planned end minus now), the longer.
+3. Moves are taken largest gain first until the write budget is spent (a move costs a write for its
+   constraint when retyped and one for its priority when that changes); the rest waits for the next
+   round.
 4. The hybrid (incumbent order with the moved jobs inserted at their new planned starts, moved jobs on
    their new types) is evaluated; it replaces the incumbent only when it beats it by `plan_margin` of the
    horizon on the objective's measure (makespan, or mean end for `jct`), and never when it is worse on
@@ -36,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
-from msched.policy.priorities import assign_priorities
+from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -197,9 +198,11 @@ def _hybrid_order(inc_order: Sequence[str], inc_eval: Evaluation, moves: Sequenc
 
 def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *, objective: str = "makespan",
            backfill: bool = False, starvation_age_s: float | None = None, job_margin: float = DEFAULT_JOB_MARGIN,
-           options: SettleOptions | None = None,
+           options: SettleOptions | None = None, managed_first: bool = False,
            unknown_runtime_s: float = UNKNOWN_RUNTIME_S) -> tuple[Plan, SettleReport]:
-    """The plan to hold this round: the new plan's worthwhile changes applied to the incumbent."""
+    """The plan to hold this round: the new plan's worthwhile changes applied to the incumbent. Orders
+    are written as the policy writes them (`assign_keeping_plain`: plain jobs keep their rank unless
+    `managed_first`)."""
     opts = options or SettleOptions()
     now = snapshot.now
     report = SettleReport()
@@ -237,11 +240,20 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     obliged = [j for j in new if incumbent is None or j not in incumbent or starving_unwidened(j)]
     report.new_jobs = len(obliged)
     obliged_set = set(obliged)
-    optional = [j for j in new if j not in obliged_set and differs(j) and gain[j] > job_margin * runtime(j)]
+    def worth(j: str) -> bool:
+        """The job's own finish improves by the margin of its runtime, or of its horizon when that is
+        longer: a job planned days out is re-planned many times before it starts, and moving it now
+        buys little a later round could not (an estimate's error grows with the horizon too)."""
+        horizon = inc_eval.end(j) - now
+        return gain[j] > job_margin * max(runtime(j), horizon if math.isfinite(horizon) else 0.0)
+
+    optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
     report.candidates = len(optional)
 
     def cost(j: str) -> int:
-        return (1 if new_types[j] != inc_types.get(j, ()) else 0) + 1
+        """Writes the move takes: its constraint when retyped, its priority when the new plan changes it
+        (where plain jobs keep their rank, many moves can change only the type)."""
+        return int(new_types[j] != inc_types.get(j, ())) + int(new_prio[j] != inc_prio[j])
 
     by_gain = sorted(obliged, key=lambda j: (-gain[j], new_rank[j])) + \
         sorted(optional, key=lambda j: (-gain[j], new_rank[j]))
@@ -258,10 +270,11 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     forced = [j for j in chosen if j in obliged_set]
     extra = [j for j in chosen if j not in obliged_set]
     inc_order = sorted((j for j in new), key=lambda j: queue_key(pending[j], inc_prio[j]))
+    plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
 
     def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:
         order = _hybrid_order(inc_order, inc_eval, moves, new_eval, new_rank)
-        prio = {**inc_prio, **assign_priorities(order, inc_prio)}
+        prio = {**inc_prio, **assign_keeping_plain(order, inc_prio, plain, managed_first)}
         types = dict(inc_types)
         for j in moves:
             types[j] = new_types[j]

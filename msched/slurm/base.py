@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from msched.tag import JobTag, parse_comment
+from msched.tag import PREFIX, JobTag, parse_comment
 
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -92,6 +92,12 @@ class SlurmJob:
 
     @property
     def tag(self) -> JobTag | None:
+        """The job's tag: the one job_submit.lua validated and stamped into admin_comment (users cannot
+        set it) where there is one, else the claim in the comment (bounded like any claim)."""
+        if self.admin_comment.startswith(PREFIX):
+            stamped = parse_comment(self.admin_comment)[0]
+            if stamped is not None:
+                return stamped
         return parse_comment(self.comment)[0]
 
     @property
