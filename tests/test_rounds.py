@@ -692,3 +692,32 @@ def test_a_per_partition_dev_cluster_is_steered_through_partitions(tmp_path, mon
     finally:
         subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=60)
         subprocess.run(["bash", str(script), "down", "--dir", str(sdir)], capture_output=True, timeout=120)
+
+
+def test_the_report_shows_a_simulated_runs_churn_as_the_simulator_counted_it(tmp_path):
+    """`msched sim --db` then `msched report`: writes per round and per job over their life, the same
+    figures the simulator's metrics carry (each counted on its own side: the simulator's per-job update
+    counter, the store's jobs.writes and rounds.changes)."""
+    from sqlalchemy.orm import Session
+
+    from msched.report.data import build_report
+    from msched.store.db import Store
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import synth
+
+    truth, perf = PerfTable.load(br.TRUTH), PerfTable.load(br.PERF)
+    models = br.busy_models(perf, truth)
+    trace = synth(40, models, truth, seed=3, arrival="poisson:2000", max_gpus=4)
+    setup = SimSetup(parse_cluster(",".join(f"{t}:4x1" for t in br.BUSY_TYPES)), truth, perf,
+                     Classifier(models, truth))
+    store = Store(f"sqlite:///{tmp_path / 'sim.db'}")
+    m = replay(trace, "msched", setup, store=store).metrics
+    with Session(store.engine) as s:
+        (run,) = build_report(s, database="sim.db").runs
+    store.dispose()
+    assert m["update_calls"] > 0
+    assert run.rounds.total_changes == m["update_calls"]
+    assert run.rounds.max_changes == m["max_writes_per_round"]
+    assert run.rounds.mean_writes_per_job == pytest.approx(m["writes_per_job"])
+    assert run.rounds.max_writes_per_job == m["max_writes_per_job"]
