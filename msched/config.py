@@ -13,6 +13,9 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
+    retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
@@ -75,6 +78,9 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
+    retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     type_lever: str = "feature"
@@ -89,6 +95,12 @@ class Config:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if not isinstance(self.write_budget, int) or self.write_budget < 0:
+            raise ConfigError(f"write_budget {self.write_budget!r} must be a whole number >= 0")
+        if not 0 <= float(self.settle_margin) < 1:
+            raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
+        if not float(self.retention_days) > 0:
+            raise ConfigError(f"retention_days {self.retention_days!r} must be positive")
         if self.type_lever not in TYPE_LEVERS:
             raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
         if self.type_lever == "partition" and not self.type_partitions:

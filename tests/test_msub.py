@@ -379,17 +379,50 @@ def test_sbatch_directives_survive(slurm_cluster, ordinary_user, workdir, site, 
 
 @pytest.mark.slurm
 def test_untyped_request_gets_or_constraint_and_gpus_8_kept(slurm_cluster, ordinary_user, workdir, site, janitor):
+    """`--gpus=8 -N 2` on the dev cluster (one 4-GPU node per type): no single type can hold it (the
+    feasibility rule), so msub adds no constraint and Slurm takes the job as written; `--gpus=4` gets an
+    OR of types within the slack."""
     s = _script(workdir, "g8.sh", "#!/bin/sh\npython train.py --arch vgg16\n")
     proc = _msub(ordinary_user, ["--hold", "--gpus=8", "-N", "2", str(s)], workdir, site)
     assert proc.returncode == 0, proc.stderr
     job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
     assert job["tres_per_job"] == "gres:gpu:8"
     tag, _ = parse_comment(job["comment"])
-    # two whole nodes of one type are needed for a type constraint, and the dev cluster has one node of
-    # each type: no type can hold the job's shape, so msched adds none (sbatch would refuse it)
-    assert tag.model == "vgg16" and tag.added == "" and tag.why     # why: the decision's note
-    assert job["features"] in ("", "(null)")
+    assert tag.model == "vgg16" and tag.added == "" and tag.why and job["features"] in ("", "(null)")
+    proc = _msub(ordinary_user, ["--hold", "--gpus=4", str(s)], workdir, site)
+    assert proc.returncode == 0, proc.stderr
+    job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
+    assert job["tres_per_job"] == "gres:gpu:4"
+    tag, _ = parse_comment(job["comment"])
+    assert tag.added and set(tag.added.split("|")) <= set(TYPES)
+    assert set(job["features"].strip("[]()").split("|")) == set(tag.added.split("|"))
 
+
+@pytest.mark.slurm
+def test_constraint_the_cluster_rejects_is_dropped(slurm_cluster, ordinary_user, workdir, janitor):
+    """A GPU type that no node carries as a feature (titanrtx; msub's cached sinfo answer still lists a
+    titanrtx node, as after a reconfiguration within its ten minutes): sbatch says "Invalid feature
+    specification", msub warns once and submits the job without msched's constraint, tag kept."""
+    import time
+    d = _shared_dir("msub-reject-")
+    (d / "gpu_free_time.json").write_text(json.dumps({"time": time.time(), "free_at": {"titanrtx": 0}}))
+    (d / "msched.toml").write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{d}"\n')
+    (d / "cluster_nodes.json").write_text(json.dumps({
+        "key": f"{os.environ.get('SLURM_CONF', '')}|{SBATCH}", "time": time.time(),
+        "nodes": [["n9", "gpu:titanrtx:4", ["titanrtx"], ["gpu"]]]}))
+    for f in d.iterdir():
+        f.chmod(0o644)
+    s = _script(workdir, "reject.sh", "#!/bin/sh\n#SBATCH --gres=gpu:1\npython train.py --arch resnet50\n")
+    env = {"MSCHED_CONFIG": str(d / "msched.toml"), "PYTHONPYCACHEPREFIX": str(workdir / ".pycache"),
+           "MSCHED_CACHE_DIR": str(d)}
+    proc = ordinary_user.run([str(Path(sys.executable).with_name("msub")), "--hold", str(s)], env=env, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Submitted batch job ")
+    assert proc.stderr.count("msub: warning:") == 1 and "Invalid feature specification" in proc.stderr
+    assert "submitted without msched's GPU-type constraint" in proc.stderr
+    job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
+    tag, _ = parse_comment(job["comment"])
+    assert tag.model == "resnet50" and tag.added == "" and job["features"] in ("", "(null)")
 
 
 @pytest.mark.slurm

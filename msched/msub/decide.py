@@ -34,9 +34,9 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
 
 
-def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,
+def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,  # noqa: ANN001, ANN201
                        warnings: list[str] | None = None):
-    """Classify the model and choose the GPU types: (JobTag, types to add, pinned types).
+    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
 
     Every exception raised here means "submit as a plain job with a warning"; a model classified by
     name only (`classify_model`) adds its one warning to WARNINGS and keeps the job managed.

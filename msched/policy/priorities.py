@@ -279,6 +279,17 @@ def assign_in_place(order: Sequence[str], current: Mapping[str, int], plain: Map
     return {j: current[j] for j in order}
 
 
+def assign_keeping_plain(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int],
+                         managed_first: bool = False) -> dict[str, int]:
+    """The site's rule for writing a planned order: managed jobs permuted among the places they hold, so
+    plain jobs keep their rank (`assign_in_place`), unless the site puts managed jobs above plain ones
+    (`managed_first`: `assign_first`) or there are none (`assign_priorities`). The policy and the round's incumbent
+    comparison (msched.rounds.settle) both write orders this way."""
+    if not plain:
+        return assign_priorities(order, current)
+    return (assign_first if managed_first else assign_in_place)(order, current, plain)
+
+
 def _plain_ranks_kept(before: Sequence[str], after: Sequence[str], managed: set[str]) -> bool:
     return all(b == a for b, a in zip(before, after, strict=True) if b not in managed or a not in managed)
 

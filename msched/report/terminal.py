@@ -127,6 +127,7 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
             f"[bold]Rounds[/bold]: {r.count} ({r.dry_runs} dry runs), mean plan time "
             f"{_ms(r.mean_plan_s)} (max {_ms(r.max_plan_s)}), {fmt_ratio(r.mean_changes)} changes per round "
             f"({r.total_changes} in all), {r.skipped} jobs skipped mid-round, last {fmt_time(r.last_time, run.kind)}")
+        console.print(churn_line(r))
     else:
         console.print("[bold]Rounds[/bold]: none in the period.")
     if r.errors:
@@ -135,6 +136,15 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
             _row(t, fmt_time(e.time, run.kind), e.error)
         console.print(t)
     console.print()
+
+
+def churn_line(r) -> str:  # noqa: ANN001 - RoundStats
+    """What the rounds cost Slurm: writes per round and per job (each one REQUEST_UPDATE_JOB)."""
+    per_job = ("-" if r.mean_writes_per_job is None
+               else f"{r.mean_writes_per_job:.2f} per job (max {r.max_writes_per_job})")
+    days = f"; {r.aggregated_days} day(s) from daily aggregates" if r.aggregated_days else ""
+    return (f"Churn: Slurm updates {fmt_ratio(r.mean_changes)} per round (max {r.max_changes}), "
+            f"{per_job}{days}")
 
 
 def _ms(seconds: float | None) -> str:

@@ -161,6 +161,7 @@ class JobUpdate:
     job_id: str
     priority: int | None = None
     features: str | None = None
+    partition: str | None = None      # the partition list (where a site steers GPU types by partition)
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class SchedulerSettings:
         return cls((scheduler_type or "").strip() or "sched/backfill", tuple(params))
 
 
-UPDATE_FIELDS = ("features", "priority")      # the order every backend writes them in
+UPDATE_FIELDS = ("features", "partition", "priority")      # the order every backend writes them in
 
 
 def check_updates(updates: Sequence[JobUpdate]) -> list[JobUpdate]:
@@ -255,10 +256,15 @@ class SlurmClient(abc.ABC):
     def set_features(self, job_id: str, features: str) -> None:
         """Replace a pending job's feature constraint (how its GPU type is changed: SLURM-NOTES)."""
 
+    def set_partition(self, job_id: str, partition: str) -> None:
+        """Replace a pending job's partition list (the type lever of a site that gives each GPU type a
+        partition). Backends that cannot write it refuse it for the job."""
+        raise SlurmError(f"the {self.name} backend cannot change job {job_id}'s partition")
+
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
         """Apply a round's changes, one UpdateResult per JobUpdate, in order.
 
-        Contract (every backend): all features are written before any priority (a job is retyped
+        Contract (every backend): all features and partitions are written before any priority (a job is retyped
         before it is raised, so it cannot start on its old type in between); a job whose features
         update fails gets no priority update; a job that is not pending comes back with JobNotPending
         and the others are still written; another refusal of one job comes back as that job's
@@ -277,6 +283,8 @@ class SlurmClient(abc.ABC):
                 try:
                     if name == "features":
                         self.set_features(u.job_id, str(value))
+                    elif name == "partition":
+                        self.set_partition(u.job_id, str(value))
                     else:
                         self.set_priority(u.job_id, int(value))
                 except SlurmUnavailable:

@@ -330,9 +330,13 @@ class CliClient(SlurmClient):
     def set_features(self, job_id: str, features: str) -> None:
         self._run(["scontrol", "update", f"jobid={job_id}", f"Features={features}"], error=JobNotPending)
 
+    def set_partition(self, job_id: str, partition: str) -> None:
+        self._run(["scontrol", "update", f"jobid={job_id}", f"Partition={partition}"], error=JobNotPending)
+
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
-        """A round's writes in at most three processes: one squeue (which jobs are pending), one
-        scontrol for every feature update, one for every priority update (see the module docstring)."""
+        """A round's writes in a few processes: one squeue (which jobs are pending), one scontrol for
+        every feature update, one for every partition update, one for every priority update (see the
+        module docstring)."""
         updates = check_updates(updates)
         if not updates:
             return []
