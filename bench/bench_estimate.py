@@ -51,7 +51,7 @@ def roofline() -> CostModel:
     """A plain roofline: every efficiency 1, per-kind max of compute at peak and output bytes at full
     bandwidth, weights once; no fixed costs, no host, no multi-GPU terms."""
     shared = {f"e_{k}": 1.0 for k in COMPUTE_KINDS} | {f"a_{k}": 1.0 for k in COMPUTE_KINDS}
-    shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0,
+    shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0, "phi": 0.0,
                                                         "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
                                                         "dp_fixed": 0.0}
     return CostModel({"shared": shared, "gen_eff": {}, "gen_bw": {}, "default_eff": {}, "default_bw": 1.0})
@@ -89,13 +89,16 @@ def flops_rule(row: FitRow, known: PerfTable, refs: list[str], profiles: dict) -
     return None
 
 
-def family_hold_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
+                    ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     by_family: dict[str, list[FitRow]] = defaultdict(list)
     for r in rows:
         by_family[family_of(r.model) or r.model].append(r)
     out = {}
     plain = roofline()
     for fam, held in sorted(by_family.items()):
+        if only and fam not in only:
+            continue
         kept = [r for r in rows if (family_of(r.model) or r.model) != fam]
         cm = CostModel(fit(kept, profiles, specs))
         known = as_table(kept)
@@ -124,8 +127,9 @@ def family_hold_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[
     return out
 
 
-def leave_one_type_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
-    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows})
+def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
+                       ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows} & (only or {specs.get(r.gpu_type).gpu_type for r in rows}))
     out = {}
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
@@ -170,6 +174,8 @@ def best_type_accuracy(results, method: str) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="three families and two types only")
+    ap.add_argument("--families", default=None, help="comma-separated families to hold out (default: all)")
+    ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
     args = ap.parse_args(argv)
     data = shared_data()
@@ -180,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = load_specs()
     rows, origin = load_rows(data, profiles)
     start = time.perf_counter()
-    fam = family_hold_out(rows, profiles, specs, args.quick)
-    loto = leave_one_type_out(rows, profiles, specs, args.quick)
+    fam = family_hold_out(rows, profiles, specs, args.quick,
+                          set(args.families.split(",")) if args.families else None)
+    loto = leave_one_type_out(rows, profiles, specs, args.quick, set(args.types.split(",")) if args.types else None)
     wall = time.perf_counter() - start
     pooled = [x for v in fam.values() for x in v]
     methods = ("flops_rule", "roofline", "cost_model", "corrected")
