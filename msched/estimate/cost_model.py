@@ -48,11 +48,13 @@ SMOOTH_Q = 4.0       # smooth maximum (a^q + b^q)^(1/q)
 
 
 def precision_class(spec: GpuSpec, precision: str, kind: str) -> str:
-    """Which efficiency a kind's compute gets: tensor cores (half, or TF32), FP32 CUDA cores or FP64."""
+    """Which efficiency a kind's compute gets: tensor cores (half), TF32, FP32 CUDA cores, half without
+    tensor cores (`fp16`) or FP64."""
     if precision == "double":
         return "fp64"
     if precision in ("half", "bfloat16"):
-        return "tensor" if spec.has_tensor_cores and spec.fp16_tflops > spec.fp32_tflops else "fp32"
+        # without tensor cores cuDNN converts FP16 storage to FP32 math: its own (measured: slower) efficiency
+        return "tensor" if spec.has_tensor_cores and spec.fp16_tflops > spec.fp32_tflops else "fp16"
     tf32 = TF32_MATMUL if kind in ("linear", "other") else TF32_CONV
     return "tf32" if tf32 and spec.tf32_tflops > spec.fp32_tflops else "fp32"
 
@@ -60,7 +62,7 @@ def precision_class(spec: GpuSpec, precision: str, kind: str) -> str:
 def _peak(spec: GpuSpec, pclass: str, precision: str) -> float:
     if pclass == "fp64":
         return spec.peak_tflops("double")
-    if pclass == "tensor":
+    if pclass in ("tensor", "fp16"):
         return spec.peak_tflops("half")
     if pclass == "tf32":
         return spec.peak_tflops("float", tf32=True)
