@@ -222,3 +222,28 @@ def test_estimate_command_errors_list_choices():
     proc = _msched("references", "evaluate", "--leave-out-type", "h100_sxm")
     assert proc.returncode != 0 and "titanxp" in proc.stderr
 
+
+
+def test_a_type_the_step_does_not_fit_is_never_chosen(perf):
+    """ResNet-50 at batch 192 per GPU needs ~18 GB: the 11-12 GB cards (gtx1080ti, rtx2080ti, titanxp,
+    titanv) get no estimate, so neither msub's submit decision nor the planner can choose them."""
+    from msched.policy.base import feasible_types
+    from msched.policy.choice import ClusterView, SubmitJob, decide_submit
+    from msched.policy.snapshot import PendingJob
+
+    small = {"gtx1080ti", "rtx2080ti", "titanxp", "titanv"}
+    est = TagEstimator(PredictorTimes(perf))
+    tag = JobTag(model="resnet50", ref="resnet50", iters=1000, bs=192)
+    sizes = {t: (4,) for t in perf.gpu_types()}
+    now = 1000.0
+    view = ClusterView(node_gpus=sizes, free_at=dict.fromkeys(sizes, now), fresh=True)
+    decision = decide_submit(tag, SubmitJob(1, time_limit_s=10 * 86400.0), view, est, now=now)
+    assert decision.types and not small & set(decision.types)
+    assert set(decision.estimates) == set(perf.gpu_types()) - small
+    # the planner keeps only estimated types; at batch 32 every type fits and is a candidate
+    job = type("Job", (), {"num_gpus": 1, "time_limit_s": 10 * 86400.0, "gres_gpu_type": None})()
+    big = est(job, tag)
+    fitting = est(job, tag._replace(bs=32))
+    assert small <= set(fitting) and not small & set(big)
+    pending = PendingJob(job_id="1", submit_time=now, num_gpus=1, est_runtime_s=big)
+    assert not small & set(feasible_types(pending, sorted(sizes)))

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from msched.estimate.cost_model import CostModel, load_cost_model
 from msched.estimate.gpu_specs import SpecTable, load_specs
+from msched.estimate.memory import fits
 from msched.estimate.perf_table import PerfTable
 from msched.util.record import record
 
@@ -111,11 +112,16 @@ class PredictorTimes:
     `knows(model)`: the model has a profile here (a shipped torchvision name, or a profile handed in), so
     the job is estimated from its own layers rather than a FLOPs-scaled reference. Each figure's source
     says `measured M`, `reference-corrected by R` or `cost-model`. Types: the table's and `types`
-    (the site's, e.g. from its spec rows); a type without measurements or a spec row is left out."""
+    (the site's, e.g. from its spec rows); a type without measurements or a spec row is left out.
+
+    Memory: with `memory_check`, a type whose memory the job's training step does not fit
+    (msched.estimate.memory) gets no figure at all, and a type without a figure is never chosen, by
+    msub's submit decision or by the planner (both keep only estimated types)."""
 
     def __init__(self, perf: PerfTable | None = None, precision: str = "float", *, types=None,  # noqa: ANN001
                  specs: SpecTable | None = None, cost: CostModel | None = None, refset=None,  # noqa: ANN001
-                 profiles: Mapping[str, object] | None = None, default_batch_size: int = DEFAULT_BATCH_SIZE):
+                 profiles: Mapping[str, object] | None = None, default_batch_size: int = DEFAULT_BATCH_SIZE,
+                 optimizer: str = "sgd", memory_check: bool = True):
         self.perf = perf
         self.precision = precision
         self.types = tuple(types) if types is not None else ()
@@ -124,6 +130,8 @@ class PredictorTimes:
         self.refset = refset
         self.profiles = dict(profiles or {})
         self.default_batch_size = default_batch_size
+        self.optimizer = optimizer
+        self.memory_check = memory_check
         self._ranked: dict[str, list[str]] = {}
 
     def profile(self, model: str) -> object | None:
@@ -156,6 +164,9 @@ class PredictorTimes:
         refs = self.references(model) if self.perf is not None else []
         out = {}
         for t in (types if types is not None else self.all_types()):
+            spec = self.specs.get(t)
+            if self.memory_check and spec is not None and not fits(prof, spec, bs, self.precision, self.optimizer).fits:
+                continue
             p = predict(prof, t, num_gpus, bs, self.precision, model=model, perf=self.perf, references=refs,
                         profiles=self.profiles, specs=self.specs, cost=self.cost)
             if p is not None:
