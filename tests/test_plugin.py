@@ -140,7 +140,8 @@ def _stamp(plugin_dir, comment: str, features: str = "") -> tuple[str, str]:
 @needs_lua
 def test_stamp_rebuilds_a_torchvision_models_classification_from_the_table(plugin_dir):
     # what msub itself writes for resnet50 (its own decision), as the reference
-    from msched.msub.main import MschedSettings, plan_tag_and_types
+    from msched.msub.decide import plan_tag_and_types
+    from msched.msub.directives import MschedSettings
     from msched.msub.sbatch_args import SbatchRequest
 
     truth, _, _ = plan_tag_and_types("resnet50", MschedSettings(), SbatchRequest(), Config(), "/nonexistent/sbatch")

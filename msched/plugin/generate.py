@@ -68,7 +68,8 @@ def _model_fields(config) -> dict[str, dict[str, str]]:
 
     Built with msub's own decision (plan_tag_and_types) for a request without GPUs, so these strings
     are exactly what msub and the filter write."""
-    from msched.msub.main import MschedSettings, known_models, plan_tag_and_types
+    from msched.msub.decide import plan_tag_and_types
+    from msched.msub.directives import MschedSettings, known_models
     from msched.msub.sbatch_args import SbatchRequest
 
     out: dict[str, dict[str, str]] = {}
