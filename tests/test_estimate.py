@@ -247,3 +247,29 @@ def test_a_type_the_step_does_not_fit_is_never_chosen(perf):
     assert small <= set(fitting) and not small & set(big)
     pending = PendingJob(job_id="1", submit_time=now, num_gpus=1, est_runtime_s=big)
     assert not small & set(feasible_types(pending, sorted(sizes)))
+
+
+def test_msub_with_the_predictor_plans_a_type_measured_nowhere(tmp_path):
+    """A site with `estimator = "predictor"` and an H100 partition (an alias onto its spec row): msub's
+    submit decision, through the one estimator interface, sends an EfficientNet job (no measured row) to
+    the H100 the cost model rates fastest; the tag says where its reference figures came from."""
+    conf = tmp_path / "msched.toml"
+    conf.write_text(f'state_dir = "{tmp_path}"\nestimator = "predictor"\n[gpu_aliases]\n"H100" = "h100_sxm"\n')
+    code = ("import json; from msched.msub.main import build_submission; "
+            "sub, w = build_submission(['--model=efficientnet_b3', '--iterations=500', '--gres=gpu:1', '--wrap', 'true']); "
+            "print(json.dumps([sub.argv, w]))")
+    env = {**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    argv, warnings = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not warnings
+    assert "--constraint=h100_sxm" in argv
+
+
+def test_estimator_config_key_is_checked(tmp_path):
+    from msched.config import ConfigError, load_config
+
+    conf = tmp_path / "msched.toml"
+    conf.write_text('estimator = "crystal-ball"\n')
+    with pytest.raises(ConfigError, match="table, predictor"):
+        load_config(conf)
