@@ -40,6 +40,14 @@ from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
+# Gavel's job types written as model files from their published architectures (bench/gavel_models/):
+# Gavel's name -> (SPEC, the family it is held out with)
+GAVEL_MODEL_FILES = {"resnet18": ("bench/gavel_models/resnet18_cifar.py:resnet18_cifar", "resnet")}
+FAMILY_OVERRIDE: dict[str, str] = {}
+
+
+def family(model: str) -> str:
+    return FAMILY_OVERRIDE.get(model) or family_of(model) or model
 
 
 def shared_data() -> Path:
@@ -58,11 +66,25 @@ def roofline() -> CostModel:
 
 
 def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, str]]:
-    """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each."""
+    """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each.
+    Gavel's job types with a model file here are profiled (torch, on the meta device) and added to
+    `profiles` under the file's SPEC; Gavel's multi-GPU rows count steps summed over GPUs (another unit)
+    and are left out."""
+    from msched.models.profiler import profile_in_process
+
     specs = load_specs()
+    for spec, fam in GAVEL_MODEL_FILES.values():
+        profiles[spec] = profile_in_process(str(REPO / spec)).to_dict()
+        FAMILY_OVERRIDE[spec] = fam
     bench = rows_from_perf(PerfTable.load(data / "gpu-train-benchmarks" / "perf_table.csv").rows)
-    gavel = [r for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True)
-             if r.num_gpus == 1 and r.model in profiles]
+    gavel = []
+    for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True):
+        if r.model in GAVEL_MODEL_FILES:
+            r = r._replace(model=GAVEL_MODEL_FILES[r.model][0])
+        elif r.model not in profiles:
+            continue
+        if r.num_gpus == 1:
+            gavel.append(r)
     rows = [r for r in bench + gavel if r.model in profiles and specs.get(r.gpu_type)]
     origin = {r: ("gavel" if r.optimizer else "torchvision") for r in rows}
     return rows, origin
@@ -93,16 +115,16 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                     ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     by_family: dict[str, list[FitRow]] = defaultdict(list)
     for r in rows:
-        by_family[family_of(r.model) or r.model].append(r)
+        by_family[family(r.model)].append(r)
     out = {}
     plain = roofline()
     for fam, held in sorted(by_family.items()):
         if only and fam not in only:
             continue
-        kept = [r for r in rows if (family_of(r.model) or r.model) != fam]
+        kept = [r for r in rows if family(r.model) != fam]
         cm = CostModel(fit(kept, profiles, specs))
         known = as_table(kept)
-        measured = sorted({r.model for r in kept})
+        measured = sorted({r.model for r in kept if r.model in load_table()["models"]})
         refset = ReferenceSet.from_profiles(measured, profiles=profiles, source=f"-{fam}")
         results = []
         ranked_cache: dict[str, list[str]] = {}
@@ -196,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
              "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual"}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
-          f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel ResNet-50), {len(fam)} families held out, "
+          f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
+          f"from a model file), {len(fam)} families held out, "
           f"{len(loto)} types left out; {wall:.0f} s for all fits.\n")
     print("### Family hold-out (the family's rows removed from the fit and the references)\n")
     print("| method | mean abs log error, all | torchvision | gavel | float | half | double | 1 GPU | 2-4 GPUs "
@@ -220,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
+    print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
+    print("| job type | rows | FLOPs rule | roofline | cost model | corrected |")
+    print("|---|---|---|---|---|---|")
+    gavel = [x for x in pooled if origin[x[0]] == "gavel"]
+    for model in sorted({r.model for r, _p in gavel}):
+        sub = [x for x in gavel if x[0].model == model]
+        vals = [log_errors(sub, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
+        print(f"| {model} | {len(sub)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
     print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -132,9 +132,13 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     refs_only = PerfTable(r for r in perf.rows if r.model == "resnet50")
     r50 = next(r for r in perf.rows if (r.model, r.gpu_type, r.num_gpus, r.precision) == ("resnet50", "titanrtx", 1, "float"))
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
-                references=["resnet50"], profiles=profiles)
+                references=["resnet50"], profiles=profiles, correction_weight=1.0)
     assert p.source == CORRECTED and p.reference == "resnet50"
     assert p.iter_ms == pytest.approx(r50.iter_ms)
+    # the default carries half the log residual: the geometric mean of the cost model and the measurement
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles)
+    assert p.iter_ms == pytest.approx(math.sqrt(p.cost_model_ms * r50.iter_ms))
     # a type nothing was measured on: the cost model alone; a type without spec or rows: unknown
     p = predict(prof, "h100_sxm", 1, 12, "float", model="resnet101", perf=perf, references=["resnet50"])
     assert p.source == COST_MODEL and p.reference == "" and p.iter_ms > 0
