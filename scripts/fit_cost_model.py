@@ -28,7 +28,6 @@ from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfTable  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
-
 # Gavel's job types that are the torchvision model of the same name (its "ResNet-18" is the CIFAR-10 variant,
 # a different network: bench/gavel_models/resnet18_cifar.py)
 GAVEL_TORCHVISION = ("resnet50",)

@@ -277,3 +277,15 @@ def test_estimator_config_key_is_checked(tmp_path):
     conf.write_text('estimator = "crystal-ball"\n')
     with pytest.raises(ConfigError, match="table, predictor"):
         load_config(conf)
+
+
+@pytest.mark.slow
+def test_references_evaluate_leave_out_type():
+    """`msched references evaluate --leave-out-type rtx2080ti`: the type's 384 rows refitted away and
+    predicted from its spec row (bench_estimate measured 0.138 with Gavel's rows in the fit too)."""
+    proc = _msched("references", "evaluate", "--leave-out-type", "rtx2080ti", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["leave_out_type"]["rtx2080ti"]
+    assert out["generation_sibling"] is True and out["spec_row"] == "rtx2080ti"
+    assert out["time_error"] < 0.25
+    assert set(out["by_precision"]) == {"float", "half", "double"} and set(out["by_num_gpus"]) == {"1", "2", "3", "4"}
