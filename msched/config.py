@@ -23,6 +23,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
     gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
+    estimator      = "table"               # iteration times: "table" (measured + FLOPs-scaled reference) or
+                                           # "predictor" (per-layer cost model, reference-corrected, memory check)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -49,6 +51,7 @@ DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
+ESTIMATORS = ("table", "predictor")
 TYPE_LEVERS = ("feature", "partition")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
@@ -86,6 +89,7 @@ class Config:
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
+    estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -101,6 +105,8 @@ class Config:
             raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
         if not float(self.retention_days) > 0:
             raise ConfigError(f"retention_days {self.retention_days!r} must be positive")
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError(f"estimator {self.estimator!r} is not one of {', '.join(ESTIMATORS)}")
         if self.type_lever not in TYPE_LEVERS:
             raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
         if self.type_lever == "partition" and not self.type_partitions:

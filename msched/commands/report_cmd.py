@@ -62,11 +62,11 @@ def _table_estimator(config):
     """Estimates from the site's performance table, for finished jobs no round planned (see build_report):
     the one estimate rule (`msched.estimate.runtime.estimate_job`) on the job's recorded tag fields."""
     from msched.estimate.perf_table import PerfTable, PerfTableError
-    from msched.estimate.runtime import TableTimes, estimate_job
+    from msched.estimate.runtime import estimate_job, times_for
     from msched.tag import JobTag
 
     try:
-        times = TableTimes(PerfTable.load(config.performance))
+        times = times_for(config, PerfTable.load(config.performance))
     except PerfTableError:
         return None
 

@@ -43,6 +43,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     """
     from msched import __version__
     from msched.estimate.estimators import TagEstimator
+    from msched.estimate.runtime import times_for
     from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time
     from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
@@ -81,7 +82,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
-    decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
+    decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
     return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
 
 

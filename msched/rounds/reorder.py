@@ -431,8 +431,9 @@ def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: 
 def default_estimator(config: Config):  # noqa: ANN201
     from msched.estimate.estimators import TagEstimator
     from msched.estimate.perf_table import PerfTable
+    from msched.estimate.runtime import times_for
 
-    return TagEstimator(PerfTable.load(config.performance))
+    return TagEstimator(times_for(config, PerfTable.load(config.performance)))
 
 
 def wait_interval(seconds: float, started: float) -> None:
