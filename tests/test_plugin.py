@@ -50,12 +50,13 @@ def plugin_dir(tmp_path_factory) -> Path:
     return d
 
 
-def run_lua(plugin_dir: Path, body: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
+def run_lua(plugin_dir: Path, body: str, stdin: str = "", timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     assert LUA is not None, "lua5.1 is required here (MSCHED_REQUIRE_SLURM=1)"
     prog = plugin_dir / "driver.lua"
     prog.write_text(SLURM_STUB + body)
     return subprocess.run([LUA, str(prog)], input=stdin, capture_output=True, text=True, timeout=timeout,
-                          cwd=plugin_dir)
+                          cwd=plugin_dir, env={**os.environ, **(env or {})})
 
 
 STAMP_DRIVER = """
@@ -139,8 +140,9 @@ def _stamp(plugin_dir, comment: str, features: str = "") -> tuple[str, str]:
 
 @needs_lua
 def test_stamp_rebuilds_a_torchvision_models_classification_from_the_table(plugin_dir):
-    # what msub itself writes for resnet50 (its own decision), as the reference
-    from msched.msub.main import MschedSettings, plan_tag_and_types
+    # what msub itself writes for resnet50 (its own decision, a job without GPUs), as the reference
+    from msched.msub.decide import plan_tag_and_types
+    from msched.msub.directives import MschedSettings
     from msched.msub.sbatch_args import SbatchRequest
 
     truth, _, _ = plan_tag_and_types("resnet50", MschedSettings(), SbatchRequest(), Config(), "/nonexistent/sbatch")
@@ -232,8 +234,11 @@ io.write(#slurm.logged, "\\n")
 
 # ------------------------------------------------------------------------------------------ the filter
 FILTER_DRIVER = """
-local options = setmetatable({ type = "sbatch", comment = "keep me" }, {})
-slurm.json_cli_options = function(o) return '{"comment":"keep me","gres":"gres:gpu:1","wrap":"python t.py --arch resnet50"}' end
+local wrap = os.getenv("WRAP") or "python t.py --arch resnet50"
+local options = { type = "sbatch", comment = "keep me", wrap = wrap }
+slurm.json_cli_options = function(o)
+    return '{"comment":"keep me","gres":"gres:gpu:1","wrap":"' .. wrap .. '"}'
+end
 dofile("cli_filter.lua")
 local t0 = os.time()
 local rc = slurm_cli_pre_submit(options, 0)
@@ -265,6 +270,22 @@ def test_filter_submits_unchanged_with_one_line_when_the_decision_hangs_or_crash
     assert "submitted without msched's tag" in warnings[0]
     assert "rc 0 comment keep me constraint nil" in lines           # options unchanged
     assert elapsed < 6, elapsed                                     # the 2 s timeout held (interpreter start aside)
+
+
+@needs_lua
+@pytest.mark.parametrize(("wrap", "asked"), [
+    ("./simulate --steps 100", False), ("hostname", False), ("python t.py --arch ResNet50", True),
+    ("python -m torchvision.models.vgg16", True), ("python t.py --model nets/m.py:build", True),
+])
+def test_filter_starts_python_only_when_a_model_could_be_found(tmp_path, wrap, asked):
+    marker = tmp_path / "asked"
+    install(str(tmp_path), Config(), python=_fake_python(tmp_path, f"touch {marker}; exit 1"))
+    proc = run_lua(tmp_path, FILTER_DRIVER, env={"WRAP": wrap, "MSCHED_MODEL": ""})
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert marker.exists() == asked
+    assert (proc.stderr.count("msched: warning:") == 1) == asked     # untouched and silent otherwise
+    proc = run_lua(tmp_path, FILTER_DRIVER, env={"WRAP": "hostname", "MSCHED_MODEL": "resnet50"})
+    assert marker.exists()                                            # the environment names one
 
 
 @needs_lua
@@ -349,3 +370,10 @@ def test_install_command_writes_both_files_and_prints_the_slurm_conf_lines(tmp_p
         assert f"    {line}" in result.output
     bad = CliRunner().invoke(cli, ["plugin", "install", "--dir", str(tmp_path), "--python", "python3"])
     assert bad.exit_code == 2 and "not an executable absolute path" in bad.output
+
+
+@needs_lua
+def test_a_site_steering_by_partition_keeps_the_users_features(tmp_path):
+    install(str(tmp_path), Config(type_lever="partition", type_partitions={"a100": "gpu-a100"}))
+    stamp, features = _stamp(tmp_path, "msched:v1;model=x.py:f;added=a100|warp9000", "ib")
+    assert stamp == "msched:v1;model=x.py:f;added=a100" and features == "nil"

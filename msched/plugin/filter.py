@@ -8,6 +8,7 @@ and answers on standard output with a few lines the Lua side can read without a 
     msched-filter 1
     comment <value>          the comment to submit (tag + the user's own comment), if it changes
     constraint <value>       the constraint to submit (the user's AND msched's types), if it changes
+    partition <value>        the partitions of msched's types (a site with config type_lever=partition)
     warning <text>           one line for the user's terminal (stderr), if something was left out
     end
 
@@ -76,15 +77,15 @@ def _read_script(kind: str, options: dict) -> str | None:
 def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list[str]]:
     """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
     msched's own trouble: it becomes a warning and no change."""
-    from msched.msub.main import (
-        _load_config,
+    from msched.msub.decide import plan_tag_and_types
+    from msched.msub.directives import (
         detect_model,
         known_models,
         msched_directives,
-        plan_tag_and_types,
         script_command_lines,
         settings_from_words,
     )
+    from msched.msub.main import _load_config
 
     environ = os.environ if environ is None else environ
     req = request_from_options(options)
@@ -112,17 +113,13 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
         warnings.append(f"{text[0] if text else type(exc).__name__}; submitting untagged")
         return {}, warnings
 
-    from msched.msub.gpu_request import add_types
+    from msched.msub.decide import lever_options
     from msched.tag import parse_comment, with_tag
 
-    changes: dict[str, str] = {}
-    if types and not _cluster_types_known(config):
-        # msub retries without its constraint when the cluster rejects a feature name; a filter cannot,
-        # so it names GPU types only when it knows the cluster's (published by the reorderer, or sinfo)
-        types, tag = (), tag._replace(added="")
-    new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
-    if types and new_constraint is None:
-        tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
+    types = _types_the_cluster_has(types, config)
+    steer = lever_options(req, types, config)           # --constraint, or --partition (config type_lever)
+    if not steer:
+        tag = tag._replace(added="")      # nothing to add, or the user's request cannot be extended
     comment = with_tag(tag, parse_comment(req.comment)[1])   # a copied old tag is replaced, not stacked
     if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
         return {}, warnings                # slurmctld refuses the user's own comment, in its own words
@@ -130,16 +127,25 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
         warnings.append(f"the comment with msched's tag would be longer than Slurm's {COMMENT_MAX} "
                         "characters; submitting untagged")
         return {}, warnings
-    changes["comment"] = comment
-    if new_constraint:
-        changes["constraint"] = new_constraint
+    changes = {"comment": comment}
+    for option in steer:
+        name, _, value = option[2:].partition("=")
+        changes[name] = value
     return changes, warnings
 
 
-def _cluster_types_known(config) -> bool:
-    from msched.msub.main import cluster_gpu_types, read_free_time
+def _types_the_cluster_has(types: tuple[str, ...], config) -> tuple[str, ...]:
+    """The types among `types` that the cluster has: msub retries without its constraint when slurmctld
+    rejects a feature name, a filter cannot, so a type is named only when the reorderer published it
+    or a node carries it as a feature (the cached `sinfo` of msched.msub.cluster_view)."""
+    if not types or config.type_lever != "feature":
+        return types
+    from msched.msub.cluster_view import cluster_nodes, read_free_time
 
-    return bool(read_free_time(config)[0] or cluster_gpu_types(config, str(config.sbatch)))
+    published = set(read_free_time(config)[0])
+    features = {config.canonical_gpu_type(f) for node in cluster_nodes(config, str(config.sbatch), set(types))
+                for f in node[3]}
+    return tuple(t for t in types if t in published or t in features)
 
 
 class DeadlinePassed(BaseException):

@@ -213,7 +213,9 @@ function msched_stamp(comment, features, multi_node)
         return nil, "unknown model " .. values.model
     end
     local new_features
-    if values.added then
+    if values.added and TYPE_LEVER ~= "feature" then
+        values.added = table.concat(known_types(values.added), "|")   -- steered by partition: features stay
+    elseif values.added then
         local types = known_types(values.added)
         if #types > 0 and not values.pinned then
             new_features = msched_rebuild_features(features, types, multi_node)
