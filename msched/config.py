@@ -13,6 +13,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
 
@@ -73,6 +74,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})

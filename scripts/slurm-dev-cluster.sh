@@ -17,6 +17,7 @@
 # One slurmctld and four `slurmd -N nX` on loopback emulate four nodes with typed GPUs, each tagged
 # with a node feature equal to its GPU type (msched retypes a pending job through its features):
 #   n1 a100:4   n2 titanv:4   n3 rtx2080ti:4   n4 titanxp:4
+# SLURM_DEV_SCHEDULER=builtin gives SchedulerType=sched/builtin instead of Slurm's default sched/backfill.
 # Everything (config, state, logs, pid files, fake GPU device files, the job completion file) lives in
 # DIR (default: .slurm-dev in the repository). Ports derive from DIR so clusters in different
 # directories can coexist; SLURM_DEV_PORT_BASE overrides. `up` prints the line to eval:
@@ -52,6 +53,10 @@ declare -A NODE_GPU_COUNT=([n1]=$GPUS_PER_NODE [n2]=$GPUS_PER_NODE [n3]=$GPUS_PE
 for item in "${NODE_GPUS[@]}"; do NODE_GPU_COUNT[${item%%=*}]="${item#*=}"; done
 CPUS_PER_NODE=16
 UP_TIMEOUT_S="${SLURM_DEV_UP_TIMEOUT:-60}"
+# SchedulerType (slurm.conf): backfill, Slurm's default, or builtin (strict priority order). Read when a
+# fresh controller is configured; a running cluster keeps its own (use another --dir to compare both).
+SCHEDULER="${SLURM_DEV_SCHEDULER:-backfill}"
+case "$SCHEDULER" in backfill|builtin) ;; *) echo "slurm-dev: error: SLURM_DEV_SCHEDULER must be backfill or builtin" >&2; exit 2 ;; esac
 
 log() { echo "slurm-dev: $*" >&2; }
 die() { echo "slurm-dev: error: $*" >&2; exit 1; }
@@ -185,7 +190,7 @@ write_config() {
         echo "ReturnToService=2"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_Core"
-        echo "SchedulerType=sched/backfill"
+        echo "SchedulerType=sched/$SCHEDULER"
         echo "SchedulerParameters=bf_interval=1,bf_resolution=60,sched_min_interval=0"
         # All weights 0: every job gets the same base priority, so `scontrol update priority=`
         # alone decides the start order (SLURM-NOTES).

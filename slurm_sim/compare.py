@@ -35,7 +35,7 @@ from msched.slurm.base import JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpec
-from slurm_sim.metrics import JobOutcome, lower_bound, summarize
+from slurm_sim.metrics import ENDED_OK, JobOutcome, lower_bound, summarize
 from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
@@ -111,9 +111,15 @@ class SimSetup:
     classifier: Classifier
     round_s: float = 60.0
     objective: str = "makespan"
-    backfill: bool = False
+    scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"
+
+
+    @property
+    def backfill(self) -> bool:
+        """Whether the simulated Slurm backfills (what the planner is told)."""
+        return (self.scheduler or self.cluster.scheduler.type) == "backfill"
 
 
 def make_policy(name: str, setup: SimSetup):
@@ -155,7 +161,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
     estimator = make_estimator(policy, setup)
-    sim = Simulator(setup.cluster, setup.truth, backfill=setup.backfill)
+    sim = Simulator(setup.cluster, setup.truth, scheduler=setup.scheduler)
     client = SimClient(sim)
     recorder = _Recorder(store, policy_name, setup) if store is not None else None
     jobs = sorted(trace, key=lambda j: j.submit_time)
@@ -189,11 +195,13 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 free = _projected_free_time(client, policy, estimator, setup)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
                                    ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now)
+        extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
+        if tj.dependency:
+            kind, _, ids = tj.dependency.partition(":")
+            extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
                          constraint="|".join(decision.types), comment=with_tag(decision.tag, None),
-                         time_limit_s=tj.time_limit_s,
-                         extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,
-                                "user": tj.user})
+                         time_limit_s=tj.time_limit_s, partition=tj.partition, extra=extra)
         jid = client.submit(req)
         sim_id_of[tj.job_id] = jid
         trace_of[jid] = tj
@@ -252,13 +260,13 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             reported = rounds
             progress(f"{policy_name}: t={sim.now:.0f}s, {len(sim.finished)}/{n} done")
 
-    unfinished = [j.job_id for j in sim.active.values()]
+    unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
                            state=j.state, model=j.model)
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     lb = lower_bound(trace, setup.truth, setup.cluster)
-    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb, submitted=n)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:

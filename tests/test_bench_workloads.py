@@ -34,7 +34,7 @@ def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
     path = w.write_trace(tmp_path / f"{w.name}.csv")
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        assert tuple(reader.fieldnames) == tuple(REQUIRED)
+        assert tuple(reader.fieldnames) == (*REQUIRED, "time_limit_s")
         rows = list(reader)
     assert len(rows) == len(w.jobs)
     assert len({r["job_id"] for r in rows}) == len(rows)
@@ -45,8 +45,11 @@ def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
         gpus = int(r["num_gpus"])
         assert 1 <= gpus <= node_max
         assert int(r["iterations"]) >= 1
-        # the job can run on at least one of the cluster's types
-        assert any(truth.iter_ms(r["model"], t, gpus, int(r["batch_size"])) for t in shape)
+        # the truth has the job's model on every type that can hold it (no job is refused or lost), and the
+        # user's limit is at least its runtime on the slowest of them
+        fitting = [t for t, (per_node, nodes) in shape.items() if gpus <= per_node]
+        runtimes = [truth.runtime_s(r["model"], t, gpus, int(r["batch_size"]), int(r["iterations"])) for t in fitting]
+        assert None not in runtimes and float(r["time_limit_s"]) >= max(runtimes) - 1e-6
     # and the simulator's own trace reader accepts it on this cluster (when the simulator is installed)
     try:
         from slurm_sim.cluster import parse_cluster

@@ -373,12 +373,13 @@ def test_sbatch_error_passes_through(slurm_cluster, ordinary_user, workdir, site
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_failing_user_model_runs_as_plain_job(slurm_cluster, ordinary_user, workdir, site, janitor):
-    _script(workdir, "mymodel.py", "def build():\n    raise RuntimeError('broken on purpose')\n")
+    model = _script(workdir, "mymodel.py", "def build():\n    raise RuntimeError('broken on purpose')\n")
+    os.chown(model, ordinary_user.uid, ordinary_user.gid)     # the user's own file: profiled, and it fails
     s = _script(workdir, "user.sh", "#!/bin/sh\n#MSCHED --model=mymodel.py:build\n#SBATCH --gres=gpu:1\necho ran\n")
     proc = _msub(ordinary_user, ["--parsable", "-o", str(workdir / "user.out"), str(s)], workdir, site)
     assert proc.returncode == 0, proc.stderr
     warn = [ln for ln in proc.stderr.splitlines() if ln.startswith("msub: warning:")]
-    assert len(warn) == 1 and "plain" in warn[0]
+    assert len(warn) == 1 and "plain" in warn[0] and "broken on purpose" in warn[0]
     job_id = janitor.add(_job_id(proc.stdout))
     from helpers import wait_for
     wait_for(lambda: (workdir / "user.out").exists() and "ran" in (workdir / "user.out").read_text(),

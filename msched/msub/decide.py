@@ -10,6 +10,8 @@ queue's load).
 
 from __future__ import annotations
 
+import os
+
 from msched.msub.directives import MschedSettings, known_models
 from msched.msub.sbatch_args import SbatchRequest
 
@@ -32,14 +34,15 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
 
 
-def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str):  # noqa: ANN001, ANN201
-    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
+def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,
+                       warnings: list[str] | None = None):
+    """Classify the model and choose the GPU types: (JobTag, types to add, pinned types).
 
-    Every exception raised here means "submit as a plain job with a warning".
+    Every exception raised here means "submit as a plain job with a warning"; a model classified by
+    name only (`classify_model`) adds its one warning to WARNINGS and keeps the job managed.
     """
     from msched import __version__
     from msched.estimate.estimators import TagEstimator
-    from msched.models.classify import classify
     from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time
     from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
@@ -52,7 +55,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
         close = difflib.get_close_matches(spec, sorted(known_models()), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; use a torchvision name or path/to/file.py:factory"
         raise ValueError(f"unknown model {spec!r}{hint}")
-    cls = classify(spec, config=config)
+    cls = classify_model(spec, config, warnings if warnings is not None else [])
     fields = reference_fields(cls)
     perf = reference_rows(config.performance, [spec, fields["pref"], fields["ref"]])
     gpus = gpu_request(req, config.canonical_gpu_type)
@@ -79,6 +82,37 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
     decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
     return decision.tag, decision.types, pinned
+
+
+def classify_model(spec: str, config, warnings: list[str]):
+    """The model's classification, never running code the submitting user does not own, never as root.
+
+    A torchvision name is a table lookup. A user's `file.py:factory` is profiled (in a limited child,
+    msched.models.profile_cache) only when this msub is not root and the file and its directory are
+    the user's own and writable by no one else; otherwise the job is classified by name only: the
+    factory's or the file's name when it is a torchvision model (`nets/resnet50.py:build`,
+    `models.py:vgg16`), else it goes in as a plain job. Either way, one warning says why.
+    """
+    from msched.models.classify import classify
+
+    if ".py:" not in spec:
+        return classify(spec, config=config)
+    path, _, factory = spec.rpartition(":")
+    if os.geteuid() == 0:
+        reason = "msub runs no model code as root"
+    else:
+        from msched.models.profile_cache import untrusted_reason  # the profiler's own check, asked first
+
+        reason = untrusted_reason(os.path.realpath(os.path.expanduser(path)))
+        if reason is None:
+            return classify(spec, config=config)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = next((n for n in (factory, stem, factory.lower(), stem.lower()) if n in known_models()), None)
+    if name is None:
+        raise ValueError(f"{reason}: {spec} not profiled, and neither {factory!r} nor {stem!r} names a "
+                         "known model")
+    warnings.append(f"{reason}: {spec} not profiled; classified by its name {name}")
+    return classify(name, config=config)
 
 
 def lever_options(req: SbatchRequest, types: tuple[str, ...], config) -> list[str]:  # noqa: ANN001

@@ -106,7 +106,9 @@ def known_models() -> set[str]:
 
 
 _CANDIDATE_PATTERNS = (
-    re.compile(r"(?:^|\s)--(?:arch|model|model[-_]name|arch[-_]name|network|net)(?:=|\s+)[\"']?([\w.\-/]+(?:\.py:\w+)?)"),
+    # a `path/file.py:factory` first: the plain word pattern alone would stop before `:factory`
+    re.compile(r"(?:^|\s)--(?:arch|model|model[-_]name|arch[-_]name|network|net)(?:=|\s+)[\"']?"
+               r"([\w.\-/~]+\.py:\w+|[\w.\-/]+)"),
     re.compile(r"(?:^|\s)-a(?:=|\s+)?[\"']?([A-Za-z_][\w.]*)"),
     re.compile(r"torchvision\.models\.([A-Za-z_]\w*)"),
     re.compile(r"(?<![\w.])models\.([A-Za-z_]\w*)\s*\("),

@@ -169,7 +169,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
             return submission, warnings                   # unmanaged: untouched
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch)
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
         warnings.append(f"{one_line(exc)}; submitting as a plain sbatch job")
         return submission, warnings

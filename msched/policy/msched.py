@@ -42,7 +42,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import completion_choice
-from msched.policy.priorities import assign_priorities
+from msched.policy.priorities import assign_in_place, assign_priorities
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -90,8 +90,9 @@ class MschedPolicy(MschedOncePolicy):
     replans = True
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
-                 hysteresis: float = 0.05, affinity: float = 0.1, **opts):
+                 hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False, **opts):
         super().__init__(**opts)
+        self.managed_first = managed_first
         if affinity < 0:
             raise ValueError(f"affinity must be >= 0 (got {affinity})")
         self.affinity = affinity
@@ -194,7 +195,13 @@ class MschedPolicy(MschedOncePolicy):
         inf = float("inf")
         prio_order = sorted(order, key=lambda j: (j.job_id not in starving, start.get(j.job_id, inf),
                                                   rank[j.job_id]))
-        prio = assign_priorities([j.job_id for j in prio_order], {j.job_id: j.priority for j in order})
+        # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
+        # opted in to "managed jobs first" (README: Security model)
+        plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
+        current = {j.job_id: j.priority for j in order}
+        ids = [j.job_id for j in prio_order]
+        prio = assign_priorities(ids, current) if self.managed_first or not plain else \
+            assign_in_place(ids, current, plain)
         # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
         decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)

@@ -184,8 +184,8 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                 changes.append(changes_at)
             running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
         elif job.is_pending:
-            if job.priority <= 0 or job.reason.startswith("JobHeld"):
-                continue                                   # held: Slurm will not start it; never write it
+            if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
+                continue              # held or waiting on another job: not startable; never write it
             pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
             if changes is not None and pj.managed and starvation_age_s is not None:
                 starving_at = job.submit_time + starvation_age_s
@@ -261,7 +261,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
     fits = possible(job, user_part if not (pinned or not writable) else "")
-    est = {t: v for t, v in est.items() if t in known and t in fits}
+    est = bounded_claim({t: v for t, v in est.items() if t in known and t in fits}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
         allowed = pinned_types
@@ -280,6 +280,20 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
                    msched_types if not fixed else (), True, pinned, writable)
     return pj, view
+
+
+def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str, float]:
+    """A tag is its owner's claim; Slurm enforces only the time limit. So whatever the estimator made of
+    the claim, a job is never planned as longer than its limit: a type where the estimate exceeds it is
+    dropped (the job would be killed there), and where it exceeds it on every type the work is cut to
+    what fits in the limit on the fastest one (README: Security model)."""
+    if not time_limit_s or not est:
+        return est
+    fastest = min(est.values())
+    if fastest > time_limit_s:
+        scale = time_limit_s / fastest
+        est = {t: v * scale for t, v in est.items()}
+    return {t: v for t, v in est.items() if v <= time_limit_s * (1 + 1e-9)}
 
 
 # --------------------------------------------------------------------------------- diffing
@@ -397,16 +411,20 @@ def round_policy(name: str = "msched", *, objective: str = "makespan", starvatio
 
 
 def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
-            gpu_type_of: Callable[[str], str] | None = None, nodes: list[SlurmNode] | None = None) -> list[str]:
+            gpu_type_of: Callable[[str], str] | None = None, nodes: list[SlurmNode] | None = None,
+            journal=None) -> list[str]:  # noqa: ANN001 - journal: msched.store.holds.HoldJournal
     """Hand every managed pending job back to Slurm: drop msched's GPU-type terms from its constraint
     (keeping the user's own; nothing is touched on pinned jobs) and let Slurm recompute its priority.
 
     Slurm has no "forget the priority I set" update: `scontrol update priority=N` sets a fixed value
     and marks it as set by hand. Holding and releasing the job does it: release recomputes the priority
     from the site's priority plugin (checked on 22.05.8: priority=12345, hold, release -> 1, the
-    multifactor value of the dev cluster). The two calls are made back to back (a failed release is
-    retried once, so msched never leaves a job held); a job that started in between is skipped. Jobs
-    held by someone else (priority 0) are left alone. Returns the ids of the released jobs."""
+    multifactor value of the dev cluster). Crash safety: with a `journal`, every job to be held is
+    recorded (one transaction) before the first hold and closed after its release, so a process killed
+    at any step leaves open entries that the next round or `--release` replays (msched.rounds.holds); a
+    failed or interrupted release (SIGTERM arrives as KeyboardInterrupt) is retried once before the
+    exception goes on. A job that started in between is skipped. Jobs held by someone else (priority
+    0) are left alone. Returns the ids of the released jobs."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -417,7 +435,7 @@ def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
     canon = _canon(gpu_type_of)
     node_types = {canon(n.gpu_type) for n in nodes if n.gpu_type}
 
-    done: list[str] = []
+    targets: list[tuple[SlurmJob, str | None]] = []
     for job in jobs:
         tag = job.tag
         if tag is None or not job.is_pending or job.priority <= 0:
@@ -428,22 +446,39 @@ def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
             c = canon(name) if name else ""
             return c if c in known else None
 
-        pinned = bool(job.gres_gpu_type or tag.pinned)
-        try:
-            if not pinned and job.features:
-                user_part, types = split(job.features, as_type)
-                if types and user_part != job.features:
-                    client.set_features(job.job_id, user_part)
-            client.hold(job.job_id)
+        new_features = None
+        if not (job.gres_gpu_type or tag.pinned) and job.features:
+            user_part, types = split(job.features, as_type)
+            if types and user_part != job.features:
+                new_features = user_part
+        targets.append((job, new_features))
+    entry: dict[str, int] = {}
+    if journal is not None and targets:
+        ids = journal.record_holds([(j.job_id, "hold", "", "reorder --release: hold+release resets the priority")
+                                    for j, _ in targets])
+        entry = {j.job_id: i for (j, _), i in zip(targets, ids, strict=True)}
+    done: list[str] = []
+    finished: list[str] = []
+    try:
+        for job, new_features in targets:
             try:
-                client.release(job.job_id)
+                if new_features is not None:
+                    client.set_features(job.job_id, new_features)
+                client.hold(job.job_id)
+                try:
+                    client.release(job.job_id)
+                except JobNotPending:
+                    raise
+                except BaseException:
+                    client.release(job.job_id)      # one retry: never leave a job held by msched
+                    raise
             except JobNotPending:
-                raise
-            except Exception:
-                client.release(job.job_id)      # one retry: never leave a job held by msched
-                raise
-        except JobNotPending:
-            log.info("job %s started during release: skipped", job.job_id)
-            continue
-        done.append(job.job_id)
+                log.info("job %s started during release: skipped", job.job_id)
+                finished.append(job.job_id)
+                continue
+            done.append(job.job_id)
+            finished.append(job.job_id)
+    finally:
+        if entry and finished:
+            journal.close([entry[j] for j in finished], "released")
     return done

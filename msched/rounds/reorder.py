@@ -156,6 +156,29 @@ class Reorderer:
         self._last_completion_check: float | None = None
 
     @property
+    def journal(self):  # noqa: ANN201 - msched.store.holds.HoldJournal, or None without a store
+        if self.store is None:
+            return None
+        from msched.store.holds import HoldJournal
+
+        return HoldJournal(self.store)
+
+    def replay_journal(self) -> list[str]:
+        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay).
+        Costs one database read when the journal has no open entry, one squeue more when it has."""
+        from msched.rounds.holds import replay
+
+        journal = self.journal
+        if journal is None or not journal.open_entries():
+            return []
+        try:
+            return replay(self.client, journal)
+        except SlurmUnavailable as exc:
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
+        except SlurmError as exc:
+            raise _fail(f"cannot replay the hold journal: {one_line(exc)}; run --release") from None
+
+    @property
     def policy(self):  # noqa: ANN201
         """The site's policy, planning for the scheduler Slurm runs (read once, on first use: backfill,
         Slurm's default, when `scontrol show config` cannot be read)."""
@@ -165,7 +188,8 @@ class Reorderer:
             except SlurmError as exc:
                 log.warning("cannot read Slurm's scheduler (%s); planning for sched/backfill", one_line(exc))
                 backfill = True
-            self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill)
+            self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
+                                          managed_first=self.config.managed_first)
         return self._policy
 
     @property
@@ -214,6 +238,10 @@ class Reorderer:
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
+            if jobs is None:
+                released = self.replay_journal()
+                if released:
+                    log.info("released %d job(s) an interrupted round left held", len(released))
         if jobs is None or nodes is None:
             read_jobs, read_nodes = self.read()
             jobs = read_jobs if jobs is None else jobs
@@ -304,23 +332,32 @@ class Reorderer:
     # ---------------------------------------------------------------- release
     def release_all(self) -> list[str]:
         """Hand every managed pending job back to Slurm's own priorities and drop msched's type
-        constraint (the round core's `release`). Returns the released job ids.
+        constraint (the round core's `release`), after replaying the hold journal (holds an interrupted
+        round left, begin times). Returns the released job ids.
 
-        The switch that turns msched off must work when the database does not: it needs none."""
+        The switch that turns msched off must work when the database does not: without a store it runs
+        without the journal (the command warns that a kill during it could then leave a job held)."""
         from msched.rounds.core import release
+        from msched.rounds.holds import replay
 
+        journal = self.journal
         jobs, nodes = self.read()
         try:
-            return release(self.client, jobs=jobs, nodes=nodes, gpu_type_of=self.config.canonical_gpu_type)
+            if journal is not None and replay(self.client, journal, jobs=jobs, everything=True):
+                jobs, nodes = self.read()       # released jobs have their priority back: read them again
+            return release(self.client, jobs=jobs, nodes=nodes, gpu_type_of=self.config.canonical_gpu_type,
+                           journal=journal)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during release: {exc}; jobs released so far are back to Slurm's "
                         "priorities; run --release again") from None
 
 
-def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False):  # noqa: ANN201
+def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
+                   managed_first: bool = False):  # noqa: ANN201
     from msched.rounds.core import round_policy
 
-    return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill)
+    return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
+                        managed_first=managed_first)
 
 
 def default_estimator(config: Config):  # noqa: ANN201

@@ -87,6 +87,8 @@ class SlurmJob:
     nodes: str = ""                   # allocated node list (running jobs)
     gpu_type: str | None = None       # GPU type of the allocated nodes (running/finished jobs)
     reason: str = ""
+    admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
+    nice: int = 0
 
     @property
     def tag(self) -> JobTag | None:
@@ -278,6 +280,11 @@ class SlurmClient(abc.ABC):
                     continue
                 applied[u.job_id].append(name)
         return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
+
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        """Keep a pending job from starting before `when` (epoch seconds; None: from now on). Slurm
+        undoes it by itself when the time passes; record it in the hold journal first (msched.store.holds)."""
+        raise SlurmError(f"the {self.name} backend cannot set a begin time")
 
     @abc.abstractmethod
     def hold(self, job_id: str) -> None: ...

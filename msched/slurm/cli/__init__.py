@@ -16,7 +16,6 @@ from msched.slurm.cli.accounting import (
 )
 from msched.slurm.cli.client import CliClient
 from msched.slurm.cli.parsers import (
-    JOB_FIELDS,
     NODE_FIELDS,
     SEP,
     classify_error,
@@ -31,4 +30,4 @@ from msched.slurm.cli.writes import parse_scontrol_errors, scontrol_update_line
 __all__ = ["CliClient", "parse_squeue", "parse_sinfo", "parse_jobcomp", "parse_gpu_tres",
            "parse_time_limit", "expand_hostlist", "format_time_limit", "read_jobcomp_tail", "classify_error",
            "parse_sacct", "parse_tres_gpus", "parse_scontrol_errors", "scontrol_update_line",
-           "normalise_node_state", "SEP", "JOB_FIELDS", "NODE_FIELDS", "SACCT_FIELDS", "SACCT_STATES"]
+           "normalise_node_state", "SEP", "NODE_FIELDS", "SACCT_FIELDS", "SACCT_STATES"]

@@ -43,6 +43,11 @@ def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None])
 
     The request's TRES names a GPU type only when the user asked for one (the pin); the GPU type a
     job ran on comes from its allocated TRES, else from its nodes.
+
+    sacct prints a comment raw, so a comment holding a newline can add a whole forged row (recorded:
+    tests/data/slurm/sacct.txt, job "hostile-fake-row"). A job id that appears on more than one row is
+    therefore dropped (the real row and a forgery cannot be told apart), and the caller drops rows of
+    jobs squeue still shows as active; what remains can misstate only a job that is already finished.
     """
     n = len(SACCT_FIELDS)
     jobs = []
@@ -71,7 +76,7 @@ def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None])
             partition=v["Partition"].strip(),
             priority=_int(v["Priority"]),
             submit_time=parse_epoch(v["Submit"]) or 0.0,
-            start_time=parse_epoch(v["Start"]),
+            start_time=parse_epoch(v["Start"]) if nodes else None,   # cancelled while pending: Start = its end
             end_time=parse_epoch(v["End"]),
             time_limit_s=float(limit) * 60 if limit.isdigit() else None,
             num_nodes=max(1, _int(v["NNodes"], 1)),
@@ -83,7 +88,15 @@ def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None])
             gpu_type=config.canonical_gpu_type(ran_on) if ran_on else None,
             reason=_field(v["Reason"]),
         ))
-    return jobs
+    return _unique_ids(jobs)
+
+
+def _unique_ids(jobs: list[SlurmJob]) -> list[SlurmJob]:
+    """The records whose job id appears once (a second record for an id is a forgery or the real one)."""
+    count: dict[str, int] = {}
+    for j in jobs:
+        count[j.job_id] = count.get(j.job_id, 0) + 1
+    return [j for j in jobs if count[j.job_id] == 1]
 
 
 _JOBCOMP_RE = re.compile(r"(\w+)=(.*?)(?= \w+=|$)")
@@ -93,7 +106,10 @@ def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None
     """Parse jobcomp/filetxt lines (`JobId=10 UserId=u(1001) ... JobState=COMPLETED ...`).
 
     The file holds no comment or GPU request; it is the fallback for jobs squeue has forgotten.
-    Its timestamps are the controller's local time (`2026-12-02T14:16:33`).
+    Its timestamps are the controller's local time (`2026-12-02T14:16:33`). Slurm writes a job's name
+    raw, so a name holding a newline splits its line (its head then lacks JobState and is skipped) and
+    can add forged lines: as for sacct, an id on two lines is dropped and the caller drops jobs squeue
+    shows as active.
     """
     jobs = []
     for line in text.splitlines():
@@ -118,7 +134,7 @@ def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None
             nodes=nodes,
             gpu_type=gpu_type,
         ))
-    return jobs
+    return _unique_ids(jobs)
 
 
 _ENDTIME_RE = re.compile(r" EndTime=(\S+)")

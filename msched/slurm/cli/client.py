@@ -4,11 +4,12 @@ Why the command line: it works against any Slurm the site runs (pyslurm must mat
 exactly, SLURM-NOTES), and it is the backend CI proves against a real local cluster.
 
 How it reads Slurm:
-- `squeue -O field:SEP,...` with an empty width and a suffix prints each field unpadded and untruncated
-  followed by SEP; SEP is the ASCII unit separator, which no job name or comment holds in practice
-  (the msched tag itself may hold `|`). The comment is the last field, so even a separator inside it
-  cannot shift the others. `squeue --json` is not used: in 22.05 it ignores the state filters.
-- SLURM_TIME_FORMAT=%s makes every timestamp epoch seconds, so no time zone guessing.
+- The queue is read as `squeue --json` (msched.slurm.cli.parsers.parse_squeue): a job's comment, name
+  and features are each one escaped JSON string, so no byte a user types (newline, 0x1f, ESC...) can
+  forge a field or a row (issue 13, verified on 22.05.8 against comments holding every control byte:
+  tests/data/slurm/squeue.json). 22.05 ignores `-t` and `-j` with `--json`: states and ids are filtered
+  here. Output is read as bytes; what is not UTF-8 becomes U+FFFD (Slurm passes such bytes through raw).
+- SLURM_TIME_FORMAT=%s makes sinfo's and sacct's timestamps epoch seconds, so no time zone guessing.
 - One squeue per `jobs()`, one sinfo per `nodes()`. The GPU type of a running job comes from the
   nodes it runs on: a node -> type map cached from sinfo, refreshed only when an unknown node shows up.
 - `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), sacct where the cluster runs
@@ -54,7 +55,6 @@ from msched.slurm.base import (
     SlurmUnavailable,
     UpdateResult,
     check_updates,
-    expand_hostlist,
 )
 from msched.slurm.cli.accounting import (
     HISTORY_DEFAULT_S,
@@ -65,15 +65,12 @@ from msched.slurm.cli.accounting import (
     read_jobcomp_tail,
 )
 from msched.slurm.cli.parsers import (
-    JOB_FIELDS,
     NODE_FIELDS,
     SEP,
-    JobRow,
-    _field,
     _one_line,
     classify_error,
     format_time_limit,
-    job_from_row,
+    node_names_in,
     parse_sinfo,
     parse_squeue,
 )
@@ -129,12 +126,27 @@ class CliClient(SlurmClient):
         argv = [self._cmd(argv[0]), *argv[1:]]
         limit = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return subprocess.run(argv, input=input, capture_output=True, text=True, env=self._env(),
-                                  timeout=limit)
+            # errors="replace": bytes a user typed that are not UTF-8 must not stop a read
+            return subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
+                                  env=self._env(), timeout=limit)
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {limit:g}s") from None
+
+    def _run_bytes(self, argv: list[str]) -> bytes:
+        """Run a read-only command and return its raw standard output (squeue --json: decoded by its parser)."""
+        argv = [self._cmd(argv[0]), *argv[1:]]
+        try:
+            proc = subprocess.run(argv, capture_output=True, env=self._env(), timeout=self.timeout_s)
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") from None
+        if proc.returncode != 0:
+            message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
+            raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
+        return proc.stdout
 
     def _run(self, argv: list[str], *, input: str | None = None,
              error: type[SlurmError] = SlurmError) -> str:
@@ -153,14 +165,18 @@ class CliClient(SlurmClient):
         return time.time()
 
     def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
-        out = self._run(["squeue", "-h", "-t", ",".join(states), "-O", self._format(JOB_FIELDS)])
-        rows = [r for r in (JobRow.parse(line) for line in out.splitlines()) if r is not None]
+        """One `squeue --json` (every job Slurm remembers; 22.05 ignores -t with --json), states
+        filtered here."""
         wanted = {s.upper() for s in states}
-        node_names = {n for r in rows for n in expand_hostlist(_field(r.values["NodeList"]))}
-        if node_names - set(self._node_types):
+        return [j for j in self._queue() if j.state in wanted or "ALL" in wanted]
+
+    def _queue(self) -> list[SlurmJob]:
+        out = self._run_bytes(["squeue", "--json"])
+        jobs = parse_squeue(out, self.config, self._node_types)
+        if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, read again
             self._refresh_node_types()
-        jobs = [job_from_row(r, self.config, self._node_types) for r in rows if r.values["JobID"].strip()]
-        return [j for j in jobs if j.state in wanted or "ALL" in wanted]
+            jobs = parse_squeue(out, self.config, self._node_types)
+        return jobs
 
     def _refresh_node_types(self) -> None:
         self._node_types = {n.name: n.gpu_type for n in self.nodes()}
@@ -173,17 +189,7 @@ class CliClient(SlurmClient):
 
     def job(self, job_id: str) -> SlurmJob | None:
         """One job by id, in any state Slurm still remembers (None when it has forgotten it)."""
-        try:
-            out = self._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-O", self._format(JOB_FIELDS)])
-        except SlurmUnavailable:
-            raise
-        except SlurmError:
-            return None      # "Invalid job id specified"
-        rows = [r for r in (JobRow.parse(line) for line in out.splitlines()) if r is not None]
-        if {n for r in rows for n in expand_hostlist(_field(r.values["NodeList"]))} - set(self._node_types):
-            self._refresh_node_types()
-        jobs = parse_squeue(out, self.config, self._node_types)
-        return next((j for j in jobs if j.job_id == str(job_id)), jobs[0] if jobs else None)
+        return next((j for j in self._queue() if j.job_id == str(job_id)), None)
 
     def slurm_config(self) -> dict[str, str]:
         """`scontrol show config` as a dict (cached): where completion records are kept."""
@@ -232,7 +238,11 @@ class CliClient(SlurmClient):
                 text = ""
             for job in parse_jobcomp(text, self.config, self._node_types):
                 found.setdefault(job.job_id, job)
-        found.update((j.job_id, j) for j in self.jobs(states=FINISHED_STATES))
+        queue = self._queue()
+        # a job squeue shows in any other state is not finished, whatever a forged sacct or jobcomp line says
+        for j in queue:
+            found.pop(j.job_id, None)
+        found.update((j.job_id, j) for j in queue if j.state in FINISHED_STATES)
         jobs = [j for j in found.values() if j.state in FINISHED_STATES]
         if since is not None:
             jobs = [j for j in jobs if (j.end_time or 0.0) >= since]
@@ -358,6 +368,10 @@ class CliClient(SlurmClient):
             raise SlurmError(f"scontrol: {what} (in a batch of {len(lines)} updates: those before it are written)")
         return {job_id: classify_error(reason, JobNotPending)(f"scontrol: {reason} for job {job_id}")
                 for job_id, reason in per_job.items()}
+
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        value = "now" if when is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+        self._run(["scontrol", "update", f"jobid={job_id}", f"StartTime={value}"], error=JobNotPending)
 
     def hold(self, job_id: str) -> None:
         self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)

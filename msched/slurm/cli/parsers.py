@@ -1,7 +1,10 @@
 """Parsers of what squeue, sinfo and failed Slurm commands print (the command-line backend's reads).
 
-- `squeue -O field:SEP,...` with an empty width and a suffix prints each field unpadded and untruncated
-  followed by SEP; SLURM_TIME_FORMAT=%s makes every timestamp epoch seconds, so no time zone guessing.
+- The queue is read as `squeue --json` (parse_squeue): every user-controlled string arrives as its own
+  escaped JSON string, so no comment, job name or feature can forge a field or a row (issue 13).
+- sinfo is read with `-O field:SEP,...` (an empty width and a suffix: each field unpadded, untruncated,
+  followed by SEP); its fields are the administrator's (node names, GRES, features), not users'.
+  SLURM_TIME_FORMAT=%s makes every timestamp epoch seconds, so no time zone guessing.
 - Error messages are classified here (controller unreachable, job no longer pending, other refusal).
 """
 
@@ -10,10 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from msched.config import Config
-from msched.msub.sbatch_args import parse_time_limit  # Slurm's one time syntax, read one way
 from msched.slurm.base import (
     FINISHED_STATES,
     PENDING,
@@ -28,12 +29,6 @@ from msched.util.text import one_line
 
 SEP = "\x1f"
 
-# squeue -O fields, in parse order. Comment stays last (see module docstring).
-JOB_FIELDS = (
-    "JobID", "State", "Name", "UserName", "Partition", "PriorityLong", "SubmitTime", "StartTime",
-    "EndTime", "TimeLimit", "NumNodes", "NumTasks", "tres-per-job", "tres-per-node", "tres-per-task",
-    "Feature", "NodeList", "Reason", "Comment",
-)
 NODE_FIELDS = ("NodeList", "StateComplete", "Gres", "GresUsed", "Features", "Partition")
 
 _EMPTY = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
@@ -105,75 +100,116 @@ def _int(value: str, default: int = 0) -> int:
         return default
 
 
-@dataclass(frozen=True)
-class JobRow:
-    """One squeue line split into its fields (before GPU types are resolved)."""
-
-    values: dict[str, str]
-
-    @classmethod
-    def parse(cls, line: str) -> JobRow | None:
-        parts = line.split(SEP)
-        n = len(JOB_FIELDS)
-        if len(parts) < n:
-            return None
-        if len(parts) > n + 1 or (len(parts) == n + 1 and parts[-1].strip()):
-            # A separator inside the comment (the last field): join the rest back into it.
-            parts = parts[: n - 1] + [SEP.join(parts[n - 1:]).rstrip(SEP)]
-        return cls(dict(zip(JOB_FIELDS, parts[:n], strict=True)))
+_NO_VALUE = 0xFFFFFFFE          # Slurm's NO_VAL / INFINITE (0xFFFFFFFF) for 32-bit fields and above
 
 
-def job_from_row(row: JobRow, config: Config, node_types: Mapping[str, str | None]) -> SlurmJob:
-    v = row.values
-    state = v["State"].strip().split()[0].upper() if v["State"].strip() else ""
-    num_nodes = max(1, _int(v["NumNodes"], 1))
-    num_tasks = _int(v["NumTasks"], 1)
-    if not 0 < num_tasks < 0xFFFFFF00:      # NO_VAL (4294967294) for jobs that never started
-        num_tasks = 1
-    per_job, t_job = parse_gpu_tres(v["tres-per-job"])
-    per_node, t_node = parse_gpu_tres(v["tres-per-node"])
-    per_task, t_task = parse_gpu_tres(v["tres-per-task"])
+class SqueueFormatError(SlurmError):
+    """squeue --json printed something that is not the document it documents (one line)."""
+
+
+def _json_str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _json_int(value: object, default: int = 0) -> int:
+    """An integer field of squeue's JSON; a missing, non-integer or NO_VAL/INFINITE value -> default."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NO_VALUE:
+        return default
+    return value
+
+
+def _json_epoch(value: object) -> float | None:
+    v = _json_int(value)
+    return float(v) if v > 0 else None
+
+
+def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[str, str | None]) -> SlurmJob | None:
+    """One job of `squeue --json` (OpenAPI v0.0.38, Slurm 22.05) as a SlurmJob; None for a record with no
+    usable job id. Every user-controlled string (name, comment, features) is taken whole from its own
+    JSON string: no byte a user types can move it into another field or another job."""
+    job_id = _json_int(d.get("job_id"), -1)
+    if job_id <= 0:
+        return None
+    state = _json_str(d.get("job_state")).strip().split(" ")[0].upper()
+    num_nodes = max(1, _json_int(d.get("node_count"), 1))
+    num_tasks = _json_int(d.get("tasks"), 1) or 1
+    per_job, t_job = parse_gpu_tres(_json_str(d.get("tres_per_job")))
+    per_node, t_node = parse_gpu_tres(_json_str(d.get("tres_per_node")))
+    per_task, t_task = parse_gpu_tres(_json_str(d.get("tres_per_task")))
     num_gpus = per_job + per_node * num_nodes + per_task * num_tasks
     typed = t_job or t_node or t_task
-    nodes = _field(v["NodeList"]) if state != PENDING else ""
-    gpu_type = None
-    if nodes:
-        for name in expand_hostlist(nodes):
-            if node_types.get(name):
-                gpu_type = node_types[name]
-                break
-    finished = state in FINISHED_STATES
+    nodes = _field(_json_str(d.get("nodes"))) if state != PENDING else ""
+    gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None) if nodes else None
+    limit_min = d.get("time_limit")
+    limit = _json_int(limit_min, -1)
+    priority = _json_int(d.get("priority"))
     return SlurmJob(
-        job_id=v["JobID"].strip(),
+        job_id=str(job_id),
         state=state,
-        name=v["Name"],
-        user=v["UserName"].strip(),
-        partition=v["Partition"].strip(),
-        priority=_int(v["PriorityLong"]),
-        submit_time=parse_epoch(v["SubmitTime"]) or 0.0,
-        start_time=parse_epoch(v["StartTime"]) if state != PENDING else None,
-        end_time=parse_epoch(v["EndTime"]) if finished else None,
-        time_limit_s=parse_time_limit(v["TimeLimit"]),
+        name=_json_str(d.get("name")),
+        user=_json_str(d.get("user_name")).strip() or str(_json_int(d.get("user_id"), -1)),
+        partition=_json_str(d.get("partition")).strip(),
+        priority=priority,
+        submit_time=_json_epoch(d.get("submit_time")) or 0.0,
+        start_time=_json_epoch(d.get("start_time")) if state != PENDING else None,
+        end_time=_json_epoch(d.get("end_time")) if state in FINISHED_STATES else None,
+        time_limit_s=float(limit) * 60 if limit > 0 else None,
         num_nodes=num_nodes,
         num_gpus=num_gpus,
         gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
-        features=_field(v["Feature"]),
-        comment=_field(v["Comment"]) if v["Comment"].strip() != "(null)" else "",
+        features=_field(_json_str(d.get("features"))),
+        comment=_json_str(d.get("comment")),
         nodes=nodes,
         gpu_type=gpu_type,
-        reason=_field(v["Reason"]),
+        reason=_field(_json_str(d.get("state_reason"))),
+        admin_comment=_json_str(d.get("admin_comment")),
+        nice=_json_signed(d.get("nice")),
     )
 
 
-def parse_squeue(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
-    """Parse `squeue -h -O <JOB_FIELDS with SEP suffixes>` output."""
+def _json_signed(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _NO_VALUE else 0
+
+
+def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+    """Parse `squeue --json` output: every job Slurm still remembers (22.05 ignores `-t` with --json,
+    so the caller filters states in code).
+
+    Why JSON: `squeue -o/-O` print a comment raw, newlines and separators included, so a comment could
+    forge whole rows (issue 13). In the JSON document every string is escaped. Slurm copies bytes that
+    are not UTF-8 through unescaped (measured on 22.05.8): they are decoded as U+FFFD, which cannot
+    close a string (only `"` and `\\` can, and Slurm escapes those). A document that does not parse
+    raises SqueueFormatError: the round then changes nothing. A record that is not a job is skipped."""
+    import json
+
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SqueueFormatError(f"squeue --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if errors:
+        # 22.05 exits 0 with an empty job list and an error record when the controller cannot be
+        # reached (recorded: tests/data/slurm/squeue_down.json): an empty queue must never be believed
+        first = errors[0] if isinstance(errors[0], dict) else {}
+        what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
+        raise SlurmUnavailable(f"squeue --json could not read the queue from the controller: "
+                               f"{_one_line(what) or 'no description'}")
+    records = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(records, list):
+        raise SqueueFormatError("squeue --json printed no list of jobs")
     jobs = []
-    for line in text.splitlines():
-        row = JobRow.parse(line)
-        if row is not None and row.values["JobID"].strip():
-            jobs.append(job_from_row(row, config, node_types))
+    for d in records:
+        if isinstance(d, dict):
+            job = job_from_json(d, config, node_types)
+            if job is not None:
+                jobs.append(job)
     return jobs
+
+
+def node_names_in(raw_jobs: list[SlurmJob]) -> set[str]:
+    return {n for j in raw_jobs for n in expand_hostlist(j.nodes)}
 
 
 def parse_sinfo(text: str, config: Config) -> list[SlurmNode]:
