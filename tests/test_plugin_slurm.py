@@ -188,3 +188,20 @@ def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_li
     # nothing of the submission outlives it (the profiler runs the model file in a session of its own)
     left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", "msched.models.profiler"])
     assert left.stdout == "", left.stdout
+
+
+def test_the_reorderers_queue_read_takes_the_stamp_over_the_comments_claim(plugin_cluster, user, jobs, bypass_conf):
+    from msched.config import Config
+    from msched.slurm.cli import CliClient
+
+    stamped = jobs.add(job_id_of(run(user, plugin_cluster, [
+        "sbatch", "--hold", "--gres=gpu:1", "--wrap", "python train.py --arch resnet50"], check=True).stdout))
+    # a claim that passes the reorderer's bounds but not the controller's (no such model): comment only
+    claim = jobs.add(job_id_of(run(user, plugin_cluster, [
+        "sbatch", "--hold", "--gres=gpu:1", f"--comment={PREFIX}model=evil_net;sim=0.5", "--wrap", "hostname"],
+        {"SLURM_CONF": str(bypass_conf)}, check=True).stdout))
+    queue = {j.job_id: j for j in CliClient(Config(), env={"SLURM_CONF": str(plugin_cluster.conf)}).jobs()}
+    assert queue[stamped].tag_verified and queue[stamped].tag == parse_tag(queue[stamped].admin_comment)[0]
+    assert queue[stamped].tag.model == "resnet50"
+    assert not queue[claim].tag_verified and queue[claim].admin_comment == ""
+    assert queue[claim].tag is not None and queue[claim].tag.model == "evil_net"    # an unverified claim

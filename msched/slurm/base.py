@@ -92,7 +92,15 @@ class SlurmJob:
 
     @property
     def tag(self) -> JobTag | None:
-        return parse_comment(self.comment)[0]
+        """The tag the controller validated and stamped into admin_comment (job_submit.lua of `msched
+        plugin install`; users cannot set it), else the claim at the start of the comment (msub on a
+        site without the plugin: unverified, see `tag_verified`)."""
+        return parse_comment(self.admin_comment)[0] or parse_comment(self.comment)[0]
+
+    @property
+    def tag_verified(self) -> bool:
+        """Whether the tag comes from admin_comment (checked by the controller), not only the comment."""
+        return parse_comment(self.admin_comment)[0] is not None
 
     @property
     def user_comment(self) -> str:
