@@ -67,9 +67,20 @@ def main() -> int:
     args = ap.parse_args()
     runs = 7 if args.quick else args.runs
     conf = args.dir / "slurm.conf"
-    if "CliFilterPlugins=cli_filter/lua" not in (conf.read_text() if conf.exists() else ""):
-        raise SystemExit(f"bench_plugin: no --plugins cluster at {args.dir} "
-                         f"(scripts/slurm-dev-cluster.sh up --dir {args.dir} --plugins)")
+    cluster = [str(REPO / "scripts" / "slurm-dev-cluster.sh"), "--dir", str(args.dir)]
+    up = subprocess.run(["bash", cluster[0], "up", *cluster[1:], "--plugins"], capture_output=True, text=True,
+                        timeout=600, env={**os.environ, "MSCHED_PYTHON": sys.executable})
+    if up.returncode != 0:
+        raise SystemExit(f"bench_plugin: cannot start the --plugins dev cluster: {up.stderr.strip()[-300:]}")
+    started = "already running" not in up.stderr
+    try:
+        return _bench(args, conf, runs)
+    finally:
+        if started:
+            subprocess.run(["bash", cluster[0], "down", *cluster[1:]], capture_output=True, timeout=120)
+
+
+def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
     work = tempfile.mkdtemp(prefix="bench-plugin-")
     plain_conf = Path(work) / "slurm.conf"
     plain_conf.write_text("".join(ln for ln in conf.read_text().splitlines(keepends=True)

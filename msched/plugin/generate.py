@@ -81,6 +81,23 @@ def _model_fields(config) -> dict[str, dict[str, str]]:
     return out
 
 
+def _printable_ranges() -> list[tuple[int, int]]:
+    """Ranges of code points above 0x7F that are printable by Python's definition (the tag's `unicode`
+    fields accept them), so Lua decides exactly as msched.tag.check_value does."""
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for cp in range(0x80, 0x110000):
+        if chr(cp).isprintable():
+            if start is None:
+                start = cp
+        elif start is not None:
+            ranges.append((start, cp - 1))
+            start = None
+    if start is not None:
+        ranges.append((start, 0x10FFFF))
+    return ranges
+
+
 def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
     from msched import tag as tagmod
 
@@ -101,9 +118,16 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
         parts = [f"name = {lua_string(f.name)}", f"kind = {lua_string(f.kind)}"]
         if f.kind == "str":
             parts += [f"max_len = {f.max_len}", f"charset = {lua_string(f.charset)}"]
+            if getattr(f, "unicode", False):
+                parts.append("unicode = true")
         else:
             parts += [f"lo = {lua_number(f.lo)}", f"hi = {lua_number(f.hi)}"]
         lines.append("    { " + ", ".join(parts) + " },")
+    lines.append("}")
+    lines.append("local PRINTABLE = {  -- code points above 0x7F that Python's str.isprintable accepts: lo, hi, ...")
+    ranges = _printable_ranges()
+    for i in range(0, len(ranges), 8):
+        lines.append("    " + " ".join(f"{lo}, {hi}," for lo, hi in ranges[i:i + 8]))
     lines.append("}")
     lines.append("local GPU_TYPES = {")
     lines += [f"    [{lua_string(k)}] = {lua_string(v)}," for k, v in _gpu_types(config).items()]
