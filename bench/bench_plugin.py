@@ -7,8 +7,10 @@ end), wall-clock time of the whole command as a user sees it:
   controller's job_submit.lua still runs, as it does for every job there);
 - the plugin: plain `sbatch`, cli_filter.lua running msched's decision in `python -m msched.plugin.filter`;
 - msub: `msub` calling the real sbatch through the filter-less copy.
-Two scripts: a resnet50 training job (tagged) and a job msched knows nothing about (untagged: the filter
-still starts Python to find that out). Also the controller side: job_submit.lua's slurm_job_submit on
+Jobs: a resnet50 training job (tagged), with fresh free times published by a reorder round (the
+normal state of a site) and without (the decision then reads the queue once, to spread a burst), and
+a job msched knows nothing about (untagged: the filter sees that in Lua and starts no process). The
+start of a bare `python -I -c pass` is measured in the same run: the floor of any Python entry point. Also the controller side: job_submit.lua's slurm_job_submit on
 a tagged job, timed in Lua 5.1 (the interpreter slurmctld embeds) over many calls.
 
     .venv/bin/python bench/bench_plugin.py [--runs 21] [--dir .slurm-dev-plugins] [--json FILE]
@@ -29,10 +31,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-SCRIPTS = {
-    "resnet50 (tagged)": "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\npython train.py --arch resnet50 --epochs 1\n",
-    "no model (untagged)": "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\n./simulate --steps 100\n",
-}
+TAGGED = "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\npython train.py --arch resnet50 --epochs 1\n"
+# (label, script, whether the reorderer published fresh free times: without them msched's decision reads
+# the queue once per submission to spread a burst, one squeue call)
+CASES = (
+    ("resnet50, fresh round (tagged)", TAGGED, True),
+    ("resnet50, no round (tagged)", TAGGED, False),
+    ("no model (untagged)", "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\n./simulate --steps 100\n", False),
+)
+TYPES = ("a100", "titanv", "rtx2080ti", "titanxp")
 LUA_LOOP = """
 slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, log_info = function() end }
 dofile(arg[1])
@@ -85,29 +92,40 @@ def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
     plain_conf = Path(work) / "slurm.conf"
     plain_conf.write_text("".join(ln for ln in conf.read_text().splitlines(keepends=True)
                                   if not ln.startswith("CliFilterPlugins=")))
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_", "MSCHED_MODEL"))}
-    env_plugin = {**base, "SLURM_CONF": str(conf)}
-    env_plain = {**base, "SLURM_CONF": str(plain_conf)}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_", "MSCHED_"))}
     msub = str(VENV_BIN / "msub")
     ids: list[str] = []
     results: dict[str, dict[str, float]] = {}
+    env_plain = {**base, "SLURM_CONF": str(plain_conf)}
     try:
-        for label, text in SCRIPTS.items():
+        for label, text, fresh in CASES:
+            state = Path(work) / ("fresh" if fresh else "none")
+            state.mkdir(exist_ok=True)
+            if fresh:
+                now = time.time()
+                (state / "gpu_free_time.json").write_text(json.dumps({"time": now, "free_at": dict.fromkeys(TYPES, now)}))
+            (state / "msched.toml").write_text(f'state_dir = "{state}"\n')
+            site = {**base, "MSCHED_CONFIG": str(state / "msched.toml")}
+            env_plugin = {**site, "SLURM_CONF": str(conf)}
+            env_plain = {**site, "SLURM_CONF": str(plain_conf)}
             script = Path(work) / "job.sh"
             script.write_text(text)
             # warm-up: caches (sinfo, page cache, the user's msched cache) as on a busy site
             for argv, env in (([msub], env_plain), (["sbatch"], env_plugin), (["sbatch"], env_plain)):
                 ids.append(_timed([*argv, "--hold", "--parsable", str(script)], env, work)[1])
-            times: dict[str, list[float]] = {"plain": [], "plugin": [], "msub": []}
+            times: dict[str, list[float]] = {"plain": [], "plugin": [], "msub": [], "python": []}
             for _ in range(runs):
                 for name, argv, env in (("plain", ["sbatch"], env_plain), ("plugin", ["sbatch"], env_plugin),
                                         ("msub", [msub], env_plain)):
                     ms, job = _timed([*argv, "--hold", "--parsable", str(script)], env, work)
                     times[name].append(ms)
                     ids.append(job)
+                # the floor any Python entry point pays: the interpreter's own start, same flags
+                times["python"].append(_timed([sys.executable, "-I", "-c", "pass"], env_plain, work)[0])
             med = {k: statistics.median(v) for k, v in times.items()}
             results[label] = {
                 "plain_ms": med["plain"], "plugin_ms": med["plugin"], "msub_ms": med["msub"],
+                "python_start_ms": med["python"],
                 "plugin_added_ms": statistics.median(p - s for p, s in zip(times["plugin"], times["plain"], strict=True)),
                 "msub_added_ms": statistics.median(m - s for m, s in zip(times["msub"], times["plain"], strict=True)),
                 "runs": runs,
@@ -130,11 +148,12 @@ def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
 
     print(f"Interleaved runs ({runs} per client and script) on the --plugins dev cluster, median wall time of "
           "one held submission:\n")
-    print("| script | plain sbatch | sbatch + plugin | msub | plugin added | msub added |")
-    print("|---|---|---|---|---|---|")
+    print("| job | plain sbatch | sbatch + plugin | msub | plugin added | msub added | `python -I -c pass` |")
+    print("|---|---|---|---|---|---|---|")
     for label, r in results.items():
         print(f"| {label} | {r['plain_ms']:.0f} ms | {r['plugin_ms']:.0f} ms | {r['msub_ms']:.0f} ms | "
-              f"**{r['plugin_added_ms']:+.0f} ms** | {r['msub_added_ms']:+.0f} ms |")
+              f"**{r['plugin_added_ms']:+.0f} ms** | {r['msub_added_ms']:+.0f} ms | {r['python_start_ms']:.0f} ms |")
+    print(f"\nLoad average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
     if lua_us is not None:
         print(f"\njob_submit.lua in the controller: {lua_us:.1f} µs per tagged submission "
               f"(Lua 5.1, {args.lua_calls} calls of slurm_job_submit).")
