@@ -78,14 +78,9 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
     msched's own trouble: it becomes a warning and no change."""
     from msched.msub.decide import plan_tag_and_types
-    from msched.msub.directives import (
-        detect_model,
-        known_models,
-        msched_directives,
-        script_command_lines,
-        settings_from_words,
-    )
+    from msched.msub.directives import find_model, msched_directives, settings_from_words
     from msched.msub.main import _load_config
+    from msched.util.text import one_line
 
     environ = os.environ if environ is None else environ
     req = request_from_options(options)
@@ -94,13 +89,7 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     directive_pairs = msched_directives(script)[0] if script else []
     settings = settings_from_words(env_pairs + directive_pairs)
     warnings = list(settings.problems)
-    spec = settings.model
-    if spec is None:
-        texts = [script_command_lines(script)] if script else []
-        if req.wrap:
-            texts.append(req.wrap)
-        if any(texts):
-            spec = detect_model(texts, known_models())
+    spec = find_model(settings.model, script, req.wrap)
     if spec is None:
         return {}, warnings                           # not a training job msched knows: untouched
     try:
@@ -109,8 +98,7 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
             raise RuntimeError(config_problem)
         tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch))
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        text = str(exc).strip().splitlines()
-        warnings.append(f"{text[0] if text else type(exc).__name__}; submitting untagged")
+        warnings.append(f"{one_line(exc)}; submitting untagged")
         return {}, warnings
 
     from msched.msub.decide import lever_options
