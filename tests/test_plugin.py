@@ -26,7 +26,7 @@ from msched.config import Config
 from msched.plugin import filter as pfilter
 from msched.plugin.generate import CLI_FILTER, JOB_SUBMIT, SLURM_CONF_LINES, install
 from msched.slurm.feature_expr import combine, split
-from msched.tag import PREFIX, TAG_FIELDS, parse_tag
+from msched.tag import PREFIX, TAG_FIELDS, parse_tag, untagged_record
 
 LUA = shutil.which("lua5.1")
 needs_lua = pytest.mark.skipif(LUA is None and os.environ.get("MSCHED_REQUIRE_SLURM") != "1",
@@ -148,7 +148,7 @@ def test_stamp_rebuilds_a_torchvision_models_classification_from_the_table(plugi
     truth, _, _ = plan_tag_and_types("resnet50", MschedSettings(), SbatchRequest(), Config(), "/nonexistent/sbatch")
     forged = "msched:v1;model=resnet50;ref=vgg16;group=vgg;sim=0.99;flops=5;iters=500;ver=0.1.0 mine"
     stamp, features = _stamp(plugin_dir, forged, "ib")
-    assert stamp == truth._replace(iters=500, ver="0.1.0").encode()
+    assert stamp == truth._replace(iters=500, ver="0.1.0", why="").encode()
     assert "vgg" not in stamp and "0.99" not in stamp
     assert features == "nil"                      # no types added: the user's features stay as they are
 
@@ -235,7 +235,7 @@ io.write(#slurm.logged, "\\n")
 # ------------------------------------------------------------------------------------------ the filter
 FILTER_DRIVER = """
 local wrap = os.getenv("WRAP") or "python t.py --arch resnet50"
-local options = { type = "sbatch", comment = "keep me", wrap = wrap }
+local options = { type = "sbatch", comment = "keep me", wrap = wrap, gres = "gres:gpu:1" }
 slurm.json_cli_options = function(o)
     return '{"comment":"keep me","gres":"gres:gpu:1","wrap":"' .. wrap .. '"}'
 end
@@ -257,7 +257,7 @@ def _fake_python(tmp_path: Path, body: str) -> str:
 @needs_lua
 @pytest.mark.parametrize("behaviour", ["sleep 30", "echo 'Traceback (most recent call last):' >&2; exit 1",
                                        "printf 'msched-filter 1\\ncomment msched:v1;model=half'"])
-def test_filter_submits_unchanged_with_one_line_when_the_decision_hangs_or_crashes(tmp_path, behaviour):
+def test_filter_submits_untagged_with_one_line_when_the_decision_hangs_or_crashes(tmp_path, behaviour):
     install(str(tmp_path), Config(), python=_fake_python(tmp_path, behaviour))
     t0 = time.monotonic()
     proc = run_lua(tmp_path, FILTER_DRIVER, timeout=20)
@@ -268,7 +268,9 @@ def test_filter_submits_unchanged_with_one_line_when_the_decision_hangs_or_crash
     warnings = [ln for ln in lines if ln.startswith("msched: warning:")]
     assert len(warnings) == 1, lines
     assert "submitted without msched's tag" in warnings[0]
-    assert "rc 0 comment keep me constraint nil" in lines           # options unchanged
+    # untagged, no constraint; the user's comment kept after msub's record of why (for `msched jobs`)
+    record = untagged_record("msched's decision did not answer within 2 s or failed")
+    assert f"rc 0 comment {record} keep me constraint nil" in lines
     assert elapsed < 6, elapsed                                     # the 2 s timeout held (interpreter start aside)
 
 
@@ -283,7 +285,10 @@ def test_filter_starts_python_only_when_a_model_could_be_found(tmp_path, wrap, a
     proc = run_lua(tmp_path, FILTER_DRIVER, env={"WRAP": wrap, "MSCHED_MODEL": ""})
     assert proc.returncode == 0 and proc.stdout == ""
     assert marker.exists() == asked
-    assert (proc.stderr.count("msched: warning:") == 1) == asked     # untouched and silent otherwise
+    assert (proc.stderr.count("msched: warning:") == 1) == asked     # silent otherwise
+    status = next(ln for ln in proc.stderr.splitlines() if ln.startswith("rc "))
+    if not asked:      # a GPU job (the stand-in options ask for one) without a model: msub's record, in Lua
+        assert status == "rc 0 comment msched:v1;why=no%20model%20named keep me constraint nil"
     proc = run_lua(tmp_path, FILTER_DRIVER, env={"WRAP": "hostname", "MSCHED_MODEL": "resnet50"})
     assert marker.exists()                                            # the environment names one
 
@@ -325,10 +330,14 @@ def test_decide_tags_a_named_model_and_ands_the_types_into_the_users_constraint(
     assert changes["constraint"] in (f"ib&{tag.added}", f"ib&({tag.added})")
 
 
-def test_decide_leaves_a_job_without_a_model_alone_and_warns_for_an_unknown_one():
-    assert _decide({"gres": "gres:gpu:1", "wrap": "hostname", "comment": "msched:v1;model=vgg16"}) == ({}, [])
-    changes, warnings = _decide({"wrap": "hostname"}, {"MSCHED_MODEL": "my_transformer"})
-    assert changes == {} and len(warnings) == 1 and "unknown model 'my_transformer'" in warnings[0]
+def test_decide_records_why_a_gpu_job_went_untagged_and_leaves_other_jobs_alone():
+    assert _decide({"wrap": "hostname", "comment": "mine"}) == ({}, [])          # no GPUs: nothing to say
+    # a GPU job without a model: msub's record (a forged tag in the comment is replaced, as msub does)
+    changes, warnings = _decide({"gres": "gres:gpu:1", "wrap": "hostname", "comment": "msched:v1;model=vgg16 mine"})
+    assert changes == {"comment": "msched:v1;why=no%20model%20named mine"} and warnings == []
+    changes, warnings = _decide({"gres": "gres:gpu:1", "wrap": "hostname"}, {"MSCHED_MODEL": "my_transformer"})
+    assert len(warnings) == 1 and "unknown model 'my_transformer'" in warnings[0]
+    assert changes["comment"].startswith("msched:v1;why=unknown%20model%20")
 
 
 def test_decide_refuses_a_comment_slurm_would_refuse():

@@ -183,7 +183,9 @@ def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_li
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("msched: warning: ") and why in lines[0], lines
     fields = show_job(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
-    assert fields["Comment"] == "mine" and fields["AdminComment"] == "" and fields["Features"] == "(null)"
+    assert fields["AdminComment"] == "" and fields["Features"] == "(null)"
+    assert fields["Comment"].startswith("msched:v1;why=") and fields["Comment"].endswith(" mine")   # why, for its owner
+    assert parse_tag(fields["Comment"])[0] is None
     assert elapsed < 10, elapsed
     # nothing of the submission outlives it (the profiler runs the model file in a session of its own)
     left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", "msched.models.profiler"])

@@ -67,7 +67,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     tag = JobTag(model=spec, iters=settings.iterations, bs=settings.batch_size, pinned="|".join(pinned),
                  ver=__version__, **fields)
     if gpus is None or pinned:
-        return tag, (), pinned
+        why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
+        return tag._replace(why=why), (), pinned
     sizes = None
     if nodes:      # the nodes the user's own constraint and partitions reach (it names no GPU type here)
         sizes = node_sizes([n[1:] for n in nodes], constraint=req.constraint or "",
@@ -81,7 +82,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
     decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
-    return decision.tag, decision.types, pinned
+    # why no type was added, for the job's owner (`msched jobs`): the decision's own words
+    return decision.tag._replace(why="" if decision.types else decision.note), decision.types, pinned
 
 
 def classify_model(spec: str, config, warnings: list[str]):

@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import sys
 
+from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES as COMMENT_MAX  # slurmctld refuses longer comments
+
 # Slurm 22.05 reads an unset time limit as this (SLURM-NOTES): the same as no time limit.
 UNSET_TIMES = frozenset({"2982616-04:14:00", "unlimited", "infinite", ""})
-COMMENT_MAX = 1024            # slurmctld refuses a longer comment (job_mgr.c, _test_strlen)
 KINDS = ("sbatch", "srun", "salloc")
-ENV_SETTINGS = (("MSCHED_MODEL", "model"), ("MSCHED_ITERATIONS", "iterations"), ("MSCHED_BATCH_SIZE", "batch-size"))
 
 
 def encode_value(text: str) -> str:
@@ -75,51 +75,79 @@ def _read_script(kind: str, options: dict) -> str | None:
 
 
 def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list[str]]:
-    """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
-    msched's own trouble: it becomes a warning and no change."""
-    from msched.msub.decide import plan_tag_and_types
-    from msched.msub.directives import find_model, msched_directives, settings_from_words
+    """({"comment": ..., "constraint": ...} to change, warnings) for one submission, as msub decides it
+    (msched.msub.main.build_submission): the tag and msched's GPU types for a job whose model is found;
+    for a GPU job msched cannot place, msub's record of why (`msched jobs` shows it to the owner).
+    Never raises for msched's own trouble: it becomes a warning and a job submitted as typed."""
+    from msched.msub.decide import lever_options, plan_tag_and_types
+    from msched.msub.directives import env_settings, find_model, msched_directives, settings_from_words
     from msched.msub.main import _load_config
+    from msched.tag import parse_comment, short_why, with_tag
     from msched.util.text import one_line
 
     environ = os.environ if environ is None else environ
     req = request_from_options(options)
+    if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
+        return {}, []                      # slurmctld refuses the user's own comment, in its own words
     script = _read_script(kind, options)
-    env_pairs = [(key, environ[var]) for var, key in ENV_SETTINGS if environ.get(var)]
     directive_pairs = msched_directives(script)[0] if script else []
-    settings = settings_from_words(env_pairs + directive_pairs)
+    # precedence, lowest first: the environment, then the script's #MSCHED lines (msub's order)
+    settings = settings_from_words(env_settings(environ) + directive_pairs)
     warnings = list(settings.problems)
+    user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
+
+    def record(why: str) -> dict[str, str]:
+        return untagged_changes(req, why)
+
     spec = find_model(settings.model, script, req.wrap)
     if spec is None:
-        return {}, warnings                           # not a training job msched knows: untouched
+        return record("no model named"), warnings
     try:
         config, config_problem = _load_config()
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch))
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch), warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        warnings.append(f"{one_line(exc)}; submitting untagged")
-        return {}, warnings
+        reason = one_line(exc)
+        warnings.append(f"{reason}; submitting untagged")
+        return record(reason), warnings
 
-    from msched.msub.decide import lever_options
-    from msched.tag import parse_comment, with_tag
-
-    types = _types_the_cluster_has(types, config)
-    steer = lever_options(req, types, config)           # --constraint, or --partition (config type_lever)
-    if not steer:
-        tag = tag._replace(added="")      # nothing to add, or the user's request cannot be extended
-    comment = with_tag(tag, parse_comment(req.comment)[1])   # a copied old tag is replaced, not stacked
-    if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
-        return {}, warnings                # slurmctld refuses the user's own comment, in its own words
-    if len(comment.encode("utf-8", "surrogateescape")) > COMMENT_MAX:
-        warnings.append(f"the comment with msched's tag would be longer than Slurm's {COMMENT_MAX} "
-                        "characters; submitting untagged")
+    known = _types_the_cluster_has(types, config)
+    steer = lever_options(req, known, config)           # --constraint, or --partition (config type_lever)
+    if known != types and not steer:
+        tag = tag._replace(added="", why=short_why("msched's GPU types are not node features of this cluster"))
+    elif types and not steer:
+        tag = tag._replace(added="", why="the job's own request cannot take msched's GPU types")
+    comment = with_tag(tag, user_comment)
+    if not fits(comment):
+        warnings.append(f"the job's comment leaves no room for msched's tag (Slurm keeps at most {COMMENT_MAX} "
+                        "bytes); submitting untagged")
         return {}, warnings
     changes = {"comment": comment}
     for option in steer:
         name, _, value = option[2:].partition("=")
         changes[name] = value
     return changes, warnings
+
+
+def untagged_changes(req, why: str) -> dict[str, str]:  # noqa: ANN001 - an SbatchRequest
+    """For a GPU job msched leaves untagged: msub's record of why at the start of its comment (the
+    user's own comment kept after it, an old tag or record replaced), when it fits; else no change."""
+    from msched.msub.gpu_request import gpu_request
+    from msched.tag import parse_comment, untagged_record
+
+    if gpu_request(req) is None or not fits(req.comment or ""):
+        return {}
+    comment = with_user(untagged_record(why), parse_comment(req.comment)[1])
+    return {"comment": comment} if fits(comment) else {}
+
+
+def with_user(head: str, user_comment: str) -> str:
+    return f"{head} {user_comment}" if user_comment else head
+
+
+def fits(comment: str) -> bool:
+    return len(comment.encode("utf-8", "surrogateescape")) <= COMMENT_MAX
 
 
 def _types_the_cluster_has(types: tuple[str, ...], config) -> tuple[str, ...]:
@@ -199,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         changes, warnings = decide(kind, options)
     except DeadlinePassed as exc:
         changes, warnings = {}, [f"{exc}; submitting untagged"]
+        try:
+            changes = untagged_changes(request_from_options(options), str(exc))
+        except Exception:  # noqa: BLE001 - the options could not be read: nothing to record
+            pass
     except Exception as exc:  # noqa: BLE001 - a bad input is one warning, never a traceback
         changes, warnings = {}, [f"cannot read the job's options: {exc}; submitting untagged"]
     signal.setitimer(signal.ITIMER_REAL, 0)

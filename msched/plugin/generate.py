@@ -146,9 +146,16 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
 
 def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIMEOUT_S) -> list[str]:
     from msched.msub.directives import known_models
+    from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES
+    from msched.tag import PREFIX, untagged_record
 
     names = sorted({m.lower() for m in known_models()})
     return [
+        f"local PREFIX = {lua_string(PREFIX)}",
+        f"local NO_MODEL_RECORD = {lua_string(untagged_record('no model named'))}",
+        "local FAILED_RECORD = "
+        + lua_string(untagged_record(f"msched's decision did not answer within {int(timeout_s)} s or failed")),
+        f"local COMMENT_MAX = {SLURM_COMMENT_MAX_BYTES}",
         f"local PYTHON = {lua_string(python)}",
         f"local TIMEOUT = {lua_string(timeout_bin)}",
         f"local TIMEOUT_S = {int(timeout_s)}",

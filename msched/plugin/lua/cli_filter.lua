@@ -92,11 +92,35 @@ local function worth_asking(kind, options)
     return false
 end
 
+local GPU_OPTIONS = { "gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket" }
+
+local function asks_for_gpus(options)
+    for _, name in ipairs(GPU_OPTIONS) do
+        local value = options[name]
+        if value and (name ~= "gres" or value:find("gpu", 1, true)) then return true end
+    end
+    return false
+end
+
+-- A GPU job msched leaves untagged gets msub's record of why at the start of its comment (its owner reads
+-- it with `msched jobs`), the user's own comment kept after it, as msub writes it.
+local function record_untagged(options, record)
+    local comment = options.comment or ""
+    if #comment > COMMENT_MAX then return end       -- slurmctld refuses it in its own words
+    if comment:sub(1, #PREFIX) == PREFIX then comment = comment:match("^%S*%s?(.*)$") end
+    local new = record
+    if comment ~= "" then new = new .. " " .. comment end
+    if #new <= COMMENT_MAX then options.comment = new end
+end
+
 local function pre_submit(options)
     local kind = options.type
     if kind ~= "sbatch" and kind ~= "srun" and kind ~= "salloc" then return end
     if kind ~= "sbatch" and os.getenv("SLURM_JOB_ID") then return end     -- a step inside an allocation
-    if not worth_asking(kind, options) then return end
+    if not worth_asking(kind, options) then
+        if asks_for_gpus(options) then record_untagged(options, NO_MODEL_RECORD) end
+        return
+    end
     local options_json = slurm.json_cli_options(options)
     if options_json == nil then
         warn("cannot read the job's options; submitted without msched's tag")
@@ -105,6 +129,7 @@ local function pre_submit(options)
     local changes, note = ask_msched(kind, options_json)
     if changes == nil then
         warn(note .. "; submitted without msched's tag")
+        if asks_for_gpus(options) then record_untagged(options, FAILED_RECORD) end
         return
     end
     if note then warn(note) end

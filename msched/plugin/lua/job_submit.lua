@@ -160,7 +160,10 @@ function msched_parse_tag(comment)
             end
         end
     end
-    if values.model == nil then return nil, "no model" end
+    if values.model == nil then
+        if values.why then return nil, nil end     -- msub's record of why a job went untagged: no tag
+        return nil, "no model"
+    end
     return values, nil
 end
 
