@@ -294,6 +294,16 @@ def test_filter_starts_python_only_when_a_model_could_be_found(tmp_path, wrap, a
 
 
 @needs_lua
+def test_filter_leaves_a_job_msub_already_decided_to_the_controller(tmp_path):
+    marker = tmp_path / "asked"
+    install(str(tmp_path), Config(), python=_fake_python(tmp_path, f"touch {marker}; exit 1"))
+    body = FILTER_DRIVER.replace('comment = "keep me"', 'comment = "msched:v1;model=resnet50;added=a100 mine"')
+    proc = run_lua(tmp_path, body, env={"MSCHED_MODEL": "resnet50"})
+    assert proc.returncode == 0 and proc.stdout == "" and not marker.exists()
+    assert "rc 0 comment msched:v1;model=resnet50;added=a100 mine constraint nil" in proc.stderr.splitlines()
+
+
+@needs_lua
 def test_filter_applies_the_real_decision(tmp_path, monkeypatch):
     now = time.time()
     (tmp_path / "state").mkdir()

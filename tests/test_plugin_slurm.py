@@ -10,6 +10,7 @@ CliFilterPlugins, as any user can make: the controller's check is what holds eit
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -172,7 +173,7 @@ def test_sbatch_output_and_exit_code_are_the_same_with_the_plugin(plugin_cluster
 ])
 def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_line(
         plugin_cluster, user, jobs, behaviour, why):
-    model = user.home / "badnet.py"
+    model = user.home / f"badnet_{os.getpid()}_{len(behaviour)}.py"     # its own name: the account is shared
     run(user, plugin_cluster, ["tee", str(model)], input=behaviour + "def build():\n    return None\n", check=True)
     t0 = time.monotonic()
     proc = run(user, plugin_cluster, ["sbatch", "--hold", "--gres=gpu:1", "--comment=mine", "--wrap", "hostname"],
@@ -188,7 +189,7 @@ def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_li
     assert parse_tag(fields["Comment"])[0] is None
     assert elapsed < 10, elapsed
     # nothing of the submission outlives it (the profiler runs the model file in a session of its own)
-    left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", "msched.models.profiler"])
+    left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", str(model)])
     assert left.stdout == "", left.stdout
 
 
@@ -207,3 +208,14 @@ def test_the_reorderers_queue_read_takes_the_stamp_over_the_comments_claim(plugi
     assert queue[stamped].tag.model == "resnet50"
     assert not queue[claim].tag_verified and queue[claim].admin_comment == ""
     assert queue[claim].tag is not None and queue[claim].tag.model == "evil_net"    # an unverified claim
+
+
+def test_msub_on_a_plugin_cluster_is_decided_once_and_stamped(plugin_cluster, user, jobs):
+    from helpers import VENV_BIN
+
+    proc = run(user, plugin_cluster, [str(VENV_BIN / "msub"), "--hold", "--gres=gpu:1", "--wrap",
+                                      "python train.py --arch resnet50"])
+    assert proc.returncode == 0, proc.stderr
+    fields = show_job(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
+    assert_stamped(fields, "resnet50")
+    assert not parse_tag(fields["AdminComment"])[0].pinned     # msub's constraint is not read as a pin

@@ -117,6 +117,12 @@ local function pre_submit(options)
     local kind = options.type
     if kind ~= "sbatch" and kind ~= "srun" and kind ~= "salloc" then return end
     if kind ~= "sbatch" and os.getenv("SLURM_JOB_ID") then return end     -- a step inside an allocation
+    local comment = options.comment
+    if comment and comment:sub(1, #PREFIX) == PREFIX then
+        -- already decided: msub ran before this sbatch (deciding again would read msub's constraint as
+        -- the user's pinned type), or the user wrote a tag; either way the controller checks it
+        return
+    end
     if not worth_asking(kind, options) then
         if asks_for_gpus(options) then record_untagged(options, NO_MODEL_RECORD) end
         return
