@@ -17,6 +17,7 @@ import click
 
 from msched.slurm.base import ACTIVE_STATES, SlurmJob
 from msched.tag import why_of
+from msched.util.text import one_line
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def planned_types(job_ids: list[str], config, db_url: str | None) -> tuple[dict[
                 return {}, f"no reorder round recorded for cluster {config.cluster_name!r} yet"
             return out, None
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many error kinds: the queue is still shown
-        return {}, f"cannot read database {store.display_url}: {str(exc).splitlines()[0]}"
+        return {}, f"cannot read database {store.display_url}: {one_line(exc)}"
     finally:
         store.dispose()
 
@@ -108,6 +109,9 @@ def _job_sort_key(row: JobRow) -> tuple:
 def render_table(rows: list[JobRow]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from msched.util.text import printable
 
     table = Table(title=None, show_lines=False, header_style="bold")
     for col, kw in (("JOBID", {"justify": "right"}), ("USER", {}), ("STATE", {}), ("NAME", {}),
@@ -116,12 +120,14 @@ def render_table(rows: list[JobRow]) -> None:
         table.add_column(col, **kw)
     for r in rows:
         given = r.gpu_type or (r.constraint or r.pinned if r.state == "PENDING" else "")
-        table.add_row(
+        cells = (
             r.job_id, r.user, r.state, r.name, str(r.num_gpus), r.model or "-", r.group or "-", r.reference or "-",
             f"{r.similarity:.3f}" if r.similarity is not None else "-",
             r.planned_type or ("-" if not r.in_db else ""),
             given + (" (pinned)" if r.pinned else ""), r.why,
         )
+        # users write names, comments and features: control bytes escaped, no rich markup interpreted
+        table.add_row(*(Text(printable(c)) for c in cells))
     console = Console()
     if not console.is_terminal:            # piped: don't squeeze the table into 80 columns
         console = Console(width=max(console.width, 200))

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from msched.config import ConfigError, load_config
+from msched.util.text import one_line
 
 LIVE_TIMEOUT_S = 10.0
 
@@ -52,7 +53,7 @@ def _live_jobs(config):
                                submit_time=job.submit_time, planned_type=planned))
         return out
     except Exception as exc:   # optional source: never fail the report over it
-        click.echo(f"note: Slurm's live queue not read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+        click.echo(f"note: Slurm's live queue not read ({one_line(exc)}); "
                    "showing the database's last state", err=True)
         return None
 
@@ -131,10 +132,9 @@ def report(since, run_name, kind, as_json, html_path, db, use_slurm) -> None:
                                           live_jobs=live, live_run=config.cluster_name,
                                           estimator=_table_estimator(config))
         except ReportError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(one_line(exc)) from None
         except SQLAlchemyError as exc:
-            first = str(getattr(exc, "orig", exc)).splitlines()[0]
-            raise click.ClickException(f"cannot read the database {shown}: {first}") from None
+            raise click.ClickException(f"cannot read the database {shown}: {one_line(exc)}") from None
         finally:
             engine.dispose()
 

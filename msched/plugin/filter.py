@@ -165,11 +165,12 @@ def _types_the_cluster_has(types: tuple[str, ...], config) -> tuple[str, ...]:
 
 
 class DeadlinePassed(BaseException):
-    """msched's decision ran past DEADLINE_S; its child processes were killed. A BaseException, so no
+    """msched's decision ran past its deadline; its child processes were killed. A BaseException, so no
     handler meant for msched's own errors swallows it on the way out."""
 
 
-DEADLINE_S = 1.6              # below the Lua side's hard 2 s, so the answer still says why
+DEADLINE_SHARE = 0.8          # of the Lua side's hard timeout, so the answer still says why
+_deadline_s = 1.6             # for the default 2 s; main() reads the Lua side's timeout from its argv
 
 
 def _kill_children() -> None:
@@ -198,7 +199,7 @@ def _kill_children() -> None:
 
 def _on_deadline(signum, frame):  # noqa: ANN001 - a signal handler's signature
     _kill_children()
-    raise DeadlinePassed(f"msched's decision took longer than {DEADLINE_S:g} s")
+    raise DeadlinePassed(f"msched's decision took longer than {_deadline_s:g} s")
 
 
 def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
@@ -212,10 +213,15 @@ def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else "sbatch"
+    global _deadline_s
+    try:
+        _deadline_s = round(max(0.5, float(argv[1]) * DEADLINE_SHARE), 2)   # the Lua side's timeout
+    except (IndexError, ValueError):
+        pass
     import signal
 
     signal.signal(signal.SIGALRM, _on_deadline)
-    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+    signal.setitimer(signal.ITIMER_REAL, _deadline_s)
     try:
         import json
 

@@ -42,7 +42,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import completion_choice
-from msched.policy.priorities import assign_in_place, assign_priorities
+from msched.policy.priorities import assign_first, assign_in_place, assign_priorities
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -200,8 +200,10 @@ class MschedPolicy(MschedOncePolicy):
         plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
         current = {j.job_id: j.priority for j in order}
         ids = [j.job_id for j in prio_order]
-        prio = assign_priorities(ids, current) if self.managed_first or not plain else \
-            assign_in_place(ids, current, plain)
+        if not plain:
+            prio = assign_priorities(ids, current)
+        else:
+            prio = (assign_first if self.managed_first else assign_in_place)(ids, current, plain)
         # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
         decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)

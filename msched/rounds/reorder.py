@@ -163,16 +163,20 @@ class Reorderer:
 
         return HoldJournal(self.store)
 
-    def replay_journal(self) -> list[str]:
-        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay).
-        Costs one database read when the journal has no open entry, one squeue more when it has."""
+    def replay_journal(self, jobs: list[SlurmJob] | None = None) -> list[str]:
+        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay), against
+        the round's own read of the queue when given. Costs one database read when the journal has no
+        open entry; returns the job ids released."""
         from msched.rounds.holds import replay
 
         journal = self.journal
         if journal is None or not journal.open_entries():
             return []
         try:
-            return replay(self.client, journal)
+            released = replay(self.client, journal, jobs=jobs)
+            if released:
+                log.info("released %d job(s) an interrupted round left held", len(released))
+            return released
         except SlurmUnavailable as exc:
             raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
         except SlurmError as exc:
@@ -234,18 +238,18 @@ class Reorderer:
         if not dry_run:
             t0 = time.perf_counter()
             try:
+                self.store.check_integrity()      # never keep writing into a damaged file
                 self.store.check_writable()
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
-            if jobs is None:
-                released = self.replay_journal()
-                if released:
-                    log.info("released %d job(s) an interrupted round left held", len(released))
         if jobs is None or nodes is None:
+            given = jobs
             read_jobs, read_nodes = self.read()
             jobs = read_jobs if jobs is None else jobs
             nodes = read_nodes if nodes is None else nodes
+            if not dry_run and given is None and self.replay_journal(jobs):
+                jobs = self.read()[0]       # released jobs have their priority back: plan with it
         if now is None:
             now = self.client.now()
         new = 0

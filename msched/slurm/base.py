@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from msched.tag import JobTag, parse_comment
+from msched.tag import PREFIX, JobTag, parse_comment
 
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -92,15 +92,18 @@ class SlurmJob:
 
     @property
     def tag(self) -> JobTag | None:
-        """The tag the controller validated and stamped into admin_comment (job_submit.lua of `msched
-        plugin install`; users cannot set it), else the claim at the start of the comment (msub on a
-        site without the plugin: unverified, see `tag_verified`)."""
-        return parse_comment(self.admin_comment)[0] or parse_comment(self.comment)[0]
+        """The job's tag: the one job_submit.lua validated and stamped into admin_comment (users cannot
+        set it) where there is one, else the claim in the comment (bounded like any claim)."""
+        if self.admin_comment.startswith(PREFIX):
+            stamped = parse_comment(self.admin_comment)[0]
+            if stamped is not None:
+                return stamped
+        return parse_comment(self.comment)[0]
 
     @property
     def tag_verified(self) -> bool:
         """Whether the tag comes from admin_comment (checked by the controller), not only the comment."""
-        return parse_comment(self.admin_comment)[0] is not None
+        return self.admin_comment.startswith(PREFIX) and parse_comment(self.admin_comment)[0] is not None
 
     @property
     def user_comment(self) -> str:

@@ -43,7 +43,7 @@ local function ask_msched(kind, options_json)
         fh:close()
         local command = table.concat({
             "exec", sh_quote(TIMEOUT), "-s", "KILL", tostring(TIMEOUT_S), sh_quote(PYTHON), "-I", "-c",
-            sh_quote("from msched.plugin.filter import main; main()"), kind,
+            sh_quote("from msched.plugin.filter import main; main()"), kind, tostring(TIMEOUT_S),
             "<", sh_quote(input), ">", sh_quote(output), "2>/dev/null",
         }, " ")
         os.execute(command)
