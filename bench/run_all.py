@@ -56,6 +56,11 @@ BENCHES = (
           "median added time for a cached torchvision model (goal: under 100 ms, and torch never imported) and "
           "for a first-time profile of a user's model file.",
           quick=(("--runs", "7", "--user-runs", "1"),), full=((),), slurm=True),
+    Bench("plugin", "bench_plugin.py", "msched as a Slurm plugin: per-submit overhead",
+          "Interleaved plain `sbatch`, `sbatch` through msched's cli_filter.lua, and `msub`, on the dev cluster "
+          "started with `--plugins` (budget: the plugin adds at most 50 ms median per sbatch), for a tagged and "
+          "an untagged job; and job_submit.lua's time per tagged submission in Lua 5.1.",
+          quick=(("--quick",),), full=((),), slurm=True),
     Bench("profiler", "bench_profiler.py", "Profiler speed",
           "Time to profile each torchvision classification model on the meta device (in one process, torch "
           "already imported), median and max, and one cold `python -m msched.models.profiler resnet50`.",

@@ -2,7 +2,9 @@
 # A real Slurm cluster on one machine, for development and tests (facts: ../shared/SLURM-NOTES.md).
 #
 #   scripts/slurm-dev-cluster.sh up     [--dir DIR]   install (apt) if missing, start, wait until idle
-#   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files)
+#   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files),
+#                                                     waiting for each to exit; the munged a dev cluster
+#                                                     started goes with the last cluster on the host
 #   scripts/slurm-dev-cluster.sh status [--dir DIR]   exit 0 when every daemon runs and Slurm answers
 #
 # `up --plugins` turns on msched's Slurm plugins: `msched plugin install --dir DIR` writes cli_filter.lua

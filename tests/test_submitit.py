@@ -76,8 +76,9 @@ def test_submitit_through_the_plugin(plugin_cluster, ordinary_user):
         for job_id in answer["ids"]:
             fields = show_job(plugin_cluster, job_id)
             tag, _, why = parse_tag(fields["AdminComment"])
-            if mode == "unnamed":
-                assert fields["AdminComment"] == "" and fields["Comment"] == "", (mode, job_id, fields)
+            if mode == "unnamed":     # untagged, and why is on record for its owner (`msched jobs`)
+                assert fields["AdminComment"] == "" and tag is None, (mode, job_id, fields)
+                assert why_of(fields["Comment"]) == "no model named", (mode, job_id, fields)
             else:
                 assert tag is not None and tag.model == "resnet50" and not why, (mode, job_id, fields)
                 assert tag.added and fields["Features"].strip("()") == tag.added

@@ -101,6 +101,11 @@ class SlurmJob:
         return parse_comment(self.comment)[0]
 
     @property
+    def tag_verified(self) -> bool:
+        """Whether the tag comes from admin_comment (checked by the controller), not only the comment."""
+        return self.admin_comment.startswith(PREFIX) and parse_comment(self.admin_comment)[0] is not None
+
+    @property
     def user_comment(self) -> str:
         return parse_comment(self.comment)[1]
 
