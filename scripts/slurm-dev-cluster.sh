@@ -20,17 +20,20 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--node-gpus NODE=N ...]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
+NODE_GPUS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
         --dir=*) DIR="${1#--dir=}"; shift ;;
         --accounting) ACCOUNTING=1; shift ;;
+        # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
+        --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -39,6 +42,8 @@ case "$ACTION" in up|down|status) ;; *) usage ;; esac
 NODES=(n1 n2 n3 n4)
 declare -A GPU_TYPE=([n1]=a100 [n2]=titanv [n3]=rtx2080ti [n4]=titanxp)
 GPUS_PER_NODE=4
+declare -A NODE_GPU_COUNT=([n1]=$GPUS_PER_NODE [n2]=$GPUS_PER_NODE [n3]=$GPUS_PER_NODE [n4]=$GPUS_PER_NODE)
+for item in "${NODE_GPUS[@]}"; do NODE_GPU_COUNT[${item%%=*}]="${item#*=}"; done
 CPUS_PER_NODE=16
 UP_TIMEOUT_S="${SLURM_DEV_UP_TIMEOUT:-60}"
 # SchedulerType (slurm.conf): backfill, Slurm's default, or builtin (strict priority order). Read when a
@@ -184,7 +189,7 @@ write_config() {
         i=0
         for node in "${NODES[@]}"; do
             i=$((i + 1)); port=$((PORT_BASE + i))
-            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:$GPUS_PER_NODE Feature=${GPU_TYPE[$node]} State=UNKNOWN"
+            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]} Feature=${GPU_TYPE[$node]} State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
     } >"$CONF.tmp"
@@ -194,7 +199,7 @@ write_config() {
         for node in "${NODES[@]}"; do
             mkdir -p "$DIR/spool/$node"
             gpus=()
-            for ((i = 0; i < GPUS_PER_NODE; i++)); do
+            for ((i = 0; i < NODE_GPU_COUNT[$node]; i++)); do
                 ln -sfn /dev/null "$DIR/dev/$node-gpu$i"
                 gpus+=("$DIR/dev/$node-gpu$i")
             done

@@ -23,6 +23,7 @@ from msched.slurm.base import (
     PENDING,
     JobNotPending,
     JobRequest,
+    SchedulerSettings,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -46,6 +47,10 @@ class SimClient(SlurmClient):
         `backfill=False` gives strict priority order."""
         cluster = spec if isinstance(spec, ClusterSpec) else parse_cluster(spec)
         return cls(Simulator(cluster, truth, backfill=backfill, **kwargs))
+
+    def scheduler(self) -> SchedulerSettings:
+        """What `scontrol show config` would say of the simulated Slurm: its scheduler setting."""
+        return SchedulerSettings("sched/backfill" if self.sim.backfill else "sched/builtin")
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:

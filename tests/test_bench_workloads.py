@@ -15,16 +15,16 @@ from slurm_sim.trace import REQUIRED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import workloads as wl  # noqa: E402
+from helpers import SHARED_SAMPLE  # noqa: E402
 
 REFS = ("resnet50", "resnet18", "vgg16", "densenet121", "mobilenet_v2", "squeezenet1_0")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shared_data():
-    try:
-        return wl.shared_data_dir()
-    except wl.WorkloadError as exc:
-        pytest.skip(f"shared data not present: {exc}")
+@pytest.fixture(autouse=True)
+def shared_data(monkeypatch):
+    """The workloads read the tests' small copy of the shared data, with or without ../shared."""
+    monkeypatch.setenv("MSCHED_SHARED_DATA", str(SHARED_SAMPLE))
+    return wl.shared_data_dir()
 
 
 def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:

@@ -28,10 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from msched.errors import ProfileError
+from msched.util.text import one_line
 
 PROFILE_VERSION = 2
 DEFAULT_INPUT_SIZE = 224
 DEFAULT_TIMEOUT_S = 60.0
+# limits of the child that imports a user's file (resource.setrlimit, set by the child before the import):
+# its address space (torch alone maps ~3.5 GB of it, ~0.9 GB resident) and its CPU seconds (all threads)
+PROFILE_MEMORY_LIMIT_BYTES = 8 << 30
+PROFILE_CPU_LIMIT_S = 2 * DEFAULT_TIMEOUT_S
 BYTES_PER_ELEMENT = 4  # activations counted as float32, the precision jobs are planned at
 LIBRARIES = ("torch", "torchvision", "msched")
 
@@ -224,7 +229,7 @@ def load_factory(path: str, factory: str):
     except ProfileError:
         raise
     except BaseException as exc:  # the user's code may raise anything, SystemExit included
-        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {one_line(exc)}") from exc
     fn = getattr(module, factory, None)
     if fn is None:
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
@@ -243,7 +248,7 @@ def build_user(path: str, factory: str):
     except ProfileError:
         raise
     except Exception as exc:
-        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {one_line(exc)}") from exc
     if not isinstance(model, torch.nn.Module):
         raise ProfileError(f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module")
     return model, mode
@@ -386,7 +391,7 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
     try:
         model = model.to("meta")
     except Exception as exc:  # a module holding non-tensor state that cannot move
-        raise ProfileError(f"{spec}: cannot move the model to the meta device: {_one_line(exc)}") from exc
+        raise ProfileError(f"{spec}: cannot move the model to the meta device: {one_line(exc)}") from exc
     ops = _OpCounter()
     flop_mode = FlopCounterMode(display=False)
     try:
@@ -396,7 +401,7 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
         raise
     except Exception as exc:
         raise ProfileError(f"{spec}: forward pass at {input_size}x{input_size} failed: "
-                           f"{type(exc).__name__}: {_one_line(exc)}") from exc
+                           f"{type(exc).__name__}: {one_line(exc)}") from exc
     finally:
         for h in handles:
             h.remove()
@@ -432,12 +437,22 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
     return Profile(**{**asdict(prof), "seconds": round(time.perf_counter() - start, 4)})
 
 
-def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Profile:
-    """Profile SPEC in a child Python with a timeout: the user's code never runs in the caller."""
+def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                       memory_limit_bytes: int = PROFILE_MEMORY_LIMIT_BYTES,
+                       cpu_limit_s: float = PROFILE_CPU_LIMIT_S) -> Profile:
+    """Profile SPEC in a child Python: the user's code never runs in the caller.
+
+    The child gets a wall-clock `timeout` (killed with its whole session), and sets its own memory and
+    CPU limits before it imports anything of the user's, so a file that allocates or spins without end
+    fails with a one-line error instead of taking the login node with it. `-P` keeps the current
+    directory off the child's `sys.path`: a `torch.py` someone left in a shared working directory is
+    never imported in place of the real one.
+    """
     import signal
     import subprocess
 
-    argv = [sys.executable, "-m", "msched.models.profiler", spec, "--json"]
+    argv = [sys.executable, "-P", "-m", "msched.models.profiler", spec, "--json",
+            "--memory-limit", str(int(memory_limit_bytes)), "--cpu-limit", str(max(1, int(cpu_limit_s)))]
     if input_size:
         argv += ["--input-size", str(int(input_size))]
     env = dict(os.environ)
@@ -459,33 +474,54 @@ def profile_subprocess(spec: str, input_size: int | None = None, timeout: float 
         data = {}
     if proc.returncode == 0 and "flops" in data:
         return Profile.from_dict(data)
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not data:
+        raise ProfileError(f"{spec}: profiling used more than its {max(1, int(cpu_limit_s))} s of CPU "
+                           "(does importing the file or calling the factory loop?)")
     if isinstance(data, dict) and data.get("error"):
-        raise ProfileError(data["error"])
+        message = str(data["error"])
+        if "MemoryError" in message or "can't allocate memory" in message:
+            message += f" (the profiler's memory limit is {memory_limit_bytes / (1 << 30):g} GiB)"
+        raise ProfileError(message)
     tail = (err or out or "").strip().splitlines()
     raise ProfileError(f"{spec}: profiler exited with status {proc.returncode}: {tail[-1] if tail else 'no output'}")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
+def limit_this_process(memory_bytes: int | None, cpu_s: int | None) -> None:
+    """Cap this process's address space and CPU seconds (the profiler child, before the user's import).
+
+    CPU: SIGXCPU at the soft limit, SIGKILL one second later. A limit already lower (the user's own
+    `ulimit`) is kept."""
+    import resource
+
+    for which, value, slack in ((resource.RLIMIT_AS, memory_bytes, 0), (resource.RLIMIT_CPU, cpu_s, 1)):
+        if not value:
+            continue
+        soft, hard = resource.getrlimit(which)
+        new_hard = value + slack if hard == resource.RLIM_INFINITY else min(hard, value + slack)
+        new_soft = value if soft == resource.RLIM_INFINITY else min(soft, value)
+        resource.setrlimit(which, (min(new_soft, new_hard), new_hard))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m msched.models.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
+    """`python -m msched.models.profiler SPEC [--input-size N] [--json] [--memory-limit B] [--cpu-limit S]`:
+    the child side of profile_subprocess."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m msched.models.profiler")
     ap.add_argument("spec")
     ap.add_argument("--input-size", type=int, default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--memory-limit", type=int, default=None, help="address-space limit in bytes (setrlimit)")
+    ap.add_argument("--cpu-limit", type=int, default=None, help="CPU-time limit in seconds (setrlimit)")
     args = ap.parse_args(argv)
+    limit_this_process(args.memory_limit, args.cpu_limit)
     try:
         prof = profile_in_process(args.spec, args.input_size)
     except ProfileError as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", flush=True)
         return 2
     except Exception as exc:
-        msg = f"{args.spec}: {type(exc).__name__}: {_one_line(exc)}"
+        msg = f"{args.spec}: {type(exc).__name__}: {one_line(exc)}"
         print(json.dumps({"error": msg}) if args.json else f"error: {msg}", flush=True)
         return 2
     if args.json:
