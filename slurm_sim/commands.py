@@ -290,5 +290,6 @@ def _print_table(results, cluster, n_jobs: int, scheduler: str) -> None:
                       _fmt_r(m.get("ratio_to_lower_bound")), str(r.rounds))
     Console(file=sys.stdout, width=max(120, Console().width)).print(table)
     lb = results[0].metrics.get("lower_bound_s") if results else None
-    click.echo(f"lower bound on the makespan: {_fmt_s(lb)} (longest job at its best type; work after each "
-               "submit time spread over all GPUs)")
+    simple = results[0].metrics.get("simple_lower_bound_s") if results else None
+    click.echo(f"lower bound on the makespan: {_fmt_s(lb)} (LP relaxation over GPU types; the simple bound, "
+               f"longest job vs all work over all GPUs, is {_fmt_s(simple)})")

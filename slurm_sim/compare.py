@@ -35,7 +35,7 @@ from msched.slurm.base import JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpec
-from slurm_sim.metrics import ENDED_OK, JobOutcome, lower_bound, summarize
+from slurm_sim.metrics import ENDED_OK, JobOutcome, summarize, trace_bound
 from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
@@ -154,8 +154,9 @@ class _PerJobCache:
 
 
 def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, store=None,
-           progress: Callable[[str], None] | None = None) -> RunResult:
-    """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`."""
+           progress: Callable[[str], None] | None = None, bound=None) -> RunResult:  # noqa: ANN001
+    """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`. `bound`:
+    the trace's lower bound (`metrics.trace_bound`) when the caller has it already (one LP per trace)."""
     from msched.rounds.core import round_due, run_round
 
     wall0 = _time.perf_counter()
@@ -265,8 +266,10 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
                            state=j.state, model=j.model)
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
-    lb = lower_bound(trace, setup.truth, setup.cluster)
-    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, lb, submitted=n)
+    if bound is None:
+        bound = trace_bound(trace, setup.truth, setup.cluster)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, bound.simple_s,
+                        submitted=n)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
@@ -280,7 +283,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
 def compare(trace: Sequence[TraceJob], policies: Sequence[str], setup: SimSetup, *, store=None,
             progress: Callable[[str], None] | None = None) -> list[RunResult]:
     """Every policy on the same trace; each result's `metrics` gains `ratio_to_fifo` when fifo ran."""
-    results = [replay(trace, p, setup, store=store, progress=progress) for p in policies]
+    bound = trace_bound(trace, setup.truth, setup.cluster) if trace else None
+    results = [replay(trace, p, setup, store=store, progress=progress, bound=bound) for p in policies]
     base = next((r for r in results if r.policy == "fifo"), None)
     for r in results:
         ms = r.metrics.get("makespan_s")

@@ -3,16 +3,12 @@
 - makespan_s: last end minus first submit; mean_jct_s / p99_jct_s: end minus submit (p99 by the
   nearest-rank method: the ceil(0.99 n)-th smallest); mean_wait_s: start minus submit;
   gpu_utilization: busy GPU-seconds / (all GPUs x makespan).
-- lower_bound_s: no schedule can finish sooner, whatever the policy. With r_j = job j's shortest true
-  runtime over the GPU types that can hold it (its data, its pin, its size; capped at its time limit,
-  where Slurm would kill it), g_j its GPUs, s_j its submit time, s_0 the first submit, G all GPUs:
-
-      LB = max( max_j (s_j - s_0 + r_j),                                  # no job ends before that
-                max_t (t - s_0 + sum_{j: s_j >= t} g_j r_j / G) )         # work submitted from t on
-
-  The second term holds because jobs submitted at or after t occupy at least g_j r_j GPU-seconds after
-  t, and at most G GPUs run at once; t = s_0 gives the classic total-work bound. Both terms ignore
-  queueing and fragmentation, so the bound is valid but rarely reached.
+- lower_bound_s: no schedule can finish sooner, whatever the policy: the LP relaxation over GPU types
+  of `msched.policy.bound` (each job fractionally assigned to the types that can hold it and have a
+  truth row, its runtime there capped at its time limit, where Slurm would kill it; per-type capacity
+  after every release time; every job no shorter than its runtime). It dominates the simple bound (the
+  longest job at its best type; all work submitted from t on over all GPUs), which is printed beside it
+  as `simple_lower_bound_s`. Both ignore queueing order and non-preemption, so they are rarely reached.
 """
 
 from __future__ import annotations
@@ -50,48 +46,36 @@ def percentile_nearest_rank(values: Sequence[float], q: float) -> float:
     return s[k - 1]
 
 
-def best_runtime(job: TraceJob, truth: PerfTable, cluster: ClusterSpec) -> float | None:
-    """Shortest true runtime of a job on any type that can hold it (capped at its time limit)."""
-    types = [job.gpu_type] if job.gpu_type else cluster.gpu_types
-    best = None
-    for t in types:
-        if not cluster.fits(t, job.num_gpus):
-            continue
+def true_runtimes(job: TraceJob, truth: PerfTable, cluster: ClusterSpec) -> dict[str, float]:
+    """A job's true runtime on each type that can hold it (its pin, size and partitions) and has a truth row
+    (capped at its time limit)."""
+    from slurm_sim.trace import candidate_types
+    out: dict[str, float] = {}
+    for t in candidate_types(job, cluster):
         ms = truth.iter_ms(job.model, t, job.num_gpus, job.batch_size)
         if ms is None:
             continue
         r = job.iterations * ms / 1000.0
-        best = r if best is None else min(best, r)
-    if best is not None and job.time_limit_s:
-        best = min(best, job.time_limit_s)
-    return best
+        out[t] = min(r, job.time_limit_s) if job.time_limit_s else r
+    return out
+
+
+def trace_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec):  # noqa: ANN201
+    """The LP bound (`msched.policy.bound.LowerBound`) of a trace on a cluster, from the first submit."""
+    from msched.policy.bound import BoundJob, lp_lower_bound
+    jobs = [BoundJob(j.job_id, j.submit_time, j.num_gpus, true_runtimes(j, truth, cluster)) for j in trace]
+    return lp_lower_bound(jobs, cluster.gpus_total)
 
 
 def lower_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec) -> float:
+    """No schedule of the trace ends sooner than this after its first submit (the LP bound)."""
     if not trace:
         return 0.0
-    s0 = min(j.submit_time for j in trace)
-    G = cluster.total_gpus
-    items = []
-    lb_single = 0.0
-    for j in trace:
-        r = best_runtime(j, truth, cluster)
-        if r is None:
-            continue
-        lb_single = max(lb_single, j.submit_time - s0 + r)
-        items.append((j.submit_time, j.num_gpus * r))
-    items.sort()
-    lb_work = 0.0
-    suffix = 0.0
-    for k in range(len(items) - 1, -1, -1):
-        suffix += items[k][1]
-        if k == 0 or items[k - 1][0] != items[k][0]:
-            lb_work = max(lb_work, items[k][0] - s0 + suffix / G)
-    return max(lb_single, lb_work)
+    return trace_bound(trace, truth, cluster).value_s
 
 
 def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: float,
-              submitted: int | None = None) -> dict:
+              simple_lb: float | None = None, submitted: int | None = None) -> dict:
     """DESIGN's per-policy result object. Every metric counts every submitted job: a job that never ended
     (or was never accepted: `submitted` > len(outcomes)) has no end time, so when any job is unfinished
     the makespan and JCTs are None (unknown, not the smaller figure of the jobs that did finish) and the
@@ -101,7 +85,7 @@ def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: 
     unfinished = submitted - len(done)
     out = {"policy": policy, "jobs": submitted, "submitted": submitted, "finished": len(done),
            "unfinished": unfinished, "timeouts": sum(1 for o in done if o.state == "TIMEOUT"),
-           "lower_bound_s": lb}
+           "lower_bound_s": lb, "simple_lower_bound_s": lb if simple_lb is None else simple_lb}
     if not outcomes or unfinished:
         out.update({"makespan_s": None, "mean_jct_s": None, "p99_jct_s": None, "mean_wait_s": None,
                     "gpu_utilization": None, "ratio_to_lower_bound": None})

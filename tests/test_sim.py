@@ -181,7 +181,8 @@ def test_jobs_without_limit_get_partition_default_for_backfill(tmp_path):
 def test_three_job_makespan_hand_computed():
     """a100 (100 ms/iter) and titanv (200 ms/iter), one GPU each, fifo, all at t=0:
     j1 1000 it -> a100 0-100; j2 1000 it -> titanv 0-200; j3 500 it -> a100 at 100, 100-150.
-    makespan 200, mean JCT (100 + 200 + 150) / 3 = 150; lower bound max(100, (100+100+50)/2) = 125."""
+    makespan 200, mean JCT (100 + 200 + 150) / 3 = 150; simple bound max(100, (100+100+50)/2) = 125; the LP
+    bound moves f a100-seconds of work to titanv (2f titanv-seconds): 250 - f = 2f, so 500/3."""
     truth = table(("resnet50", "a100", 100.0), ("resnet50", "titanv", 200.0))
     cluster = parse_cluster("a100:1x1,titanv:1x1")
     trace = [TraceJob(str(i), 0.0, "u", "resnet50", 1, 12, it) for i, it in ((1, 1000), (2, 1000), (3, 500))]
@@ -192,7 +193,8 @@ def test_three_job_makespan_hand_computed():
     m = result.metrics
     assert m["makespan_s"] == pytest.approx(200)
     assert m["mean_jct_s"] == pytest.approx(150)
-    assert m["lower_bound_s"] == pytest.approx(125)
+    assert m["lower_bound_s"] == pytest.approx(500 / 3, rel=1e-6)
+    assert m["simple_lower_bound_s"] == pytest.approx(125)
     assert m["gpu_utilization"] == pytest.approx(350 / 400)
     assert lower_bound(trace, truth, cluster) <= m["makespan_s"]
 
