@@ -467,9 +467,29 @@ MEANING = """## What the figures mean
 """
 
 
+def _old_sections(old: str) -> tuple[dict[str, str], dict[str, str]]:
+    """From an earlier BENCHMARKS.md: each benchmark's section (by title) and its summary-table row."""
+    sections, rows = {}, {}
+    for b in BENCHES:
+        for head in (f"## {b.title}\n", f"## {b.title} (earlier run)\n"):
+            if head in old:
+                body = old.split(head, 1)[1]
+                nxt = body.find("\n## ")
+                sections[b.title] = f"## {b.title}\n" + (body if nxt < 0 else body[:nxt + 1])
+        row = next((ln for ln in old.splitlines() if ln.startswith(f"| {b.title} |")), None)
+        if row:
+            rows[b.title] = row
+    return sections, rows
+
+
 def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], path: Path, argv: list[str],
-                   slurm_note: str = "") -> None:
+                   slurm_note: str = "", keep_others: bool = False) -> None:
+    """The whole BENCHMARKS.md from this run. `keep_others` (with --only): the benchmarks not run keep
+    their sections from the earlier file, marked as from the earlier run."""
     old = path.read_text() if path.exists() else ""
+    old_sections, old_rows = _old_sections(old) if keep_others else ({}, {})
+    ran = {o.bench.title for o in outcomes}
+    kept = [b for b in BENCHES if b.title not in ran and b.title in old_sections]
     analysis = ""
     if MARK_START in old and MARK_END in old:
         analysis = old.split(MARK_START, 1)[1].split(MARK_END, 1)[0].strip("\n")
@@ -505,6 +525,16 @@ def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], 
         cmd = "<br>".join("`" + " ".join(a) + "`" for a in o.argv) or "-"
         status = o.status + (f" ({o.note})" if o.note else "")
         L.append(f"| {o.bench.title} | {status} | {o.seconds:.0f} | {cmd} |")
+    for b in kept:
+        row = old_rows.get(b.title)
+        if row:
+            cells = row.split(" | ")
+            cells[1] = cells[1].replace(" (earlier run, not re-run)", "") + " (earlier run, not re-run)"
+            L.append(" | ".join(cells))
+    if kept:
+        L.append("")
+        L.append("Not re-run this time (`--only`): " + ", ".join(b.title for b in kept) + "; their sections below "
+                 "are copied from the earlier file as they were.")
     L.append("")
     L.extend(workloads_section())
     L.extend(MEANING.splitlines())
@@ -555,6 +585,9 @@ def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], 
             L.append(text[-12000:])
             L.append("```")
             L.append("")
+    for b in kept:
+        L.append(old_sections[b.title].rstrip("\n").replace(f"## {b.title}", f"## {b.title} (earlier run)", 1))
+        L.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L).rstrip() + "\n")
 
@@ -610,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
             if drawn:
                 figures[o.bench.key] = str(target.relative_to(args.out.resolve().parent)) \
                     if target.is_relative_to(args.out.resolve().parent) else str(target)
-        write_markdown(outcomes, run_mode, figures, args.out, raw, slurm_note)
+        write_markdown(outcomes, run_mode, figures, args.out, raw, slurm_note, keep_others=bool(args.only))
         print(f"\nwrote {args.out}" + (f" and {len(figures)} figure(s) under bench/figures/" if figures else ""))
 
     print("\n=== summary ===")
