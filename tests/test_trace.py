@@ -297,3 +297,29 @@ def test_truth_gaps_refused_up_front_unless_filled_and_unfinished_jobs_fail_the_
     assert r.exit_code == 1 and "unfinished jobs: fifo: 1 (2)" in r.output
     m = json.loads(out.read_text())[0]
     assert (m["submitted"], m["finished"], m["unfinished"], m["makespan_s"]) == (2, 1, 1, None)
+
+
+def test_truth_rows_stopping_below_the_gpu_count_and_small_nodes_lose_no_job(tmp_path):
+    """vgg16's rows stop at 4 GPUs on every type; 8-GPU jobs run by the table's fill rule (the nearest
+    count below), never parked. The titanv node has 4 GPUs, so no policy may put an 8-GPU job there:
+    every policy finishes every job, and every 8-GPU job ran on a100."""
+    rows = [PerfRow(m, t, g, 12, "float", ms * slow * (1 + 0.05 * (g - 1)), "test")
+            for m, ms in (("vgg16", 120.0), ("resnet50", 90.0)) for t, slow in (("a100", 1.0), ("titanv", 1.5))
+            for g in (1, 2, 4)]
+    truth = tmp_path / "truth.csv"
+    PerfTable(rows).write(truth)
+    trace = write(tmp_path, HEADER + "".join(f"{i},{i * 10},u,{m},{g},12,{it}\n" for i, (m, g, it) in enumerate(
+        [("vgg16", 8, 4000), ("resnet50", 4, 9000), ("vgg16", 8, 3000), ("resnet50", 1, 20000), ("vgg16", 2, 5000),
+         ("vgg16", 8, 2000)], start=1)))
+    out, res = tmp_path / "jobs.csv", tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:8x1,titanv:4x1", "--trace", str(trace), "--truth", str(truth),
+                                 "--perf", str(truth), "--references", "resnet50,vgg16",
+                                 "--policy", "fifo,fastest,msched-once,msched,oracle", "--jobs-csv", str(out),
+                                 "--json", str(res)])
+    assert r.exit_code == 0, r.output
+    for m in json.loads(res.read_text()):
+        assert (m["submitted"], m["finished"], m["unfinished"]) == (6, 6, 0), m["policy"]
+    with open(out) as fh:
+        ran = list(csv.DictReader(fh))
+    assert len(ran) == 30
+    assert {x["gpu_type"] for x in ran if x["job_id"] in ("1", "3", "6")} == {"a100"}
