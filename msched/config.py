@@ -19,6 +19,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
+    gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -78,6 +79,7 @@ class Config:
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
+    gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -167,7 +169,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance"):
+    for key in ("references", "performance", "gpu_specs"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])

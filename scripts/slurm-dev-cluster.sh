@@ -5,6 +5,11 @@
 #   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files)
 #   scripts/slurm-dev-cluster.sh status [--dir DIR]   exit 0 when every daemon runs and Slurm answers
 #
+# `up --plugins` turns on msched's Slurm plugins: `msched plugin install --dir DIR` writes cli_filter.lua
+# and job_submit.lua beside slurm.conf, and slurm.conf gets CliFilterPlugins=cli_filter/lua and
+# JobSubmitPlugins=lua. Plain `up` runs without them (a running cluster is restarted to match); the
+# Python that runs msched is MSCHED_PYTHON, else the repository's .venv.
+#
 # `up --accounting` adds what real sites run for job history: a private MariaDB (datadir, socket and
 # port inside DIR) and slurmdbd, so `sacct` works (installs slurmdbd and mariadb-server with apt).
 # The choice is remembered in DIR: later `up`/`down` on that DIR include the accounting daemons.
@@ -20,18 +25,20 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--node-gpus NODE=N ...]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
+PLUGINS=0
 NODE_GPUS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
         --dir=*) DIR="${1#--dir=}"; shift ;;
         --accounting) ACCOUNTING=1; shift ;;
+        --plugins) PLUGINS=1; shift ;;
         # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
         --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
         *) usage ;;
@@ -125,7 +132,22 @@ start_munge() {
     chmod 0400 /etc/munge/munge.key
     runuser -u munge -- /usr/sbin/munged 9>&-
     wait_until 10 munge_ok || die "munged did not start (see /var/log/munge/munged.log)"
-    touch "$RUN/munged.started-by-us"
+    touch "$MUNGE_MARK"
+}
+
+# Host-wide: munged serves every Slurm on the host, so whichever dev cluster goes down last stops it.
+MUNGE_MARK=/run/munge/started-by-slurm-dev
+
+# A slurm daemon of any cluster on this host that has not exited (a zombie has: it is only unreaped).
+slurm_daemons_left() {
+    ps -e -o stat=,comm= 2>/dev/null | awk '$1 !~ /^Z/ && ($2 == "slurmctld" || $2 == "slurmd" || $2 == "slurmdbd") {n++} END {exit n ? 0 : 1}'
+}
+
+install_plugins() {
+    local py="${MSCHED_PYTHON:-$REPO/.venv/bin/python}"
+    [[ -x "$py" ]] || die "--plugins needs msched: $py is missing (make install, or set MSCHED_PYTHON)"
+    "$py" -m msched.cli plugin install --dir "$DIR" >"$DIR/log/plugin-install.log" 2>&1 \
+        || die "msched plugin install failed: $(tail -n 1 "$DIR/log/plugin-install.log")"
 }
 
 write_config() {
@@ -186,6 +208,10 @@ write_config() {
         echo "InactiveLimit=0"
         echo "SlurmdTimeout=120"
         echo "MessageTimeout=10"
+        if [[ $PLUGINS -eq 1 ]]; then
+            echo "CliFilterPlugins=cli_filter/lua"
+            echo "JobSubmitPlugins=lua"
+        fi
         i=0
         for node in "${NODES[@]}"; do
             i=$((i + 1)); port=$((PORT_BASE + i))
@@ -326,13 +352,20 @@ do_up() {
     resolve_dir
     clients_env
     mkdir -p "$RUN"
-    if cluster_running && all_nodes_idle_or_busy; then
+    local have_plugins=0
+    [[ -f "$DIR/plugins" ]] && have_plugins=1
+    if [[ $have_plugins -eq $PLUGINS ]] && cluster_running && all_nodes_idle_or_busy; then
+        [[ $PLUGINS -eq 1 ]] && install_plugins        # msched's tables may have changed: regenerate
         log "already running in $DIR"
         echo "export SLURM_CONF=$CONF"
         return 0
     fi
     start_munge
     local t0=$SECONDS fresh=0
+    if [[ $have_plugins -ne $PLUGINS ]]; then
+        # Plugins turned on or off: the controller must restart with the new slurm.conf.
+        stop_daemon "$RUN/slurmctld.pid" slurmctld
+    fi
     if [[ $ACCOUNTING -eq 1 && ! -f "$DIR/accounting" ]]; then
         # Accounting asked for on a cluster running without it: the controller must restart.
         stop_daemon "$RUN/slurmctld.pid" slurmctld
@@ -341,6 +374,13 @@ do_up() {
     if ! daemon_alive "$RUN/slurmctld.pid" slurmctld; then
         # A fresh controller: the slurmds of an earlier run would register with stale state.
         for n in "${NODES[@]}"; do stop_daemon "$RUN/slurmd-$n.pid" slurmd; done
+        if [[ $PLUGINS -eq 1 ]]; then
+            mkdir -p "$DIR/log"
+            install_plugins
+            touch "$DIR/plugins"
+        else
+            rm -f "$DIR/plugins" "$DIR/cli_filter.lua" "$DIR/job_submit.lua"
+        fi
         write_config
         [[ -f "$DIR/jobcomp.txt" ]] && mv -f "$DIR/jobcomp.txt" "$DIR/jobcomp.txt.1"
         : >"$DIR/jobcomp.txt"
@@ -391,12 +431,13 @@ do_down() {
     for n in "${NODES[@]}"; do stop_daemon "$RUN/slurmd-$n.pid" slurmd; done
     stop_daemon "$RUN/slurmctld.pid" slurmctld
     stop_accounting
-    if [[ -f "$RUN/munged.started-by-us" ]]; then
-        # munged is shared by every Slurm on the host: stop it only when no slurm daemon is left.
-        if ! pgrep -x slurmctld >/dev/null && ! pgrep -x slurmd >/dev/null; then
-            stop_daemon /run/munge/munged.pid munged
-        fi
-        rm -f "$RUN/munged.started-by-us"
+    rm -f "$RUN/munged.started-by-us"               # the per-directory marker of older versions
+    if [[ -f "$MUNGE_MARK" ]] && ! slurm_daemons_left; then
+        # munged is shared by every Slurm on the host: stop it only when no slurm daemon is left (the
+        # daemons stopped above have exited; stop_daemon waited, and a zombie does not count). While
+        # another cluster runs, the marker stays, so the last `down` stops it.
+        stop_daemon /run/munge/munged.pid munged
+        rm -f "$MUNGE_MARK"
     fi
     log "down ($DIR)"
 }

@@ -268,8 +268,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     if bound is None:
         bound = trace_bound(trace, setup.truth, setup.cluster)
-    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, bound.simple_s,
-                        submitted=n)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, submitted=n,
+                        simple_lb=bound.simple_s)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:

@@ -76,7 +76,7 @@ def lower_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpe
 
 
 def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: float,
-              simple_lb: float | None = None, submitted: int | None = None) -> dict:
+              submitted: int | None = None, simple_lb: float | None = None) -> dict:
     """DESIGN's per-policy result object. Every metric counts every submitted job: a job that never ended
     (or was never accepted: `submitted` > len(outcomes)) has no end time, so when any job is unfinished
     the makespan and JCTs are None (unknown, not the smaller figure of the jobs that did finish) and the

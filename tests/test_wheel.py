@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -28,8 +29,13 @@ def installed(tmp_path_factory) -> Path:
     """A fresh venv holding the wheel and, of msched's dependencies, only click (copied from this
     environment, so no network is needed): torch, numpy and the rest are absent on purpose."""
     work = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools leaves build/ in the source tree, and a stale build/lib would put
+    # deleted modules into later wheels
+    src = work / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", ".slurm-dev*",
+                                                             "__pycache__", "*.egg-info", "out", ".pytest_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(work / "dist"), str(REPO)], capture_output=True, text=True, timeout=300)
+                            "-w", str(work / "dist"), str(src)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
     wheel = next((work / "dist").glob("msched-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()

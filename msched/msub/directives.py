@@ -140,3 +140,15 @@ def detect_model(texts: list[str], known: set[str]) -> str | None:
 def script_command_lines(script: str) -> str:
     """The part of a script the shell runs (directives and comments are not command lines)."""
     return "\n".join(line for line in script.splitlines() if is_command_line(line))
+
+
+def find_model(named: str | None, script: str | None, wrap: str | None) -> str | None:
+    """The job's model: the one named (msub's option, an #MSCHED line, the environment), else one found
+    on the script's command lines or in --wrap; None for a job msched knows nothing of. msub and the
+    cli_filter plugin both ask here."""
+    if named is not None:
+        return named
+    texts = [script_command_lines(script)] if script else []
+    if wrap:
+        texts.append(wrap)
+    return detect_model(texts, known_models()) if any(texts) else None

@@ -32,10 +32,8 @@ import sys
 
 from msched.msub.decide import plan_tag_and_types
 from msched.msub.directives import (
-    detect_model,
-    known_models,
+    find_model,
     msched_directives,
-    script_command_lines,
     settings_from_words,
     strip_msched_lines,
 )
@@ -158,13 +156,7 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
 
     submission = plain._replace(original_script=script)
     try:
-        spec = settings.model
-        if spec is None:
-            texts = [script_command_lines(script)] if script else []
-            if req.wrap:
-                texts.append(req.wrap)
-            if any(texts):
-                spec = detect_model(texts, known_models())
+        spec = find_model(settings.model, script, req.wrap)
         if spec is None:
             return submission, warnings                   # unmanaged: untouched
         if config_problem:
