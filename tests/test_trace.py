@@ -323,3 +323,34 @@ def test_truth_rows_stopping_below_the_gpu_count_and_small_nodes_lose_no_job(tmp
         ran = list(csv.DictReader(fh))
     assert len(ran) == 30
     assert {x["gpu_type"] for x in ran if x["job_id"] in ("1", "3", "6")} == {"a100"}
+
+
+def test_a_per_partition_cluster_is_planned_through_partitions(tmp_path, truth_csv):
+    """A site that splits GPU types by partition: `a100` holds the a100 nodes, `rtx` the rtx2080ti ones,
+    `all` (the default) both. Jobs that name `rtx` run only there under every policy (msched's plan and
+    its constraint stay inside the job's partitions), every job finishes, and the `a100` partition's
+    DefaultTime is what a limitless job there runs under."""
+    spec = tmp_path / "cluster.toml"
+    spec.write_text('[[partitions]]\nname = "all"\ndefault = true\n'
+                    '[[partitions]]\nname = "a100"\nnodes = ["a100"]\ndefault_time_s = 86400\n'
+                    '[[partitions]]\nname = "rtx"\nnodes = ["rtx2080ti"]\n'
+                    '[[nodes]]\ntype = "a100"\ngpus = 4\n[[nodes]]\ntype = "rtx2080ti"\ngpus = 4\n')
+    trace = write(tmp_path, HEADER.strip() + ",time_limit_s,partition\n" + "".join(
+        f"{i},{i * 20},u,{m},{g},12,{it},{lim},{part}\n" for i, (m, g, it, lim, part) in enumerate([
+            ("vgg16", 2, 20000, 36000, "rtx"), ("resnet50", 4, 20000, "", "a100"), ("vgg19", 1, 30000, 36000, ""),
+            ("densenet121", 2, 20000, 36000, "rtx"), ("mobilenet_v2", 4, 30000, 36000, "\"a100,rtx\""),
+            ("resnet101", 1, 10000, 36000, "")], start=1)))
+    out, res = tmp_path / "jobs.csv", tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", str(spec), "--trace", str(trace), "--truth", str(truth_csv),
+                                 "--perf", str(truth_csv), "--references", "resnet50,vgg16",
+                                 "--policy", "fifo,msched-once,msched,oracle", "--jobs-csv", str(out),
+                                 "--json", str(res)])
+    assert r.exit_code == 0, r.output
+    assert all(m["finished"] == m["submitted"] == 6 for m in json.loads(res.read_text()))
+    with open(out) as fh:
+        ran = list(csv.DictReader(fh))
+    assert {x["gpu_type"] for x in ran if x["job_id"] in ("1", "4")} == {"rtx2080ti"}
+    assert {x["gpu_type"] for x in ran if x["job_id"] == "2"} == {"a100"}
+    with pytest.raises(TraceError, match="partition gpu is not in the cluster"):
+        load_trace(write(tmp_path, HEADER.strip() + ",partition\n1,0,u,vgg16,1,12,10,gpu\n"),
+                   PerfTable.load(truth_csv), parse_cluster(str(spec)))
