@@ -297,7 +297,7 @@ def quality_markdown(data: dict) -> list[str]:
     policies = ("fifo", "fastest", "msched-once", "msched", "oracle")
     jobs = data.get("jobs") or {}
     L = ["All under sched/backfill (Slurm's default). `x LP bound`: makespan over the LP lower bound "
-         "(msched.policy.bound), per seed then averaged; `finished`: jobs finished / submitted over all seeds.",
+         "(msched.policy.bound), per seed then averaged; `finished`: jobs finished / submitted, summed over the five policies and all seeds.",
          "",
          "| workload | policy | makespan h | mean JCT h | p99 JCT h | mean wait h | util % | x LP bound |",
          "|---|---|---:|---:|---:|---:|---:|---:|"]
