@@ -166,7 +166,8 @@ class Reorderer:
         self.client = client
         self.store = store
         self.objective = objective or config.objective
-        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s)
+        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s,
+                                                                       config.plan_time_s)
         self._estimator = estimator
         self.run_kind = run_kind
         self.run_name = run_name or config.cluster_name
@@ -325,10 +326,10 @@ class Reorderer:
                         "priorities; run --release again") from None
 
 
-def default_policy(objective: str, starvation_age_s: float = 86400.0):  # noqa: ANN201
+def default_policy(objective: str, starvation_age_s: float = 86400.0, time_box_s: float = 2.0):  # noqa: ANN201
     from msched.policy import get_policy
 
-    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s)
+    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s, time_box_s=time_box_s)
 
 
 def default_estimator(config: Config):  # noqa: ANN201
