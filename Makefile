@@ -36,8 +36,11 @@ demo: install
 		--policy fifo,fastest,msched-once,msched,oracle --round 60 --starvation-age 0 \
 		--json $(DEMO_DIR)/results.json --plot $(DEMO_DIR)/sim.png
 
+# ruff, then pylint's duplicate-code check alone (six or more lines repeated; imports and docstrings aside)
 lint: install
 	$(VENV)/bin/ruff check msched slurm_sim tests bench scripts
+	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
+		--ignore-imports=yes --ignore-docstrings=yes --ignore-comments=yes --score=no msched slurm_sim
 
 bench: install
 	$(PY) bench/run_all.py --full

@@ -113,7 +113,7 @@ class CountingClient(SlurmClient):
 
 def counting_cli(config: Config):  # noqa: ANN201
     """The command-line client, counting the Slurm processes it starts (each goes through `_exec`)."""
-    from msched.slurm.cli_backend import CliClient
+    from msched.slurm.cli import CliClient
 
     class ProcessCountingCli(CliClient):
         processes: dict[str, int]

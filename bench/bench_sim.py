@@ -1,9 +1,13 @@
-"""Simulator speed: a 20,000-job online trace on 1,000 GPUs of 6 types, 60 s reorder rounds under msched.
+"""Simulator speed: a 20,000-job online trace on 1,000 GPUs of 6 types, 60 s reorder rounds under msched,
+Slurm's default scheduler (sched/backfill) simulated; and the cost of loading a trace, per line.
 
 Prints jobs/s and rounds/s measured in this one run (and the makespan ratio to fifo when --fifo is
 given). `--full` also runs 100,000 jobs. The goal (issue 4): 20k jobs in well under a minute on 2 cores.
+The trace-load part writes a valid trace of `--load-lines` lines (100,000; 1,000,000 with --full), loads
+it with the simulator's reader (truth and cluster checks on) and prints seconds and peak Python memory
+per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
-    .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched]
+    .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--load-lines N]
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from msched.estimate.perf_table import PerfTable  # noqa: E402
 from slurm_sim.cluster import parse_cluster  # noqa: E402
 from slurm_sim.commands import default_truth_path  # noqa: E402
 from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402
-from slurm_sim.trace import default_philly_path, synth  # noqa: E402
+from slurm_sim.trace import default_philly_path, load_trace, synth, write_trace  # noqa: E402
 
 # 1,000 GPUs over the six types of the shared table (titanv and gtx1080ti: fewer models measured)
 CLUSTER = "a100:8x25,titanrtx:8x25,rtx2080ti:8x25,titanxp:8x25,titanv:8x13,gtx1080ti:8x12"
@@ -41,13 +45,14 @@ def online_trace(n: int, truth: PerfTable, cluster, seed: int, load: float):
     models = sorted(truth.models())
     philly = default_philly_path()
     cap = max(cluster.max_gpus(t) for t in cluster.gpu_types)
-    static = synth(n, models, truth, seed=seed, arrival="static", philly=philly, max_gpus=min(8, cap))
+    static = synth(n, models, truth, seed=seed, arrival="static", philly=philly, max_gpus=min(8, cap), cluster=cluster)
     work = 0.0
     for j in static:
         per = sorted(ms for ms in (truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) for t in cluster.gpu_types) if ms)
         work += j.num_gpus * j.iterations * per[len(per) // 2] / 1000.0
     gap = work / (n * cluster.total_gpus * load)
-    return synth(n, models, truth, seed=seed, arrival=f"poisson:{gap:.3f}", philly=philly, max_gpus=min(8, cap)), gap
+    return synth(n, models, truth, seed=seed, arrival=f"poisson:{gap:.3f}", philly=philly, max_gpus=min(8, cap),
+                 cluster=cluster), gap
 
 
 def run(n: int, policies: list[str], seed: int, load: float) -> None:
@@ -67,12 +72,50 @@ def run(n: int, policies: list[str], seed: int, load: float) -> None:
         wall = time.perf_counter() - t1
         m = res.metrics
         base = m["makespan_s"] if p == "fifo" else base
-        ratio = f", makespan x fifo {m['makespan_s'] / base:.3f}" if base and p != "fifo" else ""
+        ratio = f", makespan x fifo {m['makespan_s'] / base:.3f}" if base and m["makespan_s"] and p != "fifo" else ""
+        done = (f"simulated {m['makespan_s'] / 86400:.1f} days, mean JCT {m['mean_jct_s'] / 3600:.2f} h{ratio}"
+                if m["makespan_s"] is not None else f"{m['unfinished']} of {m['submitted']} job(s) UNFINISHED")
         print(f"  {p:12s} wall {wall:6.1f} s | {n / wall:8.0f} jobs/s | rounds {res.rounds:6d} "
               f"({res.rounds / wall:6.1f} rounds/s, {res.rounds_skipped} skipped; round core {m['round_seconds']:.1f} s "
-              f"of which plan() {res.plan_seconds:.1f} s) "
-              f"| simulated {m['makespan_s'] / 86400:.1f} days, mean JCT {m['mean_jct_s'] / 3600:.2f} h{ratio}"
-              + (f" | {len(res.unfinished)} job(s) never started" if res.unfinished else ""))
+              f"of which plan() {res.plan_seconds:.1f} s) | {done}")
+
+
+def trace_load(lines: int, seed: int = 1) -> None:
+    """Seconds and peak memory to load a valid `lines`-line trace; per line and scaled to 1M lines."""
+    import gc
+    import random
+    import tempfile
+    import tracemalloc
+
+    from slurm_sim.trace import TraceJob, gap_free
+
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster(CLUSTER)
+    models = sorted(m for m in truth.models() if all(gap_free(truth, cluster, m, g, 12) for g in (1, 2, 4, 8)))
+    rng = random.Random(seed)
+    jobs = [TraceJob(str(i), i * 0.5, f"u{rng.randrange(200):03d}", models[rng.randrange(len(models))],
+                     rng.choice((1, 2, 4, 8)), 12, rng.randrange(100, 1_000_000), None,
+                     rng.choice((3600.0, 14400.0, 86400.0))) for i in range(lines)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.csv"
+        write_trace(path, jobs)
+        size = path.stat().st_size
+        del jobs
+        gc.collect()
+        t0 = time.perf_counter()
+        loaded = load_trace(path, truth, cluster)          # timed on its own: tracemalloc slows allocation
+        wall = time.perf_counter() - t0
+        del loaded
+        gc.collect()
+        tracemalloc.start()
+        loaded = load_trace(path, truth, cluster)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    per_us, per_b = wall / lines * 1e6, peak / lines
+    print(f"trace load: {len(loaded)} lines ({size / 1e6:.0f} MB CSV) in {wall:.1f} s, peak {peak / 1e6:.0f} MB "
+          f"(tracemalloc) | {per_us:.1f} us and {per_b:.0f} B per line | 1M lines at that rate: "
+          f"{per_us:.0f} s and {per_b / 1e3:.2f} GB (goal < 120 s, < 2 GB)")
+
 
 
 def main() -> None:
@@ -83,10 +126,16 @@ def main() -> None:
     ap.add_argument("--policy", default="msched")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--load", type=float, default=0.85, help="offered load (fraction of the cluster)")
+    ap.add_argument("--load-lines", type=int, default=None,
+                    help="lines of the trace-load measurement [100,000; 1,000,000 with --full]; 0 skips it")
     a = ap.parse_args()
+    lines = a.load_lines if a.load_lines is not None else (1_000_000 if a.full else 100_000)
+    if lines:
+        trace_load(lines, a.seed)
     policies = (["fifo"] if a.fifo else []) + [p for p in a.policy.split(",") if p]
-    run(a.jobs, policies, a.seed, a.load)
-    if a.full:
+    if a.jobs and policies:
+        run(a.jobs, policies, a.seed, a.load)
+    if a.full and policies:
         run(100_000, policies, a.seed, a.load)
 
 

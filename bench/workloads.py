@@ -7,6 +7,11 @@ comes from the Alibaba 2023 node list, and Gavel's job types with Gavel's size/d
 and Gavel's own measurements as both truth and knowledge. Every builder is a pure function of
 (data, seed, size), so a figure in BENCHMARKS.md can be reproduced exactly.
 
+Every job carries a time limit as users set them (`slurm_sim.trace.user_time_limit`: an overestimate of
+its runtime on the slowest type that can hold it, heavy-tailed, rounded up to popular values), and its
+model always has truth rows on every type of the cluster that can hold it (a model without is redrawn),
+so `msched sim` never refuses a workload for truth gaps and never loses a job.
+
 Workloads (see BENCHMARKS.md for the reasons behind each choice):
 - `philly`  (a): the 32 torchvision models of the shared table (references excluded) on its 6 GPU types,
   Philly sizes, durations and arrivals.
@@ -29,13 +34,15 @@ import os
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
 from msched.estimate.perf_table import PerfTable
-from slurm_sim.trace import TraceJob, write_trace
+from slurm_sim.cluster import ClusterSpec
+from slurm_sim.cluster import parse_cluster as parse_cluster_spec
+from slurm_sim.trace import TraceJob, gap_free, user_time_limit, write_trace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -253,26 +260,41 @@ def philly_workload(n_jobs: int, seed: int, *, static: bool = False, load: float
     if not models:
         raise WorkloadError("every model of the shared table is a reference: no job models left")
     node_max = max(g for g, _ in parse_cluster(cluster).values())
+    spec = parse_cluster_spec(cluster)
     window = _philly_window(n_jobs, rng, STATIC_MAX_S if static else PHILLY_MAX_S)
     users = _users(rng, n_jobs)
+    limit_rng = random.Random(seed * 7919 + 17)     # limits from their own stream: the jobs stay as before
     jobs: list[TraceJob] = []
-    capped = 0
+    capped = redrawn = 0
     for i, pj in enumerate(window):
         gpus = size_sampler(rng) if size_sampler else pj.num_gpus
         if gpus > node_max:
             capped += 1
             gpus = node_max
         model = rng.choice(models)
+        if not gap_free(truth, spec, model, gpus, SHARED_BATCH):
+            # the truth has no rows for it on a type that could hold it: draw among the models it has
+            redrawn += 1
+            model = rng.choice([m for m in models if gap_free(truth, spec, m, gpus, SHARED_BATCH)])
         iters = _iterations(truth, model, gpus, SHARED_BATCH, pj.duration, PHILLY_GPU_TYPE)
-        jobs.append(TraceJob(f"j{i:05d}", 0.0, users[i], model, gpus, SHARED_BATCH, iters))
+        jobs.append(TraceJob(f"j{i:05d}", 0.0, users[i], model, gpus, SHARED_BATCH, iters,
+                             time_limit_s=_user_limit(limit_rng, truth, spec, model, gpus, SHARED_BATCH, iters)))
     if static:
         times = [0.0] * n_jobs
     else:
         times = _scale_arrivals([pj.t for pj in window], jobs, truth, cluster, load)
-    jobs = [TraceJob(j.job_id, t, j.user, j.model, j.num_gpus, j.batch_size, j.iterations) for j, t in zip(jobs, times, strict=True)]
+    jobs = [replace(j, submit_time=t) for j, t in zip(jobs, times, strict=True)]
     kind = name or ("static" if static else "philly")
     return Workload(kind, seed, cluster, tuple(jobs), truth_path, None, None if references is None else refs,
-                    notes={"capped_gpu_counts": capped, "models": len(models), "load": None if static else load})
+                    notes={"capped_gpu_counts": capped, "models": len(models), "load": None if static else load,
+                           "redrawn_for_truth_gaps": redrawn})
+
+
+def _user_limit(rng: random.Random, truth: PerfTable, spec: ClusterSpec, model: str, gpus: int, batch: int,
+                iters: int) -> float:
+    """The job's time limit as a user sets it (slurm_sim.trace.user_time_limit), from its slowest type."""
+    slowest = max(truth.runtime_s(model, t, gpus, batch, iters) for t in spec.gpu_types if spec.fits(t, gpus))
+    return user_time_limit(rng, slowest)
 
 
 # --------------------------------------------------------------------------- Alibaba
@@ -393,21 +415,28 @@ def gavel_workload(n_jobs: int, seed: int, *, static: bool = False, load: float 
     norm = sum(p for _, p in sizes)
     sizes = [(s, p / norm) for s, p in sizes]
     users = _users(rng, n_jobs)
+    spec = parse_cluster_spec(cluster)
+    limit_rng = random.Random(seed * 7919 + 17)
     jobs = []
+    redrawn = 0
     for i in range(n_jobs):
         scale = _draw(rng, sizes)
         model, batch = rng.choice(by_scale[scale])
+        if not gap_free(truth, spec, model, scale, batch):
+            redrawn += 1
+            model, batch = rng.choice([(m, b) for m, b in by_scale[scale] if gap_free(truth, spec, m, scale, b)])
         ms = truth.iter_ms(model, "v100", scale, batch)
         iters = max(1, round(gavel_duration_s(rng) * 1000.0 / ms))
-        jobs.append(TraceJob(f"g{i:05d}", 0.0, users[i], model, scale, batch, iters))
+        jobs.append(TraceJob(f"g{i:05d}", 0.0, users[i], model, scale, batch, iters,
+                             time_limit_s=_user_limit(limit_rng, truth, spec, model, scale, batch, iters)))
     if not static:
         raw = list(itertools.accumulate(rng.expovariate(1.0) for _ in range(n_jobs)))
         times = _scale_arrivals(raw, jobs, truth, cluster, load)
-        jobs = [TraceJob(j.job_id, t, j.user, j.model, j.num_gpus, j.batch_size, j.iterations)
-                for j, t in zip(jobs, times, strict=True)]
+        jobs = [replace(j, submit_time=t) for j, t in zip(jobs, times, strict=True)]
     refs = tuple(sorted(truth.models()))
     return Workload("gavel", seed, cluster, tuple(jobs), truth_path, truth_path, refs,
-                    notes={"load": None if static else load, "job_types": len({(j.model, j.batch_size) for j in jobs})})
+                    notes={"load": None if static else load, "job_types": len({(j.model, j.batch_size) for j in jobs}),
+                           "redrawn_for_truth_gaps": redrawn})
 
 
 # --------------------------------------------------------------------------- registry

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "reorder": "msched.commands.reorder_cmd:reorder",
     "report": "msched.commands.report_cmd:report",
     "calibrate": "msched.commands.calibrate_cmd:calibrate",
+    "plugin": "msched.plugin.install_cmd:plugin",
     "sim": "slurm_sim.commands:sim",
     "trace": "slurm_sim.commands:trace",
 }
@@ -31,6 +32,7 @@ HELP = {
     "reorder": "Re-plan the pending queue: priorities and GPU types (run from cron).",
     "report": "What the scheduler did and how well its estimates held.",
     "calibrate": "Measure the reference models on this site's GPU types.",
+    "plugin": "Install msched as a Slurm plugin (cli_filter.lua, job_submit.lua).",
     "sim": "Replay a trace on a simulated cluster and compare policies.",
     "trace": "Build workload traces for `msched sim`.",
 }

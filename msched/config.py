@@ -14,6 +14,13 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
+    type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
+                                           # or "partition" (-p, where a site gives each type its partition)
+
+    [type_partitions]                      # type_lever = "partition": GPU type -> its partition
+    a100 = "gpu-a100"
+    gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -40,6 +47,7 @@ DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("balanced", "makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
+TYPE_LEVERS = ("feature", "partition")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -69,7 +77,11 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
+    type_lever: str = "feature"
+    type_partitions: Mapping[str, str] = MappingProxyType({})
+    gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -81,12 +93,17 @@ class Config:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if self.type_lever not in TYPE_LEVERS:
+            raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
+        if self.type_lever == "partition" and not self.type_partitions:
+            raise ConfigError("type_lever = \"partition\" needs a [type_partitions] table (GPU type -> partition)")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
             database_url=self.database_url or f"sqlite:///{os.path.join(state_dir, 'msched.db')}",
             references=self.references if isinstance(self.references, str) else tuple(self.references),
             gpu_aliases={str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()},   # a fresh dict
+            type_partitions={str(k).lower(): str(v) for k, v in self.type_partitions.items()},
         )
 
     @property
@@ -156,7 +173,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance"):
+    for key in ("references", "performance", "gpu_specs"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])
@@ -183,17 +200,12 @@ def _cache_write(identity: list, data: dict) -> None:
     """Atomically, owner-only; values JSON cannot hold (TOML dates) are simply not cached."""
     import json
 
+    from msched.util.files import write_atomically
+
     path = _cache_file()
-    tmp = f"{path}.{os.getpid()}"
     try:
         text = json.dumps({"identity": identity, "data": data})
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text, mode=0o600)
     except (OSError, TypeError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass

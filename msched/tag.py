@@ -13,6 +13,25 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
     iters   iterations (work), if known        bs      per-GPU batch size
     added   the constraint msched added ("" = none), e.g. `a100|titanv`
     pinned  the GPU type the user pinned, if any
+
+Trust (README "Security model"): a tag is whatever the job's owner put in their comment, so every
+field is checked when read against the declarative table TAG_FIELDS (type, numeric bounds, length,
+allowed characters). The same table is what `msched plugin install` turns into the job_submit.lua
+check, so the controller and the reorderer accept exactly the same tags. A tag that fails any check is
+not a tag: the job is treated as untagged (a plain job) for the round, with one reason to log; nothing a
+job carries can raise out of here or reach the database out of range (e.g. `bs=` with 26 digits).
+
+The grammar, strictly (what the Lua generator must accept and nothing more):
+- the comment starts with PREFIX; the tag is the text up to the first space (at most TAG_MAX_LEN
+  characters); items are separated by `;`, each `key=value`, no key twice; empty items are skipped;
+- a key is lowercase letters, digits and `_` (KEY_CHARS); keys not in TAG_FIELDS are ignored (a newer
+  msub may add fields) but obey the same length and character rules as a `str` field of MAX_OTHER_LEN;
+- a value is percent-decoded (UTF-8; an invalid escape or byte makes the tag bad), then checked:
+  `int`: ASCII digits only (INT_CHARS), at most 13 of them, within [lo, hi];
+  `float`: characters of FLOAT_CHARS only (no `nan`, `inf`, `_`), a finite number within [lo, hi];
+  `str`: at most max_len characters, every one in the field's charset (never a control byte), or, for
+  a field marked `unicode` (the model: a user's path), a printable non-ASCII character;
+- `model` is required and non-empty; an empty value of another field means "not given".
 """
 
 from __future__ import annotations
@@ -26,6 +45,55 @@ _SAFE = "|:/.,-_+()[]&!*"
 # what urllib.parse.quote(..., safe=_SAFE) leaves as it is: such values are written without calling it
 _UNQUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~" + _SAFE)
 
+# ---------------------------------------------------------------------------------- the bounds table
+ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+KEY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+NAME_CHARS = ALNUM + "_.-+"                   # references, groups, versions: torchvision names and PEP 440
+MODEL_CHARS = "".join(chr(c) for c in range(0x20, 0x7F))   # printable ASCII: a path may hold a space
+TYPES_CHARS = ALNUM + "_.-|"                   # GPU type names joined by `|`
+INT_CHARS = "0123456789"
+FLOAT_CHARS = "0123456789.eE+-"
+TAG_MAX_LEN = 1024          # the tag part of a comment (Slurm's comment is far longer; msub checks that)
+MAX_OTHER_LEN = 256         # a field this version does not know
+INT_MAX_DIGITS = 13
+
+
+@record
+class TagField:
+    """One field of the tag: its type and what the reorderer (and job_submit.lua) accept."""
+
+    name: str
+    kind: str                      # "str", "int" or "float"
+    lo: float | None = None        # numeric bounds, inclusive
+    hi: float | None = None
+    max_len: int = 0               # str: longest value
+    charset: str = ""              # str: every allowed ASCII character
+    unicode: bool = False          # str: also any printable non-ASCII character (str.isprintable: no C1
+                                   # control, no format character such as a bidi override)
+    required: bool = False
+
+
+TAG_FIELDS: tuple[TagField, ...] = (
+    TagField("model", "str", max_len=256, charset=MODEL_CHARS, unicode=True, required=True),
+    TagField("ref", "str", max_len=128, charset=NAME_CHARS),
+    TagField("group", "str", max_len=64, charset=NAME_CHARS),
+    TagField("sim", "float", lo=-1.0, hi=1.0),              # cosine in [-1, 1]; 1/(1+d) in (0, 1]
+    TagField("flops", "float", lo=1e-6, hi=1e6),
+    TagField("iters", "int", lo=1, hi=10**12),
+    TagField("bs", "int", lo=1, hi=1 << 20),
+    TagField("added", "str", max_len=256, charset=TYPES_CHARS),
+    TagField("pinned", "str", max_len=256, charset=TYPES_CHARS),
+    TagField("ver", "str", max_len=32, charset=NAME_CHARS),
+    TagField("pref", "str", max_len=128, charset=NAME_CHARS),
+    TagField("pflops", "float", lo=1e-6, hi=1e6),
+)
+FIELDS_BY_NAME = {f.name: f for f in TAG_FIELDS}
+_CHARSETS = {f.name: frozenset(f.charset) for f in TAG_FIELDS if f.kind == "str"}
+_KEY_SET = frozenset(KEY_CHARS)
+_INT_SET = frozenset(INT_CHARS)
+_FLOAT_SET = frozenset(FLOAT_CHARS)
+_OTHER_SET = frozenset(MODEL_CHARS)
+
 
 def _quote(text: str) -> str:
     """Percent-encode a tag value. Names and numbers need nothing, and then msub skips importing
@@ -38,11 +106,16 @@ def _quote(text: str) -> str:
 
 
 def _unquote(text: str) -> str:
+    """Percent-decode strictly: a malformed escape or bytes that are not UTF-8 raise ValueError."""
     if "%" not in text:
         return text
-    from urllib.parse import unquote
+    from urllib.parse import unquote_to_bytes
 
-    return unquote(text)
+    pieces = text.split("%")
+    for p in pieces[1:]:
+        if len(p) < 2 or not all(c in "0123456789abcdefABCDEF" for c in p[:2]):
+            raise ValueError("a malformed %-escape")
+    return unquote_to_bytes(text).decode("utf-8")     # UnicodeDecodeError is a ValueError
 
 
 @record
@@ -75,7 +148,42 @@ class JobTag:
         return PREFIX + ";".join(parts)
 
 
-_CONVERT = {"sim": float, "flops": float, "iters": int, "bs": int, "pflops": float}
+def check_value(spec: TagField, text: str) -> tuple[object, str]:
+    """(value, "") for a decoded value that fits the field, else (None, why). Never raises."""
+    if spec.kind == "str":
+        if len(text) > spec.max_len:
+            return None, f"{spec.name} longer than {spec.max_len} characters"
+        allowed = _CHARSETS[spec.name]
+        if not allowed.issuperset(text) and not (
+                spec.unicode and all(c in allowed or (c > "\x7f" and c.isprintable()) for c in text)):
+            return None, f"{spec.name} holds a character outside its set"
+        return text, ""
+    if not text:
+        return None, ""
+    if spec.kind == "int":
+        if len(text) > INT_MAX_DIGITS or not _INT_SET.issuperset(text):
+            return None, f"{spec.name} is not a whole number of at most {INT_MAX_DIGITS} digits"
+        value: float = int(text)
+    else:
+        if len(text) > 32 or not _FLOAT_SET.issuperset(text):
+            return None, f"{spec.name} is not a number"
+        try:
+            value = float(text)
+        except ValueError:
+            return None, f"{spec.name} is not a number"
+        if value != value or value in (float("inf"), float("-inf")):
+            return None, f"{spec.name} is not finite"
+    if not spec.lo <= value <= spec.hi:
+        return None, f"{spec.name}={text} outside [{spec.lo:g}, {spec.hi:g}]"
+    return value, ""
+
+
+def validate(tag: JobTag) -> str:
+    """Why a JobTag (e.g. one msub is about to write) would be refused when read back; "" if it would not."""
+    encoded = tag.encode()
+    if len(encoded) > TAG_MAX_LEN:
+        return f"tag longer than {TAG_MAX_LEN} characters"
+    return parse_tag(encoded)[2]
 
 
 def with_tag(tag: JobTag, user_comment: str | None) -> str:
@@ -85,24 +193,57 @@ def with_tag(tag: JobTag, user_comment: str | None) -> str:
 
 
 @lru_cache(maxsize=1 << 16)
+def parse_tag(comment: str | None) -> tuple[JobTag | None, str, str]:
+    """(tag or None, the user's own comment, why the tag was refused or "") for a Slurm comment.
+
+    A comment that does not start with PREFIX carries no tag (reason ""); one that does but breaks a
+    rule of the grammar or a bound of TAG_FIELDS gives None and one reason, for one warning: the job
+    is then a plain job for the round. Never raises. Cached: a round asks for each job's tag several
+    times (snapshot, ingestion, completion tracking), and the result is immutable."""
+    if not comment or not comment.startswith(PREFIX):
+        return None, comment or "", ""
+    head, _, user = comment.partition(" ")
+    if len(head) > TAG_MAX_LEN:
+        return None, user, f"tag longer than {TAG_MAX_LEN} characters"
+    values: dict[str, object] = {}
+    seen: set[str] = set()
+    for item in head[len(PREFIX):].split(";"):
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        if not sep or not key or not _KEY_SET.issuperset(key):
+            return None, user, "a malformed item (not key=value)"
+        if key in seen:
+            return None, user, f"{key} given twice"
+        seen.add(key)
+        try:
+            text = _unquote(raw)
+        except ValueError:
+            return None, user, f"{key} has a malformed %-escape"
+        spec = FIELDS_BY_NAME.get(key)
+        if spec is None:
+            if len(text) > MAX_OTHER_LEN or not _OTHER_SET.issuperset(text):
+                return None, user, f"unknown field {key} holds a control byte or is too long"
+            continue
+        value, why = check_value(spec, text)
+        if why:
+            return None, user, why
+        if value is not None and value != "":
+            values[key] = value
+    if "model" not in values:
+        return None, user, "no model"
+    return JobTag(**values), user, ""
+
+
 def parse_comment(comment: str | None) -> tuple[JobTag | None, str]:
     """Split a Slurm comment into (tag or None, the user's own comment). Never raises.
 
-    Cached: a reorder round asks for each job's tag several times (snapshot, ingestion, completion
-    tracking), and the result is immutable."""
-    if not comment or not comment.startswith(PREFIX):
-        return None, comment or ""
-    head, _, user = comment.partition(" ")
-    values: dict[str, object] = {}
-    known = JobTag._fields
-    for item in head[len(PREFIX):].split(";"):
-        key, sep, raw = item.partition("=")
-        if not sep or key not in known:
-            continue
-        try:
-            values[key] = _CONVERT.get(key, str)(_unquote(raw))
-        except ValueError:
-            continue
-    if "model" not in values:
-        return None, comment
-    return JobTag(**values), user
+    A tag-shaped head that is refused (parse_tag says why) is not the user's comment either: the
+    user's part is what follows it."""
+    tag, user, _ = parse_tag(comment)
+    return tag, user
+
+
+def tag_problem(comment: str | None) -> str:
+    """Why the tag at the start of this comment is refused ("" when it is fine or there is none)."""
+    return parse_tag(comment)[2]

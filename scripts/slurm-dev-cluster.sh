@@ -5,6 +5,11 @@
 #   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files)
 #   scripts/slurm-dev-cluster.sh status [--dir DIR]   exit 0 when every daemon runs and Slurm answers
 #
+# `up --plugins` turns on msched's Slurm plugins: `msched plugin install --dir DIR` writes cli_filter.lua
+# and job_submit.lua beside slurm.conf, and slurm.conf gets CliFilterPlugins=cli_filter/lua and
+# JobSubmitPlugins=lua. Plain `up` runs without them (a running cluster is restarted to match); the
+# Python that runs msched is MSCHED_PYTHON, else the repository's .venv.
+#
 # `up --accounting` adds what real sites run for job history: a private MariaDB (datadir, socket and
 # port inside DIR) and slurmdbd, so `sacct` works (installs slurmdbd and mariadb-server with apt).
 # The choice is remembered in DIR: later `up`/`down` on that DIR include the accounting daemons.
@@ -12,6 +17,7 @@
 # One slurmctld and four `slurmd -N nX` on loopback emulate four nodes with typed GPUs, each tagged
 # with a node feature equal to its GPU type (msched retypes a pending job through its features):
 #   n1 a100:4   n2 titanv:4   n3 rtx2080ti:4   n4 titanxp:4
+# SLURM_DEV_SCHEDULER=builtin gives SchedulerType=sched/builtin instead of Slurm's default sched/backfill.
 # Everything (config, state, logs, pid files, fake GPU device files, the job completion file) lives in
 # DIR (default: .slurm-dev in the repository). Ports derive from DIR so clusters in different
 # directories can coexist; SLURM_DEV_PORT_BASE overrides. `up` prints the line to eval:
@@ -19,17 +25,22 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
+PLUGINS=0
+NODE_GPUS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
         --dir=*) DIR="${1#--dir=}"; shift ;;
         --accounting) ACCOUNTING=1; shift ;;
+        --plugins) PLUGINS=1; shift ;;
+        # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
+        --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -38,8 +49,14 @@ case "$ACTION" in up|down|status) ;; *) usage ;; esac
 NODES=(n1 n2 n3 n4)
 declare -A GPU_TYPE=([n1]=a100 [n2]=titanv [n3]=rtx2080ti [n4]=titanxp)
 GPUS_PER_NODE=4
+declare -A NODE_GPU_COUNT=([n1]=$GPUS_PER_NODE [n2]=$GPUS_PER_NODE [n3]=$GPUS_PER_NODE [n4]=$GPUS_PER_NODE)
+for item in "${NODE_GPUS[@]}"; do NODE_GPU_COUNT[${item%%=*}]="${item#*=}"; done
 CPUS_PER_NODE=16
 UP_TIMEOUT_S="${SLURM_DEV_UP_TIMEOUT:-60}"
+# SchedulerType (slurm.conf): backfill, Slurm's default, or builtin (strict priority order). Read when a
+# fresh controller is configured; a running cluster keeps its own (use another --dir to compare both).
+SCHEDULER="${SLURM_DEV_SCHEDULER:-backfill}"
+case "$SCHEDULER" in backfill|builtin) ;; *) echo "slurm-dev: error: SLURM_DEV_SCHEDULER must be backfill or builtin" >&2; exit 2 ;; esac
 
 log() { echo "slurm-dev: $*" >&2; }
 die() { echo "slurm-dev: error: $*" >&2; exit 1; }
@@ -115,7 +132,22 @@ start_munge() {
     chmod 0400 /etc/munge/munge.key
     runuser -u munge -- /usr/sbin/munged 9>&-
     wait_until 10 munge_ok || die "munged did not start (see /var/log/munge/munged.log)"
-    touch "$RUN/munged.started-by-us"
+    touch "$MUNGE_MARK"
+}
+
+# Host-wide: munged serves every Slurm on the host, so whichever dev cluster goes down last stops it.
+MUNGE_MARK=/run/munge/started-by-slurm-dev
+
+# A slurm daemon of any cluster on this host that has not exited (a zombie has: it is only unreaped).
+slurm_daemons_left() {
+    ps -e -o stat=,comm= 2>/dev/null | awk '$1 !~ /^Z/ && ($2 == "slurmctld" || $2 == "slurmd" || $2 == "slurmdbd") {n++} END {exit n ? 0 : 1}'
+}
+
+install_plugins() {
+    local py="${MSCHED_PYTHON:-$REPO/.venv/bin/python}"
+    [[ -x "$py" ]] || die "--plugins needs msched: $py is missing (make install, or set MSCHED_PYTHON)"
+    "$py" -m msched.cli plugin install --dir "$DIR" >"$DIR/log/plugin-install.log" 2>&1 \
+        || die "msched plugin install failed: $(tail -n 1 "$DIR/log/plugin-install.log")"
 }
 
 write_config() {
@@ -158,7 +190,7 @@ write_config() {
         echo "ReturnToService=2"
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_Core"
-        echo "SchedulerType=sched/backfill"
+        echo "SchedulerType=sched/$SCHEDULER"
         echo "SchedulerParameters=bf_interval=1,bf_resolution=60,sched_min_interval=0"
         # All weights 0: every job gets the same base priority, so `scontrol update priority=`
         # alone decides the start order (SLURM-NOTES).
@@ -176,10 +208,14 @@ write_config() {
         echo "InactiveLimit=0"
         echo "SlurmdTimeout=120"
         echo "MessageTimeout=10"
+        if [[ $PLUGINS -eq 1 ]]; then
+            echo "CliFilterPlugins=cli_filter/lua"
+            echo "JobSubmitPlugins=lua"
+        fi
         i=0
         for node in "${NODES[@]}"; do
             i=$((i + 1)); port=$((PORT_BASE + i))
-            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:$GPUS_PER_NODE Feature=${GPU_TYPE[$node]} State=UNKNOWN"
+            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]} Feature=${GPU_TYPE[$node]} State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
     } >"$CONF.tmp"
@@ -189,7 +225,7 @@ write_config() {
         for node in "${NODES[@]}"; do
             mkdir -p "$DIR/spool/$node"
             gpus=()
-            for ((i = 0; i < GPUS_PER_NODE; i++)); do
+            for ((i = 0; i < NODE_GPU_COUNT[$node]; i++)); do
                 ln -sfn /dev/null "$DIR/dev/$node-gpu$i"
                 gpus+=("$DIR/dev/$node-gpu$i")
             done
@@ -316,13 +352,20 @@ do_up() {
     resolve_dir
     clients_env
     mkdir -p "$RUN"
-    if cluster_running && all_nodes_idle_or_busy; then
+    local have_plugins=0
+    [[ -f "$DIR/plugins" ]] && have_plugins=1
+    if [[ $have_plugins -eq $PLUGINS ]] && cluster_running && all_nodes_idle_or_busy; then
+        [[ $PLUGINS -eq 1 ]] && install_plugins        # msched's tables may have changed: regenerate
         log "already running in $DIR"
         echo "export SLURM_CONF=$CONF"
         return 0
     fi
     start_munge
     local t0=$SECONDS fresh=0
+    if [[ $have_plugins -ne $PLUGINS ]]; then
+        # Plugins turned on or off: the controller must restart with the new slurm.conf.
+        stop_daemon "$RUN/slurmctld.pid" slurmctld
+    fi
     if [[ $ACCOUNTING -eq 1 && ! -f "$DIR/accounting" ]]; then
         # Accounting asked for on a cluster running without it: the controller must restart.
         stop_daemon "$RUN/slurmctld.pid" slurmctld
@@ -331,6 +374,13 @@ do_up() {
     if ! daemon_alive "$RUN/slurmctld.pid" slurmctld; then
         # A fresh controller: the slurmds of an earlier run would register with stale state.
         for n in "${NODES[@]}"; do stop_daemon "$RUN/slurmd-$n.pid" slurmd; done
+        if [[ $PLUGINS -eq 1 ]]; then
+            mkdir -p "$DIR/log"
+            install_plugins
+            touch "$DIR/plugins"
+        else
+            rm -f "$DIR/plugins" "$DIR/cli_filter.lua" "$DIR/job_submit.lua"
+        fi
         write_config
         [[ -f "$DIR/jobcomp.txt" ]] && mv -f "$DIR/jobcomp.txt" "$DIR/jobcomp.txt.1"
         : >"$DIR/jobcomp.txt"
@@ -381,12 +431,13 @@ do_down() {
     for n in "${NODES[@]}"; do stop_daemon "$RUN/slurmd-$n.pid" slurmd; done
     stop_daemon "$RUN/slurmctld.pid" slurmctld
     stop_accounting
-    if [[ -f "$RUN/munged.started-by-us" ]]; then
-        # munged is shared by every Slurm on the host: stop it only when no slurm daemon is left.
-        if ! pgrep -x slurmctld >/dev/null && ! pgrep -x slurmd >/dev/null; then
-            stop_daemon /run/munge/munged.pid munged
-        fi
-        rm -f "$RUN/munged.started-by-us"
+    rm -f "$RUN/munged.started-by-us"               # the per-directory marker of older versions
+    if [[ -f "$MUNGE_MARK" ]] && ! slurm_daemons_left; then
+        # munged is shared by every Slurm on the host: stop it only when no slurm daemon is left (the
+        # daemons stopped above have exited; stop_daemon waited, and a zombie does not count). While
+        # another cluster runs, the marker stays, so the last `down` stops it.
+        stop_daemon /run/munge/munged.pid munged
+        rm -f "$MUNGE_MARK"
     fi
     log "down ($DIR)"
 }

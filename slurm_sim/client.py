@@ -8,7 +8,8 @@ priority 0 and reason JobHeldUser, refused requests raise `SlurmError` with one 
 
 `JobRequest.extra` carries what the simulator needs to know the job's true runtime: `model`,
 `iterations`, `batch_size` (per GPU); or `runtime_s` directly; a model-less job runs for the N of a
-`--wrap "sleep N"`, else for its time limit. `extra["user"]` sets the job's user.
+`--wrap "sleep N"`, else for its time limit. `extra["user"]` sets the job's user, `extra["dependency"]`
+sbatch's `--dependency` (afterok:ID / afterany:ID).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from msched.slurm.base import (
     PENDING,
     JobNotPending,
     JobRequest,
+    SchedulerSettings,
     SlurmClient,
     SlurmError,
     SlurmJob,
@@ -39,10 +41,16 @@ class SimClient(SlurmClient):
 
     @classmethod
     def from_spec(cls, spec: str | os.PathLike | ClusterSpec, truth: PerfTable | None = None, *,
-                  backfill: bool = False, **kwargs) -> SimClient:
-        """A client over a fresh simulated cluster, e.g. `from_spec("a100:4x1,titanv:4x1", truth=table)`."""
+                  backfill: bool | None = None, **kwargs) -> SimClient:
+        """A client over a fresh simulated cluster, e.g. `from_spec("a100:4x1,titanv:4x1", truth=table)`.
+        The scheduler is the spec's (default sched/backfill, as Slurm's); `scheduler="builtin"` or
+        `backfill=False` gives strict priority order."""
         cluster = spec if isinstance(spec, ClusterSpec) else parse_cluster(spec)
         return cls(Simulator(cluster, truth, backfill=backfill, **kwargs))
+
+    def scheduler(self) -> SchedulerSettings:
+        """What `scontrol show config` would say of the simulated Slurm: its scheduler setting."""
+        return SchedulerSettings("sched/backfill" if self.sim.backfill else "sched/builtin")
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:
@@ -72,7 +80,7 @@ class SimClient(SlurmClient):
                 iterations=_num(extra.get("iterations")), batch_size=_int(extra.get("batch_size")),
                 runtime_s=_num(runtime), time_limit_s=request.time_limit_s,
                 gpu_type=request.gpu_type, constraint=request.constraint, comment=request.comment,
-                hold=request.hold)
+                hold=request.hold, partition=request.partition, dependency=str(extra.get("dependency", "")))
         except (SimError, ValueError) as exc:
             raise SlurmError(f"sbatch: error: {exc}") from None
 

@@ -94,28 +94,35 @@ def trace() -> None:
 @click.option("--no-philly", is_flag=True, help="Ignore the Philly trace: Gavel's size and duration distribution.")
 @click.option("--gpus-per-job", "gpus_dist", default=None,
               help="GPU-count distribution, e.g. 1:0.7,2:0.1,4:0.15,8:0.05 (default: Philly's, else that one).")
+@click.option("--time-limits", "time_limits", type=click.Choice(["users", "none"]), default="users",
+              show_default=True,
+              help="users: limits as users set them (an overestimate of the runtime on the slowest type, "
+                   "heavy-tailed, rounded up to popular values; Mu'alem & Feitelson 2001, Tsafrir et al. "
+                   "2005); none: no limits (jobs get the partition's DefaultTime).")
 @click.option("--time-limit-factor", type=click.FloatRange(min=1.0), default=None,
-              help="Give each job a time limit of F x its true runtime on its slowest type.")
+              help="Instead: a time limit of F x each job's true runtime on its slowest type.")
+@click.option("--max-duration", "max_duration", type=click.FloatRange(min=60.0), default=600_000.0,
+              show_default=True, help="Clip drawn durations to this many seconds.")
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
               help="Performance table that turns durations into iterations [default: msched/data/measured_perf.csv].")
-@click.option("--cluster", "cluster_spec", default=None, help="Keep job sizes that fit this cluster.")
+@click.option("--cluster", "cluster_spec", default=None,
+              help="Keep job sizes that fit this cluster, and models with truth data on every type that can "
+                   "hold the job (so `msched sim` never refuses the trace for truth gaps).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Output CSV (default: stdout).")
-def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limit_factor, truth_path,
-              cluster_spec, out_path) -> None:
+def synth_cmd(n_jobs, models, seed, arrival, philly_path, no_philly, gpus_dist, time_limits, time_limit_factor,
+              max_duration, truth_path, cluster_spec, out_path) -> None:
     """Synthesise a workload: Philly-shaped sizes and durations, turned into iterations of real models."""
     from slurm_sim.trace import TraceError, default_philly_path, parse_size_dist, synth, write_trace
 
     truth = _load_table(truth_path or default_truth_path(), "--truth")
     names = resolve_models(models, truth)
     philly = None if no_philly else (philly_path or default_philly_path())
-    max_gpus = None
-    if cluster_spec:
-        cl = _cluster(cluster_spec)
-        max_gpus = max(cl.max_gpus(t) for t in cl.gpu_types)
+    cl = _cluster(cluster_spec) if cluster_spec else None
     try:
         sizes = parse_size_dist(gpus_dist) if gpus_dist else None
         jobs = synth(n_jobs, names, truth, seed=seed, arrival=arrival, philly=philly, sizes=sizes,
-                     time_limit_factor=time_limit_factor, max_gpus=max_gpus)
+                     time_limit_factor=time_limit_factor, time_limits=time_limits, cluster=cl,
+                     max_duration_s=max_duration)
         if out_path:
             write_trace(out_path, jobs)
         else:
@@ -160,7 +167,15 @@ def _fmt_r(v: float | None) -> str:
               help="Seconds between reorder rounds.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=None,
               help="What msched/oracle optimise [default: the config's objective].")
-@click.option("--backfill", is_flag=True, help="Slurm's backfill scheduler on (time limits only).")
+@click.option("--scheduler", type=click.Choice(["backfill", "builtin"]), default=None,
+              help="Slurm's SchedulerType: backfill (sched/backfill, Slurm's default) or builtin (strict "
+                   "priority order) [default: the cluster spec's, else backfill].")
+@click.option("--backfill", "backfill_flag", is_flag=True, hidden=True,
+              help="Same as --scheduler backfill (kept for older scripts).")
+@click.option("--truth-fill", "truth_fill", type=click.Choice(["median-type-ratio"]), default=None,
+              help="Fill truth gaps (a job's model without rows on a type it may be sent to) by this rule "
+                   "instead of refusing the trace: the model's time on the type sharing most models x the "
+                   "median ratio between the two types (docs/backfill.md).")
 @click.option("--starvation-age", "starvation_age", type=click.FloatRange(min=0), default=None,
               help="Seconds after which a pending job is put first and widened to every type "
                    "[default: the config's, 86400]; 0 turns the guard off.")
@@ -169,11 +184,14 @@ def _fmt_r(v: float | None) -> str:
               help="Write job_id,policy,gpu_type,submit,start,end per job and policy.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG: utilisation and jobs over time.")
 @click.option("--db", "db_path", default=None, help="Record runs, rounds and jobs in this database (file or URL).")
-def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, round_s, objective, backfill,
-        starvation_age, json_path, jobs_csv, plot_path, db_path) -> None:
-    """Replay a trace on a simulated Slurm cluster under each policy and compare them."""
+def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, round_s, objective, scheduler,
+        backfill_flag, truth_fill, starvation_age, json_path, jobs_csv, plot_path, db_path) -> None:
+    """Replay a trace on a simulated Slurm cluster under each policy and compare them.
+
+    Exits 1, naming them, when any job of any policy did not finish."""
+    from slurm_sim.cluster import with_scheduler
     from slurm_sim.compare import POLICIES, Classifier, SimRunError, SimSetup, compare
-    from slurm_sim.trace import TraceError, load_trace
+    from slurm_sim.trace import TraceError, fill_truth, load_trace
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     bad = [p for p in names if p not in POLICIES]
@@ -183,8 +201,15 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
         config = load_config()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    cluster = _cluster(cluster_spec)
+    if backfill_flag and scheduler == "builtin":
+        raise click.UsageError("--backfill contradicts --scheduler builtin")
+    cluster = with_scheduler(_cluster(cluster_spec), scheduler or ("backfill" if backfill_flag else None))
     truth = _load_table(truth_path or default_truth_path(), "--truth")
+    if truth_fill:
+        try:
+            truth = fill_truth(truth, truth_fill, cluster.gpu_types)
+        except TraceError as exc:
+            raise click.UsageError(str(exc)) from None
     perf = _load_table(perf_path or config.performance, "--perf")
     ref_names = None
     if references:
@@ -207,18 +232,14 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
     setup = SimSetup(cluster=cluster, truth=truth, perf=perf, classifier=Classifier(ref_names, perf),
-                     round_s=round_s, objective=objective or config.objective, backfill=backfill,
+                     round_s=round_s, objective=objective or config.objective,
                      starvation_age_s=_starvation(starvation_age, config), trace_name=Path(trace_path).name)
     try:
         results = compare(trace_jobs, names, setup, store=store,
                           progress=lambda m: click.echo(m, err=True))
     except SimRunError as exc:
         raise click.ClickException(str(exc)) from None
-    _print_table(results, cluster, len(trace_jobs), backfill)
-    for r in results:
-        if r.unfinished:
-            click.echo(f"warning: {r.policy}: {len(r.unfinished)} job(s) never started "
-                       f"(e.g. job {r.unfinished[0]}): their constraints allow no type that can run them", err=True)
+    _print_table(results, cluster, len(trace_jobs), cluster.scheduler.type)
     try:
         if json_path:
             Path(json_path).write_text(json.dumps([r.metrics for r in results], indent=2) + "\n")
@@ -235,6 +256,11 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
                       title=f"{Path(trace_path).name} on {cluster.describe()}")
     except OSError as exc:
         raise click.ClickException(f"cannot write output: {exc}") from None
+    lost = [r for r in results if r.unfinished]
+    if lost:
+        raise click.ClickException("unfinished jobs: " + "; ".join(
+            f"{r.policy}: {len(r.unfinished)} ({', '.join(r.unfinished[:5])}{', ...' if len(r.unfinished) > 5 else ''})"
+            for r in lost))
 
 
 def _starvation(value: float | None, config) -> float | None:
@@ -247,19 +273,20 @@ def _num(v: float | None) -> str:
     return "" if v is None else f"{v:.3f}".rstrip("0").rstrip(".")
 
 
-def _print_table(results, cluster, n_jobs: int, backfill: bool) -> None:
+def _print_table(results, cluster, n_jobs: int, scheduler: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{n_jobs} jobs on {cluster.describe()} ({cluster.total_gpus} GPUs)"
-                  + (", backfill" if backfill else ""))
-    for col in ("policy", "makespan", "mean JCT", "p99 JCT", "mean wait", "GPU util", "x fifo", "x lower bound",
-                "rounds"):
+    table = Table(title=f"{n_jobs} jobs on {cluster.describe()} ({cluster.total_gpus} GPUs), sched/{scheduler}")
+    for col in ("policy", "finished", "makespan", "mean JCT", "p99 JCT", "mean wait", "GPU util", "x fifo",
+                "x lower bound", "rounds"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for r in results:
         m = r.metrics
-        table.add_row(r.policy, _fmt_s(m.get("makespan_s")), _fmt_s(m.get("mean_jct_s")), _fmt_s(m.get("p99_jct_s")),
-                      _fmt_s(m.get("mean_wait_s")), f"{m.get('gpu_utilization', 0):.1%}", _fmt_r(m.get("ratio_to_fifo")),
+        util = m.get("gpu_utilization")
+        table.add_row(r.policy, f"{m.get('finished', 0)}/{m.get('submitted', n_jobs)}", _fmt_s(m.get("makespan_s")),
+                      _fmt_s(m.get("mean_jct_s")), _fmt_s(m.get("p99_jct_s")),
+                      _fmt_s(m.get("mean_wait_s")), "-" if util is None else f"{util:.1%}", _fmt_r(m.get("ratio_to_fifo")),
                       _fmt_r(m.get("ratio_to_lower_bound")), str(r.rounds))
     Console(file=sys.stdout, width=max(120, Console().width)).print(table)
     lb = results[0].metrics.get("lower_bound_s") if results else None

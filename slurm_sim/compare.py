@@ -1,13 +1,16 @@
 """Replaying a trace under each policy, through the same round core the real reorderer runs.
 
 For every trace job, at its submit time, the replay does what `msub` would do on a real cluster: it
-classifies the model (nearest reference, group, similarity, FLOPs ratio), writes the msched tag into
-the job's comment, and adds the policy's submit-time GPU-type constraint (`policy.submit_types`; none
-for fifo; a user-pinned type stays a typed gres and gets no constraint). Then, for policies that
+classifies the model (nearest reference, group, similarity, FLOPs ratio), and makes msub's one submit
+decision (`msched.policy.choice.decide_submit`, with the policy's `submit_choice`: none for fifo; a
+user-pinned type stays a typed gres and gets no constraint): the tag in the job's comment and the
+GPU-type constraint. Then, for policies that
 re-plan, every `round_s` seconds `msched.rounds.core.run_round` runs against the simulator through
-`SimClient`, exactly as cron's `msched reorder` runs against Slurm. Rounds whose snapshot has not
-changed since the last round (same pending and running sets) are skipped, and the clock jumps to the
-next grid time at which something can have changed.
+`SimClient`, exactly as cron's `msched reorder` runs against Slurm. A round is skipped only when it
+could not plan differently from the last one (`msched.rounds.core.round_due`: the simulator's state
+is unchanged and the clock has not reached the last round's `stable_until`: a job reaching the
+starvation age, a running job passing its estimate); the clock then jumps to the next grid time at
+which something can have changed.
 
 What msub knows of the future differs by policy, as on a real cluster: a re-planning policy's msub reads
 the free time per GPU type that the last round published; `msched-once` has no reorderer, so the replay
@@ -27,12 +30,12 @@ from typing import Any
 from msched import __version__
 from msched.estimate.perf_table import PerfTable
 from msched.policy import POLICY_NAMES
-from msched.policy.snapshot import PendingJob
-from msched.slurm.base import PENDING, JobRequest, SlurmJob
+from msched.policy.choice import ClusterView, SubmitDecision, SubmitJob, decide_submit, reference_fields
+from msched.slurm.base import JobRequest, SlurmJob
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpec
-from slurm_sim.metrics import JobOutcome, summarize, trace_bound
+from slurm_sim.metrics import ENDED_OK, JobOutcome, summarize, trace_bound
 from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
@@ -73,19 +76,15 @@ class Classifier:
         return hit
 
     def _classify(self, model: str) -> JobTag:
-        if model in self._names:
-            group = self._refset.group_of(model) if self._refset else model
-            return JobTag(model=model, ref=model, group=group, sim=1.0, flops=1.0)
         if self._refset is None:
+            if model in self._names:     # references known by name only: each its own group
+                return JobTag(model=model, ref=model, group=model, sim=1.0, flops=1.0)
             raise SimRunError(f"cannot classify {model}: {self._why}")
         try:
             c = self._similarity.classify(model, references=self.references)
         except self._similarity.ClassifyError as exc:
             raise SimRunError(f"cannot classify {model}: {exc}") from None
-        measured_elsewhere = c.perf_reference and c.perf_reference != c.nearest_reference
-        return JobTag(model=model, ref=c.nearest_reference, group=c.group, sim=float(c.similarity),
-                      flops=float(c.flops_ratio), pref=c.perf_reference if measured_elsewhere else "",
-                      pflops=float(c.perf_flops_ratio) if measured_elsewhere else None)
+        return JobTag(model=model, **reference_fields(c))
 
 
 # ----------------------------------------------------------------------------- one run
@@ -112,15 +111,23 @@ class SimSetup:
     classifier: Classifier
     round_s: float = 60.0
     objective: str = "balanced"
-    backfill: bool = False
+    scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"
 
 
+    @property
+    def backfill(self) -> bool:
+        """Whether the simulated Slurm backfills (what the planner is told)."""
+        return (self.scheduler or self.cluster.scheduler.type) == "backfill"
+
+
 def make_policy(name: str, setup: SimSetup):
-    """The policy object; the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
-    from msched.policy import get_policy
-    return get_policy(name, backfill=setup.backfill, objective=setup.objective, perf=setup.perf)
+    """The policy object, built as the reorderer builds its own (`msched.rounds.core.round_policy`):
+    the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
+    from msched.rounds.core import round_policy
+    return round_policy(name, backfill=setup.backfill, objective=setup.objective,
+                        starvation_age_s=setup.starvation_age_s, perf=setup.perf)
 
 
 def make_estimator(policy, setup: SimSetup):
@@ -150,12 +157,12 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
            progress: Callable[[str], None] | None = None, bound=None) -> RunResult:  # noqa: ANN001
     """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`. `bound`:
     the trace's lower bound (`metrics.trace_bound`) when the caller has it already (one LP per trace)."""
-    from msched.rounds.core import run_round
+    from msched.rounds.core import round_due, run_round
 
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
     estimator = make_estimator(policy, setup)
-    sim = Simulator(setup.cluster, setup.truth, backfill=setup.backfill)
+    sim = Simulator(setup.cluster, setup.truth, scheduler=setup.scheduler)
     client = SimClient(sim)
     recorder = _Recorder(store, policy_name, setup) if store is not None else None
     jobs = sorted(trace, key=lambda j: j.submit_time)
@@ -174,26 +181,28 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     round_s_total = 0.0                  # wall seconds inside the round core (snapshot, plan, writes)
     reported = 0
     last_version: int | None = None
+    stable_until = float("inf")          # the last round's plan holds until then unless Slurm changes
     next_round = t0 if replans else float("inf")
     i = 0
     inf = float("inf")
 
+    sizes = cluster_node_gpus(setup.cluster)
+
     def submit(tj: TraceJob) -> None:
-        tag = setup.classifier(tj.model)._replace(iters=int(tj.iterations), bs=int(tj.batch_size),
-                                                   pinned=tj.gpu_type or "", ver=__version__)
-        added: tuple[str, ...] = ()
+        free: dict[str, float] = {}
         if use_constraint and not tj.gpu_type:
             free = published or dict.fromkeys(types, sim.now)
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
-            view = _pending_view(tj, tag, estimator, sim.now, types)
-            added = tuple(policy.submit_types(view, free, now=sim.now)) if view.est_runtime_s else ()
-        if added:
-            tag = tag._replace(added="|".join(added))
+        decision = submit_decision(tj, setup.classifier, policy, estimator,
+                                   ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now)
+        extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
+        if tj.dependency:
+            kind, _, ids = tj.dependency.partition(":")
+            extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
-                         constraint="|".join(added), comment=with_tag(tag, None), time_limit_s=tj.time_limit_s,
-                         extra={"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size,
-                                "user": tj.user})
+                         constraint="|".join(decision.types), comment=with_tag(decision.tag, None),
+                         time_limit_s=tj.time_limit_s, partition=tj.partition, extra=extra)
         jid = client.submit(req)
         sim_id_of[tj.job_id] = jid
         trace_of[jid] = tj
@@ -216,10 +225,11 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 i += 1
             sim.run_until(t)             # Slurm looks at the new jobs at once
         if replans and next_round <= t:
-            if sim.version != last_version and sim.pending_count() == 0:
-                last_version = sim.version   # nothing to plan: a round could change nothing
+            due = round_due(stable_until, sim.now, sim.version != last_version)
+            if due and sim.pending_count() == 0:
+                last_version, stable_until = sim.version, inf   # nothing to plan: a round could change nothing
                 skipped += 1
-            elif sim.version != last_version:
+            elif due:
                 seen = sim.version       # the snapshot this round reads
                 r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
@@ -228,8 +238,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
-                if result.plan is not None:
-                    published = dict(result.plan.free_time or {})
+                published = dict(result.free_time)
+                stable_until = result.stable_until
                 if recorder is not None:
                     recorder.round(result, sim.now)
                 sim.run_until(t)         # Slurm acts on the changes (what it starts, the next round sees)
@@ -238,8 +248,9 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 skipped += 1
             next_round = t + round_s
             if sim.version == last_version:
-                # nothing changes before the next event or submission: jump to the grid time after it
-                nxt = min(sim.next_event_time() or inf, jobs[i].submit_time if i < n else inf)
+                # nothing changes before the next event, submission or time-driven change of the plan:
+                # jump to the grid time after it
+                nxt = min(sim.next_event_time() or inf, jobs[i].submit_time if i < n else inf, stable_until)
                 if nxt == inf:
                     if i >= n and sim.active:
                         break            # stuck: nothing will ever change again
@@ -250,14 +261,15 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             reported = rounds
             progress(f"{policy_name}: t={sim.now:.0f}s, {len(sim.finished)}/{n} done")
 
-    unfinished = [j.job_id for j in sim.active.values()]
+    unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
                            state=j.state, model=j.model)
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     if bound is None:
         bound = trace_bound(trace, setup.truth, setup.cluster)
-    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, bound.simple_s)
+    metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, submitted=n,
+                        simple_lb=bound.simple_s)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
@@ -286,15 +298,23 @@ def _canonical(name: str) -> str:
     """GPU type names in the simulator are canonical already (cluster specs are lowercased)."""
     return name
 
-def _pending_view(tj: TraceJob, tag: JobTag, estimator, now: float, types: Sequence[str]) -> PendingJob:
-    """The PendingJob msub's submit-time choice looks at (the job as it is about to be submitted)."""
-    job = SlurmJob(job_id="0", state=PENDING, submit_time=now, num_gpus=tj.num_gpus,
-                   time_limit_s=tj.time_limit_s, gres_gpu_type=tj.gpu_type)
-    raw = getattr(estimator, "inner", estimator)          # not the per-job-id cache: this job has no id yet
-    est = {t: v for t, v in (raw(job, tag) or {}).items() if t in types}
-    return PendingJob(job_id="0", submit_time=now, num_gpus=tj.num_gpus, est_runtime_s=est,
-                      allowed_types=tuple(types), time_limit_s=tj.time_limit_s, group=tag.group,
-                      reference=tag.ref)
+def cluster_node_gpus(cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
+    """GPUs per node of each type: the node shapes msub reads from sinfo."""
+    out: dict[str, list[int]] = {}
+    for n in cluster.nodes:
+        out.setdefault(n.gpu_type, []).append(n.gpus)
+    return {t: tuple(sorted(v)) for t, v in out.items()}
+
+
+def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, cluster: ClusterView,  # noqa: ANN001
+                    now: float) -> SubmitDecision:
+    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`)."""
+    tag = classifier(tj.model)._replace(iters=int(tj.iterations) if tj.iterations else None,
+                                        bs=int(tj.batch_size) if tj.batch_size else None,
+                                        pinned=tj.gpu_type or "", ver=__version__)
+    job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s)
+    raw = getattr(estimator, "inner", estimator)      # not the per-job-id cache: this job has no id yet
+    return decide_submit(tag, job, cluster, raw, now=now, choose=policy.submit_choice)
 
 
 def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) -> dict[str, float]:
@@ -302,20 +322,18 @@ def _projected_free_time(client: SimClient, policy, estimator, setup: SimSetup) 
     from msched.rounds.core import run_round
     result = run_round(client, policy, estimator, now=client.now(), dry_run=True,
                        starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
-    return dict(result.plan.free_time or {}) if result.plan is not None else {}
+    return dict(result.free_time)
 
 
 class _Recorder:
     """Writes a simulated run into the store as the real reorderer writes real rounds."""
 
     def __init__(self, store, policy: str, setup: SimSetup):
-        from sqlalchemy import select
-
-        from msched.store.schema import Run
+        from msched.store.queries import run_names_starting
         self.store = store
         base = f"sim:{policy}:{setup.trace_name}"[:120]
         with store.read() as s:
-            taken = set(s.scalars(select(Run.name).where(Run.name.like(base + "%"))))
+            taken = run_names_starting(s, base)
         name, k = base, 1
         while name in taken:
             k += 1

@@ -35,6 +35,9 @@ class JobOutcome:
     model: str = ""
 
 
+ENDED_OK = ("COMPLETED", "TIMEOUT")      # a job that ran to its end or to its limit; CANCELLED is not finished
+
+
 def percentile_nearest_rank(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
@@ -73,28 +76,33 @@ def lower_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpe
 
 
 def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: float,
-              simple_lb: float | None = None) -> dict:
-    """DESIGN's per-policy result object (plus a count of jobs that never ran)."""
-    done = [o for o in outcomes if o.end is not None and o.start is not None]
-    if not outcomes:
-        return {"policy": policy, "jobs": 0}
+              submitted: int | None = None, simple_lb: float | None = None) -> dict:
+    """DESIGN's per-policy result object. Every metric counts every submitted job: a job that never ended
+    (or was never accepted: `submitted` > len(outcomes)) has no end time, so when any job is unfinished
+    the makespan and JCTs are None (unknown, not the smaller figure of the jobs that did finish) and the
+    ratios are None too. `submitted`, `finished`, `unfinished` are always there."""
+    submitted = len(outcomes) if submitted is None else submitted
+    done = [o for o in outcomes if o.end is not None and o.start is not None and o.state in ENDED_OK]
+    unfinished = submitted - len(done)
+    out = {"policy": policy, "jobs": submitted, "submitted": submitted, "finished": len(done),
+           "unfinished": unfinished, "timeouts": sum(1 for o in done if o.state == "TIMEOUT"),
+           "lower_bound_s": lb, "simple_lower_bound_s": lb if simple_lb is None else simple_lb}
+    if not outcomes or unfinished:
+        out.update({"makespan_s": None, "mean_jct_s": None, "p99_jct_s": None, "mean_wait_s": None,
+                    "gpu_utilization": None, "ratio_to_lower_bound": None})
+        return out
     first = min(o.submit for o in outcomes)
     last = max((o.end for o in done), default=first)
     makespan = last - first
     jct = [o.end - o.submit for o in done]
     wait = [o.start - o.submit for o in done]
     busy = sum((o.end - o.start) * o.num_gpus for o in done)
-    return {
-        "policy": policy,
-        "jobs": len(outcomes),
-        "finished": len(done),
-        "timeouts": sum(1 for o in done if o.state == "TIMEOUT"),
+    out.update({
         "makespan_s": makespan,
         "mean_jct_s": sum(jct) / len(jct) if jct else 0.0,
         "p99_jct_s": percentile_nearest_rank(jct, 99),
         "mean_wait_s": sum(wait) / len(wait) if wait else 0.0,
         "gpu_utilization": busy / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
-        "lower_bound_s": lb,
         "ratio_to_lower_bound": makespan / lb if lb > 0 else None,
-        "simple_lower_bound_s": lb if simple_lb is None else simple_lb,
-    }
+    })
+    return out

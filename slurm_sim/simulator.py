@@ -1,20 +1,28 @@
-"""A discrete-event simulator of one Slurm partition whose nodes carry typed GPUs.
+"""A discrete-event simulator of a Slurm cluster whose nodes carry typed GPUs (docs/backfill.md says
+which parts of Slurm's scheduling it models and which it does not).
 
 What it models, and why (the rules msched's planner has to live with on a real cluster):
-- Nodes have a GPU type, a GPU count and features (the type is one of them). One partition.
+- Nodes have a GPU type, a GPU count, features (the type is one of them) and partitions (a node may be
+  in several). A job names one or more partitions (none: the default one) and runs in one of them.
 - Pending jobs are ordered by priority (high first), then submit time, then submission order.
-- Without backfill the main scheduler is strict: it starts jobs from the top of the queue and stops at
-  the first one that cannot start now; a top job waiting for its GPU type blocks every job below it,
-  even jobs that want other, idle types. Held jobs and jobs whose constraint no node can ever satisfy
-  are passed over (Slurm does not let them block the partition).
-- With backfill, every `bf_interval` seconds (while something is blocked) a backfill pass walks the
-  first `bf_max_job_test` pending jobs in priority order, gives each blocked job a reservation at its
-  earliest possible start and starts lower jobs now only where they end (by their *time limit*, which is
-  all Slurm knows; jobs without one get the partition default) before they would delay a reservation.
+- The main scheduler (both SchedulerTypes) is strict per partition: it walks the queue and, at the first
+  job that cannot start now, marks that job's partitions blocked; no later job starts on their nodes in
+  this pass, even a job that wants other, idle types there. With one partition it stops at the first
+  blocked job. Held jobs, jobs waiting on a dependency and jobs whose constraint no node can ever
+  satisfy are passed over (Slurm does not let them block the partition).
+- sched/backfill (Slurm's default, and the simulator's): every `bf_interval` seconds (while something is
+  blocked) a backfill pass walks the first `bf_max_job_test` pending jobs in priority order, gives each
+  blocked job a reservation at its earliest possible start within `bf_window` and starts lower jobs now
+  only where they end (by their *time limit*, which is all Slurm knows; jobs without one get their
+  partition's DefaultTime) before they would delay a reservation. sched/builtin: the main scheduler only.
 - A job runs on one node, or on whole nodes of one size and type (k x GPUs-per-node GPUs).
 - A job runs for iterations x the true iteration time of its model on the type it got (the truth
-  table's fill rules); a (model, type) pair without data is never placed there. A job is killed at its
-  time limit (state TIMEOUT), as Slurm does.
+  table's fill rules). A model job is refused at submit when the truth has no data for it on a type it
+  could be sent to (its shape, pin and partitions allow it): nothing is silently parked. A job is killed
+  at its time limit (state TIMEOUT), as Slurm does; a requested limit above every one of the job's
+  partitions' MaxTime is refused at submit (EnforcePartLimits=ALL).
+- Dependencies (`afterok`/`afterany` on earlier jobs): the job is not startable until they end; an
+  `afterok` whose job did not complete cancels the dependent (kill_invalid_depend).
 
 Speed: an event heap (job ends, backfill wake-ups); a lazily rebuilt priority heap of pending jobs so
 the strict pass costs O(jobs started + 1) per event; per node-class counters of nodes by free GPUs so
@@ -35,9 +43,10 @@ from msched.estimate.perf_table import PerfTable
 from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
 from msched.slurm.feature_expr import ConstraintError, compile_constraint, feature_names
 from msched.tag import parse_comment
-from slurm_sim.cluster import ClusterSpec
+from slurm_sim.cluster import DEFAULT_PARTITION, ClusterSpec, with_scheduler
 
-PARTITION = "sim"
+PARTITION = DEFAULT_PARTITION
+DEPENDENCY_KINDS = ("afterok", "afterany")
 BASE_PRIORITY = 4_294_901_759        # priority/basic: the first job's priority, then one less per job
 _SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*$")
 _END, _WAKE = 0, 1
@@ -86,6 +95,11 @@ class SimJob:
     num_gpus: int
     runtime_by_type: dict[str, float]       # true seconds on each GPU type where the job can run
     time_limit_s: float | None = None       # the job's own limit (None: the partition default applies)
+    partitions: tuple[str, ...] = ()          # the partitions it may run in (first: the one it shows)
+    waiting_on: set[str] = field(default_factory=set)    # jobs it depends on that have not ended
+    dependency: str = ""                      # afterok / afterany (empty: none)
+    limit_s: float | None = None              # the limit it runs under (set at start)
+    partition: str = ""                       # the partition it runs in (set at start)
     pinned: str | None = None               # typed gres request
     features: str = ""
     comment: str = ""
@@ -110,19 +124,32 @@ class _NodeClass:
     gpus: int
     features: frozenset[str]
     nodes: tuple[int, ...]
+    partitions: frozenset[str] = frozenset()
 
 
 class Simulator:
     """The simulated controller. Time is in seconds from 0."""
 
-    def __init__(self, cluster: ClusterSpec, truth: PerfTable | None = None, *, backfill: bool = False,
-                 bf_interval: float = 30.0, bf_max_job_test: int = 500):
+    def __init__(self, cluster: ClusterSpec, truth: PerfTable | None = None, *, scheduler: str | None = None,
+                 backfill: bool | None = None, bf_interval: float | None = None,
+                 bf_max_job_test: int | None = None, bf_window: float | None = None):
+        """Scheduler settings come from the cluster spec (Slurm's defaults: sched/backfill, bf_interval 30 s,
+        bf_window 1 day, bf_max_job_test 500); keyword arguments override them (`backfill` is the older
+        spelling of scheduler="backfill"/"builtin")."""
+        if scheduler is None and backfill is not None:
+            scheduler = "backfill" if backfill else "builtin"
+        cluster = with_scheduler(cluster, scheduler)
+        sched = cluster.scheduler
         self.cluster = cluster
         self.truth = truth
-        self.backfill = backfill
-        self.bf_interval = bf_interval
-        self.bf_max_job_test = bf_max_job_test
+        self.scheduler = sched.type
+        self.backfill = sched.backfill
+        self.bf_interval = sched.bf_interval_s if bf_interval is None else bf_interval
+        self.bf_max_job_test = sched.bf_max_job_test if bf_max_job_test is None else bf_max_job_test
+        self.bf_window = sched.bf_window_s if bf_window is None else bf_window
         self.default_time_s = cluster.default_time_s
+        self.partitions = cluster.partition
+        self.default_partition = cluster.default_partition
         self.now = 0.0
         self.version = 0                      # bumps when the pending/running sets change
         self.n_pending = 0
@@ -134,8 +161,9 @@ class Simulator:
         self.all_features = frozenset().union(*self.node_features) if cluster.nodes else frozenset()
         classes: dict[tuple, list[int]] = {}
         for i, n in enumerate(cluster.nodes):
-            classes.setdefault((n.gpu_type, n.gpus, self.node_features[i]), []).append(i)
-        self.classes = [_NodeClass(t, g, f, tuple(ix)) for (t, g, f), ix in classes.items()]
+            classes.setdefault((n.gpu_type, n.gpus, self.node_features[i], frozenset(n.partitions)), []).append(i)
+        self.classes = [_NodeClass(t, g, f, tuple(ix), ps) for (t, g, f, ps), ix in classes.items()]
+        self.multi_partition = len(self.partitions) > 1
         self.node_class = [0] * len(cluster.nodes)
         for c, cls in enumerate(self.classes):
             for i in cls.nodes:
@@ -156,7 +184,8 @@ class Simulator:
         self._queue_dirty = False
         self._needs_pass = False
         self._seq = 0
-        self._blocked: str | None = None
+        self._blocked: set[str] = set()            # jobs that stopped the main scheduler in their partitions
+        self._dependents: dict[str, list[str]] = {}
         self._last_bf = -math.inf
         self._wake_at: float | None = None
         self._updates = 0                      # scontrol updates (priority, features, hold, release)
@@ -168,12 +197,18 @@ class Simulator:
                iterations: float | None = None, batch_size: int | None = None,
                runtime_s: float | None = None, time_limit_s: float | None = None,
                gpu_type: str | None = None, constraint: str = "", comment: str = "",
-               hold: bool = False, priority: int | None = None) -> str:
-        """Queue a job now; the scheduler looks at it on the next `run_until`/`advance`."""
+               hold: bool = False, priority: int | None = None, partition: str = "",
+               dependency: str = "") -> str:
+        """Queue a job now; the scheduler looks at it on the next `run_until`/`advance`.
+
+        `partition`: comma-separated partition names (empty: the default partition). `dependency`:
+        `afterok:ID[:ID...]` or `afterany:ID[:ID...]` on jobs already submitted (sbatch's syntax)."""
         if num_gpus < 0:
             raise SimError("num_gpus must not be negative")
         if time_limit_s is not None and not time_limit_s > 0:
             raise SimError("time limit must be positive")
+        partitions = self._partitions(partition, time_limit_s)
+        kind, deps = self._parse_dependency(dependency)
         runtime = self._runtimes(model, num_gpus, iterations, batch_size, runtime_s, time_limit_s)
         pinned = gpu_type.lower() if gpu_type else None
         if pinned is not None and pinned not in self.types:
@@ -185,13 +220,29 @@ class Simulator:
                      submit_time=self.now, num_gpus=num_gpus, runtime_by_type=runtime,
                      time_limit_s=time_limit_s, pinned=pinned, features=constraint or "", comment=comment,
                      priority=priority if priority is not None else max(1, BASE_PRIORITY - self._seq),
-                     held=hold, model=model, iterations=iterations, batch_size=batch_size)
-        job.classes = self._allowed_classes(job)
-        if not self._possible_classes(job):
+                     held=hold, model=model, iterations=iterations, batch_size=batch_size,
+                     partitions=partitions, dependency=kind)
+        possible = self._possible_classes(job, with_data=False)
+        if not possible:
+            self._seq -= 1
             raise SimError(f"Requested node configuration is not available: {num_gpus} GPU(s)"
                            + (f" of type {pinned}" if pinned else "")
+                           + (f" in partition {','.join(partitions)}" if self.multi_partition else "")
                            + (f" for model {model}" if model else "")
                            + f" (cluster {self.cluster.describe()})")
+        gaps = sorted({self.classes[c].gpu_type for c in possible} - set(runtime))
+        if gaps:
+            self._seq -= 1
+            raise SimError(f"the truth table has no data for {model} on {', '.join(gaps)}, where a {num_gpus}-GPU "
+                           "job may be sent (fill the truth with an explicit rule, or pin the job's type)")
+        job.classes = self._allowed_classes(job)
+        for dep in deps:
+            if self.jobs[dep].state in (PENDING, RUNNING):
+                job.waiting_on.add(dep)
+                self._dependents.setdefault(dep, []).append(job.job_id)
+            elif kind == "afterok" and self.jobs[dep].state != "COMPLETED":
+                self._seq -= 1
+                raise SimError(f"Job dependency problem: job {dep} ended {self.jobs[dep].state}, afterok can never be met")
         self.jobs[job.job_id] = job
         self.active[job.job_id] = job
         self._enqueue(job)
@@ -218,6 +269,36 @@ class Simulator:
             return out
         return dict.fromkeys(self.types, float(time_limit_s or self.default_time_s))
 
+    def _partitions(self, text: str, time_limit_s: float | None) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(p.strip().lower() for p in (text or "").split(",") if p.strip()))
+        if not names:
+            names = (self.default_partition,)
+        unknown = [n for n in names if n not in self.partitions]
+        if unknown:
+            raise SimError(f"invalid partition name specified: {', '.join(unknown)} "
+                           f"(partitions: {', '.join(self.partitions)})")
+        if time_limit_s is not None:
+            within = tuple(n for n in names if time_limit_s <= self.partitions[n].max_time_s)
+            if not within:
+                most = max(self.partitions[n].max_time_s for n in names)
+                raise SimError(f"Requested time limit is invalid (missing or exceeds some limit): "
+                               f"{time_limit_s:.0f} s is above MaxTime {most:.0f} s of {','.join(names)}")
+            names = within
+        return names
+
+    def _parse_dependency(self, text: str) -> tuple[str, tuple[str, ...]]:
+        text = (text or "").strip()
+        if not text:
+            return "", ()
+        kind, _, ids = text.partition(":")
+        deps = tuple(i.strip() for i in ids.split(":") if i.strip())
+        if kind not in DEPENDENCY_KINDS or not deps:
+            raise SimError(f"Job dependency problem: {text!r}; expected afterok:ID[:ID...] or afterany:ID[:ID...]")
+        unknown = [d for d in deps if d not in self.jobs]
+        if unknown:
+            raise SimError(f"Job dependency problem: no job {', '.join(unknown)}")
+        return kind, deps
+
     def _check_features(self, constraint: str) -> None:
         try:
             unknown = feature_names(constraint or "", counts=_COUNTS) - self.all_features
@@ -227,11 +308,12 @@ class Simulator:
             raise SimError(f"Invalid feature specification: {', '.join(sorted(unknown))} "
                            f"(node features: {', '.join(sorted(self.all_features))})")
 
-    def _possible_classes(self, job: SimJob) -> list[int]:
-        """Classes the job could use under any constraint (type data, pin and size only)."""
+    def _possible_classes(self, job: SimJob, with_data: bool = True) -> list[int]:
+        """Classes the job could use under any constraint (partitions, pin, size and, with_data, truth)."""
+        parts = set(job.partitions)
         return [c for c, cls in enumerate(self.classes)
-                if cls.gpu_type in job.runtime_by_type and (job.pinned is None or cls.gpu_type == job.pinned)
-                and _fits(cls, job.num_gpus)]
+                if (not with_data or cls.gpu_type in job.runtime_by_type) and (cls.partitions & parts)
+                and (job.pinned is None or cls.gpu_type == job.pinned) and _fits(cls, job.num_gpus)]
 
     def _allowed_classes(self, job: SimJob) -> tuple[int, ...]:
         pred = compile_constraint(job.features, counts=_COUNTS) if job.features else None
@@ -278,6 +360,19 @@ class Simulator:
         self.finished.append(job)
         self.version += 1
         self._needs_pass = True
+        self._ended(job)
+
+    def _ended(self, job: SimJob) -> None:
+        """Dependents of a job that just ended: startable now, or cancelled when afterok can never be met."""
+        for jid in self._dependents.pop(job.job_id, ()):
+            dep = self.jobs[jid]
+            if dep.state != PENDING:
+                continue
+            dep.waiting_on.discard(job.job_id)
+            dep.view = None
+            if dep.dependency == "afterok" and job.state != "COMPLETED":
+                self.cancel(dep)           # kill_invalid_depend: DependencyNeverSatisfied, cancelled
+            self._needs_pass = True
 
     # --------------------------------------------------------------------- time
     def next_event_time(self) -> float | None:
@@ -330,7 +425,20 @@ class Simulator:
         self._queue_dirty = False
 
     def effective_limit(self, job: SimJob) -> float:
-        return job.time_limit_s if job.time_limit_s is not None else self.default_time_s
+        """The job's time limit as squeue shows it: its own, else its (first) partition's DefaultTime."""
+        if job.limit_s is not None:
+            return job.limit_s
+        return job.time_limit_s if job.time_limit_s is not None else self.partitions[job.partitions[0]].default_time_s
+
+    def limit_in(self, job: SimJob, c: int) -> float:
+        """The limit the job runs under on class c: its own, else the DefaultTime of the partition it runs in."""
+        if job.time_limit_s is not None:
+            return job.time_limit_s
+        return self.partitions[self._partition_in(job, c)].default_time_s
+
+    def _partition_in(self, job: SimJob, c: int) -> str:
+        parts = self.classes[c].partitions
+        return next(p for p in job.partitions if p in parts)
 
     def _schedule(self) -> None:
         self._needs_pass = False
@@ -338,26 +446,35 @@ class Simulator:
             self._rebuild_queue()
         queue = self._queue
         passed_over = []
-        blocked = None
+        blocked: list[SimJob] = []
+        closed: set[int] = set()               # classes in a blocked partition (this pass)
+        n_classes = len(self.classes)
         while queue:
             key, job_id = queue[0]
             job = self.jobs[job_id]
             if job.state != PENDING or key != job.key:
                 heapq.heappop(queue)
                 continue
-            if job.held or not job.classes:
+            if job.held or job.waiting_on or not job.classes:
                 passed_over.append(heapq.heappop(queue))
                 continue
-            placement = self._place(job)
+            placement = self._place(job, closed)
             if placement is None:
-                blocked = job
-                break
+                blocked.append(job)
+                if not self.multi_partition:
+                    break
+                passed_over.append(heapq.heappop(queue))
+                parts = set(job.partitions)
+                closed.update(c for c, cls in enumerate(self.classes) if cls.partitions & parts)
+                if len(closed) == n_classes:
+                    break
+                continue
             heapq.heappop(queue)
             self._start(job, *placement)
         for entry in passed_over:
             heapq.heappush(queue, entry)
         self._set_blocked(blocked)
-        if blocked is not None and self.backfill:
+        if blocked and self.backfill:
             state = (self.version, self._updates)
             if state == self._bf_seen:
                 return          # nothing changed since the last pass: it would decide the same
@@ -365,25 +482,26 @@ class Simulator:
                 self._backfill()
                 self._last_bf = self.now
                 self._bf_seen = (self.version, self._updates)
-            if self._blocked is not None:
+            if self._blocked:
                 t = max(self._last_bf + self.bf_interval, self.now)
                 if self._wake_at is None or self._wake_at > t:
                     self._wake_at = t
                     self._push_event(t, _WAKE, "")
 
-    def _set_blocked(self, job: SimJob | None) -> None:
-        new = job.job_id if job is not None else None
+    def _set_blocked(self, jobs: list[SimJob]) -> None:
+        new = {j.job_id for j in jobs}
         if new != self._blocked:
-            for jid in (self._blocked, new):
-                if jid is not None:
-                    self.jobs[jid].view = None
+            for jid in new ^ self._blocked:
+                self.jobs[jid].view = None
             self._blocked = new
 
-    def _place(self, job: SimJob) -> tuple[int, tuple[int, ...]] | None:
+    def _place(self, job: SimJob, closed: set[int] = frozenset()) -> tuple[int, tuple[int, ...]] | None:
         """Where the job can start now: best fit over its allowed classes (class order breaks ties)."""
         g = job.num_gpus
         best: tuple[int, int, int] | None = None        # (free level, class, node)
         for c in job.classes:
+            if c in closed:
+                continue
             cls = self.classes[c]
             levels = self.by_free[c]
             if g <= cls.gpus:
@@ -417,10 +535,12 @@ class Simulator:
         job.start_time = self.now
         job.nodes = nodes
         job.gpu_type = cls.gpu_type
+        job.partition = self._partition_in(job, c)
+        job.limit_s = self.limit_in(job, c)
         job.view = None
         self.busy_by_type[cls.gpu_type] += job.num_gpus
         runtime = job.runtime_by_type[cls.gpu_type]
-        limit = self.effective_limit(job)
+        limit = job.limit_s
         self._push_event(self.now + min(runtime, limit), _END, job.job_id)
         self.version += 1
 
@@ -441,6 +561,8 @@ class Simulator:
         self.active.pop(job.job_id, None)
         self.finished.append(job)
         self.version += 1
+        if job.job_id in self._dependents:
+            self._ended(job)
 
     # --------------------------------------------------------------------- backfill
     def _backfill(self) -> None:
@@ -463,16 +585,17 @@ class Simulator:
         candidates = heapq.nsmallest(self.bf_max_job_test,
                                      (e for e in self._queue if self.jobs[e[1]].state == PENDING
                                       and e[0] == self.jobs[e[1]].key))
+        horizon = now + self.bf_window
         for _key, job_id in candidates:
             if not any(self.free):
                 break                  # nothing can start now: further reservations would change nothing
             job = self.jobs[job_id]
-            if job.held or not job.classes or job.state != PENDING:
+            if job.held or job.waiting_on or not job.classes or job.state != PENDING:
                 continue
-            limit = self.effective_limit(job)
             best = None              # (start, class, nodes)
             for c in job.classes:
                 cls = self.classes[c]
+                limit = self.limit_in(job, c)
                 if job.num_gpus <= cls.gpus:
                     for n in cls.nodes:
                         t = profile(n).earliest(job.num_gpus, limit)
@@ -483,29 +606,29 @@ class Simulator:
                     t, chosen = _earliest_whole(cls, [profile(n) for n in cls.nodes], k, limit)
                     if t is not None and (best is None or t < best[0]):
                         best = (t, c, chosen)
-            if best is None:
-                continue
+            if best is None or best[0] > horizon:
+                continue               # no start within bf_window: no reservation (as Slurm)
             t, c, nodes = best
+            limit = self.limit_in(job, c)
             per_node = job.num_gpus if len(nodes) == 1 else self.classes[c].gpus
             for n in nodes:
                 profile(n).add(t, t + limit, -per_node)
             if t <= now and all(self.free[n] >= per_node for n in nodes):
                 self._start(job, c, nodes)
-                if job_id == self._blocked:
-                    self._blocked = None
-        if self._blocked is not None and self.jobs[self._blocked].state != PENDING:
-            self._blocked = None
+        self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
 
     # --------------------------------------------------------------------- views (squeue / sinfo)
     def job_view(self, job: SimJob) -> SlurmJob:
         if job.view is None:
             if job.state == PENDING:
-                reason = ("JobHeldUser" if job.held else "BadConstraints" if not job.classes
-                          else "Resources" if job.job_id == self._blocked else "Priority")
+                reason = ("JobHeldUser" if job.held else "Dependency" if job.waiting_on
+                          else "BadConstraints" if not job.classes
+                          else "Resources" if job.job_id in self._blocked else "Priority")
             else:
                 reason = "TimeLimit" if job.state == "TIMEOUT" else "None"
             job.view = SimSlurmJob(
-                job_id=job.job_id, state=job.state, name=job.name, user=job.user, partition=PARTITION,
+                job_id=job.job_id, state=job.state, name=job.name, user=job.user,
+                partition=job.partition or ",".join(job.partitions),
                 priority=0 if job.held else job.priority, submit_time=job.submit_time,
                 start_time=job.start_time, end_time=job.end_time, time_limit_s=self.effective_limit(job),
                 num_nodes=max(1, len(job.nodes)), num_gpus=job.num_gpus, gres_gpu_type=job.pinned,
@@ -520,7 +643,8 @@ class Simulator:
             state = "IDLE" if alloc == 0 else "ALLOCATED" if self.free[n] == 0 else "MIXED"
             v = self._node_views[n] = SimSlurmNode(
                 name=self.node_names[n], gpu_type=self.node_type[n], gpus=self.node_gpus[n], gpus_alloc=alloc,
-                features=tuple(self.cluster.nodes[n].features), state=state, partitions=(PARTITION,))
+                features=tuple(self.cluster.nodes[n].features), state=state,
+                partitions=tuple(self.cluster.nodes[n].partitions))
         return v
 
     def pending_count(self) -> int:

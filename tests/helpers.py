@@ -17,6 +17,8 @@ from typing import TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent          # the venv running pytest (msub, msched live here)
+# a small copy of ../shared/data (tests/data/shared_sample/README.md): tests read it, never ../shared
+SHARED_SAMPLE = REPO / "tests" / "data" / "shared_sample"
 T = TypeVar("T")
 
 

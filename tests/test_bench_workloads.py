@@ -15,16 +15,16 @@ from slurm_sim.trace import REQUIRED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import workloads as wl  # noqa: E402
+from helpers import SHARED_SAMPLE  # noqa: E402
 
 REFS = ("resnet50", "resnet18", "vgg16", "densenet121", "mobilenet_v2", "squeezenet1_0")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def shared_data():
-    try:
-        return wl.shared_data_dir()
-    except wl.WorkloadError as exc:
-        pytest.skip(f"shared data not present: {exc}")
+@pytest.fixture(autouse=True)
+def shared_data(monkeypatch):
+    """The workloads read the tests' small copy of the shared data, with or without ../shared."""
+    monkeypatch.setenv("MSCHED_SHARED_DATA", str(SHARED_SAMPLE))
+    return wl.shared_data_dir()
 
 
 def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
@@ -34,7 +34,7 @@ def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
     path = w.write_trace(tmp_path / f"{w.name}.csv")
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
-        assert tuple(reader.fieldnames) == tuple(REQUIRED)
+        assert tuple(reader.fieldnames) == (*REQUIRED, "time_limit_s")
         rows = list(reader)
     assert len(rows) == len(w.jobs)
     assert len({r["job_id"] for r in rows}) == len(rows)
@@ -45,8 +45,11 @@ def _check_trace(w: wl.Workload, tmp_path: Path) -> list[dict]:
         gpus = int(r["num_gpus"])
         assert 1 <= gpus <= node_max
         assert int(r["iterations"]) >= 1
-        # the job can run on at least one of the cluster's types
-        assert any(truth.iter_ms(r["model"], t, gpus, int(r["batch_size"])) for t in shape)
+        # the truth has the job's model on every type that can hold it (no job is refused or lost), and the
+        # user's limit is at least its runtime on the slowest of them
+        fitting = [t for t, (per_node, nodes) in shape.items() if gpus <= per_node]
+        runtimes = [truth.runtime_s(r["model"], t, gpus, int(r["batch_size"]), int(r["iterations"])) for t in fitting]
+        assert None not in runtimes and float(r["time_limit_s"]) >= max(runtimes) - 1e-6
     # and the simulator's own trace reader accepts it on this cluster (when the simulator is installed)
     try:
         from slurm_sim.cluster import parse_cluster

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 
 from msched.config import Config, ConfigError
-from msched.msub.main import spawn_and_wait
+from msched.msub.spawn import spawn_and_wait
 from msched.tag import _SAFE, JobTag, _quote, parse_comment, with_tag
 from msched.util.record import record
 
@@ -27,8 +27,11 @@ LIGHT_PATH = {
     "msched", "msched.config", "msched.msub.gpu_request", "msched.errors", "msched.estimate.runtime", "msched.models.features",
     "msched.estimate.perf_table", "msched.policy", "msched.policy.choice", "msched.slurm.feature_expr", "msched.util.record",
     "msched.msub.sbatch_args", "msched.models.shipped", "msched.models.classify", "msched.msub.main", "msched.tag",
+    "msched.estimate.estimators", "msched.policy.feasibility", "msched.msub.cluster_view",
+    "msched.msub.directives", "msched.msub.decide", "msched.msub.spawn",
     # the packages' own __init__ modules, each empty or lazy
     "msched.msub", "msched.models", "msched.estimate", "msched.slurm", "msched.util",
+    "msched.util.text",
 }
 # standard or third-party modules whose import costs msub more than it needs (see msched.util.record)
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",

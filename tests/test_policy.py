@@ -208,14 +208,13 @@ def test_truth_estimator_uses_the_models_own_rows_and_msched_s_work():
 
 
 # ----------------------------------------------------------------------------------------- submit time
-def test_submit_types_or_the_types_within_slack_of_the_best_completion():
+def test_submit_choice_ors_the_types_within_slack_of_the_best_completion():
     p = get_policy("msched-once", slack=1.25)
-    j = job("", {"a100": 100.0, "titanv": 120.0, "titanxp": 300.0})
-    assert p.submit_types(j, {}, now=0.0) == ("a100", "titanv")
+    est = {"a100": 100.0, "titanv": 120.0, "titanxp": 300.0}
+    assert p.submit_choice(est, {}, 0.0) == ("a100", "titanv")
     # a100 busy for 1000 s: titanv (120) and titanxp (300) are the best two; 300 > 1.25 x 120
-    assert p.submit_types(j, {"a100": 1000.0, "titanv": 0.0, "titanxp": 0.0}, now=0.0) == ("titanv",)
-    assert get_policy("msched").submit_types(job("", {"a100": 1.0}, pinned_type="titanv"), {}, now=0.0) == ()
-    assert get_policy("fifo").submit_types(j, {}, now=0.0) == ()
+    assert p.submit_choice(est, {"a100": 1000.0, "titanv": 0.0, "titanxp": 0.0}, 0.0) == ("titanv",)
+    assert get_policy("fifo").submit_choice(est, {}, 0.0) == ()
 
 
 def test_fastest_ranks_types_by_average_speed():
@@ -223,8 +222,8 @@ def test_fastest_ranks_types_by_average_speed():
                       PerfRow("m2", "a100", 1, 8, "float", 20.0), PerfRow("m2", "titanxp", 1, 8, "float", 25.0)])
     assert rank_types(perf) == ["a100", "titanxp"]
     p = get_policy("fastest", perf=perf)
-    assert p.submit_types(job("", {"a100": 5.0, "titanxp": 1.0}), {}, now=0.0) == ("a100",)
-    assert p.submit_types(job("", {"titanxp": 1.0}), {}, now=0.0) == ("titanxp",)   # a100 over its limit
+    assert p.submit_choice({"a100": 5.0, "titanxp": 1.0}, {}, 0.0) == ("a100",)
+    assert p.submit_choice({"titanxp": 1.0}, {}, 0.0) == ("titanxp",)   # a100 over its limit
 
 
 # ----------------------------------------------------------------------------------------- priorities

@@ -16,17 +16,19 @@ from msched.estimate.perf_table import PerfTable
 from msched.models import reference_eval as ev
 from msched.models.classify import family_of, load_references
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import SHARED_SAMPLE  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "data" / "gpu-train-benchmarks"
+SHARED = SHARED_SAMPLE / "gpu-train-benchmarks"
 SHARED_TABLE = SHARED / "perf_table.csv"
 PROFILES = REPO / "msched" / "data"
-needs_shared = pytest.mark.skipif(not SHARED_TABLE.exists(), reason=f"shared measurements absent: {SHARED_TABLE}")
 MSCHED = [sys.executable, "-m", "msched.cli", "references"]
 
 
 @pytest.fixture(scope="module")
 def perf() -> PerfTable:
-    return PerfTable.load(SHARED_TABLE if SHARED_TABLE.exists() else PROFILES / "measured_perf.csv")
+    return PerfTable.load(SHARED_TABLE)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,6 @@ def test_per_model_figures_follow_their_definitions(default_eval):
     assert default_eval.best_type_accuracy == acc
 
 
-@needs_shared
 def test_default_references_beat_a_model_blind_scheduler(default_eval):
     """The issue's aim: profile_error <= 0.6 x agnostic_error with the default references."""
     t = default_eval.totals()
@@ -93,7 +94,6 @@ def test_hold_out_family_never_sees_the_family(perf):
         assert all(family_of(m.nearest_reference) != fam for m in e.models)
 
 
-@needs_shared
 def test_shipped_tables_copy_the_source():
     src = {}
     with open(SHARED / "train_iter_ms.csv", newline="") as fh:
@@ -111,7 +111,6 @@ def test_shipped_tables_copy_the_source():
     assert "ryujaehun/pytorch-gpu-benchmark" in (PROFILES / "README.md").read_text()
 
 
-@needs_shared
 def test_evaluate_command_json():
     out = subprocess.run([*MSCHED, "evaluate", "--perf", str(SHARED_TABLE), "--json", "--random-sets", "2",
                           "--seed", "3", "--hold-out-family"], capture_output=True, text=True, timeout=300)
@@ -124,7 +123,7 @@ def test_evaluate_command_json():
 
 
 def test_evaluate_command_options_and_errors():
-    table = str(SHARED_TABLE if SHARED_TABLE.exists() else PROFILES / "measured_perf.csv")
+    table = str(SHARED_TABLE)
     ok = subprocess.run([*MSCHED, "evaluate", "--perf", table, "--gpu-types", "a100,rtx2080ti,titanxp",
                          "--references", "resnet50,vgg16,densenet121,mobilenet_v2", "--precision", "half",
                          "--num-gpus", "2"], capture_output=True, text=True, timeout=120)

@@ -215,9 +215,8 @@ def test_user_constraint_is_kept_and_anded_with_the_type(tmp_path):
     c.advance(0)
     res = run_round(c, get_policy("msched"), TagEstimator(TRUTH))
     assert res.views[jid2].user_features == "ib"
-    feats = by_id(c)[jid2].features
-    assert feats in ("ib", "ib&titanv")               # only titanv has ib: the plan keeps it there
-    assert "ib" in feats
+    # only titanv has ib: the plan keeps it there, and writes the type ANDed with the user's own feature
+    assert by_id(c)[jid2].features == "ib&titanv"
 
 
 def test_release_drops_msched_types_and_keeps_the_users(tmp_path):
@@ -331,3 +330,73 @@ def test_build_snapshot_leaves_jobs_with_unreadable_constraints_alone(caplog):
     assert not views["1"].writable and views["3"].writable
     warned = [r.getMessage() for r in caplog.records if "bad constraint" in r.getMessage()]
     assert len(warned) == 2 and all("\n" not in m for m in warned)
+
+
+# ----------------------------------------------------------------------------------- the shared entry point
+def test_a_round_says_until_when_its_plan_holds_and_what_to_publish():
+    """stable_until: the earliest time the clock alone changes the plan (hand-computed below); free_time
+    is the plan's projection clamped to now, every type present."""
+    c = client()
+    vgg = submit(c, "vgg16", iters=36_000)           # runs at once on one type: 900 s on a100, 3600 s on titanv
+    c.advance(0)
+    started = by_id(c)[vgg]
+    assert started.is_running
+    blocker = submit(c, None, runtime_s=7200.0, constraint="titanv" if started.gpu_type == "a100" else "a100")
+    c.advance(0)
+    waiting = submit(c, "mobilenet_v2")
+    c.advance(10.0)
+    est_end = started.start_time + (900.0 if started.gpu_type == "a100" else 3600.0)
+    res = run_round(c, get_policy("msched"), TagEstimator(TRUTH), starvation_age_s=100.0)
+    # the waiting job (submitted at 0) starves at 100 s, before the running job's estimated end
+    assert res.stable_until == pytest.approx(100.0)
+    res = run_round(c, get_policy("msched"), TagEstimator(TRUTH), starvation_age_s=None)
+    assert res.stable_until == pytest.approx(est_end)
+    assert set(res.free_time) == {"a100", "titanv"} and min(res.free_time.values()) >= c.now()
+    assert waiting in {p.job_id for p in res.snapshot.pending} and blocker in {r.job_id for r in res.snapshot.running}
+
+
+def test_an_overdue_running_job_makes_every_round_due():
+    """A running job past its estimate is expected to end later as the clock moves: no round is skipped."""
+    from msched.rounds.core import round_due
+
+    c = client("a100:1x1")
+    short = PerfTable([PerfRow("vgg16", "a100", 1, 12, "float", 1.0)])     # msched believes 36 s
+    jid = submit(c, "vgg16")                                               # truly 900 s
+    submit(c, "mobilenet_v2")
+    c.advance(100.0)
+    assert by_id(c)[jid].is_running
+    res = run_round(c, get_policy("msched"), TagEstimator(short), starvation_age_s=None)
+    assert res.stable_until == pytest.approx(c.now())
+    assert round_due(res.stable_until, c.now() + 60.0, changed=False)
+    assert not round_due(float("inf"), c.now() + 60.0, changed=False)
+
+
+# ----------------------------------------------------------------------------------- Slurm's scheduler
+def test_scheduler_settings_read_as_scontrol_prints_them():
+    from msched.slurm.base import SchedulerSettings
+
+    s = SchedulerSettings.parse("sched/backfill", "bf_interval=1,bf_window=2880,bf_continue")
+    assert s.backfill and s.parameter("bf_window") == "2880" and s.parameter("bf_continue") == ""
+    assert s.parameter("bf_max_job_test", "500") == "500"
+    builtin = SchedulerSettings.parse("sched/builtin", "(null)")
+    assert not builtin.backfill and builtin.parameters == ()
+
+
+@pytest.mark.parametrize("backfill", [True, False])
+def test_the_reorderer_plans_for_the_scheduler_slurm_runs(backfill):
+    from msched.config import Config
+    from msched.rounds.reorder import Reorderer
+
+    c = SimClient.from_spec("a100:1x1", truth=TRUTH, backfill=backfill)
+    assert c.scheduler().backfill is backfill
+    assert Reorderer(Config(), c, store=None).policy.backfill is backfill
+
+
+@pytest.mark.slurm
+def test_the_cli_backend_reads_the_scheduler_of_the_real_slurm(slurm_cluster):
+    from msched.config import Config
+    from msched.slurm.cli.client import CliClient
+
+    s = CliClient(Config()).scheduler()
+    assert s.scheduler_type == "sched/backfill" and s.backfill     # the dev cluster runs Slurm's default
+    assert s.parameter("bf_interval") == "1"                        # set by scripts/slurm-dev-cluster.sh

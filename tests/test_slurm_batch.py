@@ -23,7 +23,7 @@ from msched.slurm.base import (
     SlurmUnavailable,
     UpdateResult,
 )
-from msched.slurm.cli_backend import (
+from msched.slurm.cli import (
     SEP,
     CliClient,
     classify_error,

@@ -1,5 +1,5 @@
 """The command-line backend's parsers, replayed on real Slurm 22.05 output recorded by
-tests/data/slurm/record.py (squeue/sinfo in the exact format CliClient asks for, the jobcomp file,
+tests/data/slurm/record.py (`squeue --json` and sinfo exactly as CliClient asks for them, the jobcomp file,
 and the error messages scontrol/sbatch/squeue print). Expected values are derived from the sbatch
 arguments each recorded job was submitted with (cases.json), not copied from the output.
 """
@@ -11,10 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msched.config import Config
 from msched.slurm.base import JobNotPending, SlurmError, SlurmUnavailable
-from msched.slurm.cli_backend import (
+from msched.slurm.cli import (
     classify_error,
     expand_hostlist,
     format_time_limit,
@@ -56,7 +58,7 @@ def _expected_gpus(args: list[str]) -> tuple[int, str | None]:
 
 @pytest.fixture(scope="module")
 def jobs():
-    parsed = parse_squeue((DATA / "squeue.txt").read_text(), Config(), NODE_TYPES)
+    parsed = parse_squeue((DATA / "squeue.json").read_bytes(), Config(), NODE_TYPES)
     return {j.job_id: j for j in parsed}
 
 
@@ -128,7 +130,7 @@ def test_gpu_aliases_apply_to_nodes_and_jobs(jobs):
     config = Config(gpu_aliases={"titanv": "v100ish", "A100": "a100-40g"})
     nodes = {n.name: n for n in parse_sinfo((DATA / "sinfo.txt").read_text(), config)}
     assert nodes["n2"].gpu_type == "v100ish" and nodes["n1"].gpu_type == "a100-40g"
-    typed = parse_squeue((DATA / "squeue.txt").read_text(), config, {})
+    typed = parse_squeue((DATA / "squeue.json").read_bytes(), config, {})
     by_id = {j.job_id: j for j in typed}
     assert by_id[CASES["ids"]["gres-typed"]].gres_gpu_type == "v100ish"
 
@@ -136,7 +138,12 @@ def test_gpu_aliases_apply_to_nodes_and_jobs(jobs):
 def test_jobcomp_file():
     text = (DATA / "jobcomp.txt").read_text()
     parsed = {j.job_id: j for j in parse_jobcomp(text, Config(), NODE_TYPES)}
-    assert len(parsed) == len([ln for ln in text.splitlines() if ln.startswith("JobId=")])
+    # the hostile job whose name holds a newline splits its own line: its head lacks JobState and is
+    # dropped, the tail is no record; every other job is read
+    whole = [ln for ln in text.splitlines() if ln.startswith("JobId=") and " JobState=" in ln]
+    assert len(parsed) == len(whole)
+    assert {i for n, i in CASES["ids"].items() if not n.startswith("hostile-name-")} <= set(parsed)
+    assert not any(j.name.startswith("hostile-name-") for j in parsed.values())
     done = parsed[CASES["ids"]["completed"]]
     assert done.state == "COMPLETED" and done.nodes == "n2" and done.gpu_type == "titanv"
     assert done.time_limit_s == 300 and done.end_time >= done.start_time
@@ -183,19 +190,104 @@ def test_small_parsers():
 
 
 def test_recorded_format_is_the_one_the_client_asks_for():
-    """The recordings must keep matching the client's field list (re-record after changing it)."""
-    from msched.slurm.cli_backend import JOB_FIELDS, NODE_FIELDS
-    first = (DATA / "squeue.txt").read_text().splitlines()[0]
-    assert first.count("\x1f") == len(JOB_FIELDS)
-    assert re.match(r"^\d+\x1f", first)
+    """The recordings must keep matching the client's calls (re-record after changing them)."""
+    from msched.slurm.cli import NODE_FIELDS
+    doc = json.loads((DATA / "squeue.json").read_bytes().decode("utf-8", errors="replace"))
+    assert doc["meta"]["Slurm"]["release"].startswith("22.05") and isinstance(doc["jobs"], list)
     assert (DATA / "sinfo.txt").read_text().splitlines()[0].count("\x1f") == len(NODE_FIELDS)
+
+
+# ------------------------------------------------------------------ hostile users (issue 13, item 1)
+def _hostile_value(name: str, option: str) -> str:
+    """What the ordinary user passed as --OPTION= for a recorded hostile job (bytes read as sbatch got them)."""
+    arg = next(a for a in CASES["hostile"][name] if a.startswith(f"--{option}="))
+    return arg.split("=", 1)[1].encode("latin-1").decode("utf-8", errors="replace")
+
+
+def test_every_job_is_one_record_whatever_its_comment_or_name_holds(jobs):
+    """Submitted by an ordinary user on the real cluster: comments holding every control byte, a whole
+    fake row of the old `squeue -O` format after a newline, bytes that are not UTF-8, a name with ESC.
+    Each is exactly one job with exactly its own text; no other job's fields change."""
+    ids = CASES["ids"]
+    assert set(jobs) == set(ids.values()) | {j for j in jobs if j not in ids.values() and False}
+    assert len(jobs) == len(ids)
+    for name in ("hostile-control-bytes", "hostile-fake-row", "hostile-not-utf8"):
+        job = jobs[ids[name]]
+        assert job.comment == _hostile_value(name, "comment") and job.name == name
+        assert job.user == CASES["user"] and job.state == "PENDING" and job.priority == 0 and job.tag is None
+    weird = next(n for n in ids if n.startswith("hostile-name-"))
+    assert jobs[ids[weird]].name == weird and "\x1b" in weird
+    # the fake row named job 1 with a tag: job 1 is the recorded root job, untouched
+    assert jobs["1"].name == "gres-untyped" and jobs["1"].comment == "" and jobs["1"].tag is None
+
+
+def test_forged_and_poisoned_tags_read_as_claims_or_not_at_all(jobs):
+    forged = jobs[CASES["ids"]["hostile-forged-tag"]]
+    assert forged.tag is not None and forged.tag.iters == 100_000_000     # a claim: bounded by the round (trust)
+    poisoned = jobs[CASES["ids"]["hostile-poisoned-tag"]]
+    assert poisoned.tag is None
+
+
+def _slurm_json_string(raw: bytes) -> bytes:
+    """A string as squeue --json (22.05.8) prints it, as recorded: control bytes escaped (\\n, \\u001b...),
+    `"`, `\\` and `/` escaped, every other byte (DEL, bytes >= 0x80, valid UTF-8 or not) copied raw."""
+    short = {8: b"\\b", 9: b"\\t", 10: b"\\n", 12: b"\\f", 13: b"\\r", 34: b'\\"', 92: b"\\\\", 47: b"\\/"}
+    return b"".join(short.get(c) or (b"\\u%04x" % c if c < 0x20 else bytes([c])) for c in raw)
+
+
+def test_the_escaping_model_matches_the_recording():
+    recorded = (DATA / "squeue.json").read_bytes()
+    for name in ("hostile-control-bytes", "hostile-fake-row", "hostile-not-utf8"):
+        raw = next(a for a in CASES["hostile"][name] if a.startswith("--comment=")).split("=", 1)[1].encode("latin-1")
+        assert b'"comment": "' + _slurm_json_string(raw) + b'"' in recorded
+
+
+RECORDED = (DATA / "squeue.json").read_bytes()
+VICTIM = b'"comment": "' + _slurm_json_string(b"msched:v1;model=vgg16;ref=vgg16;iters=100000000") + b'"'
+
+
+@settings(max_examples=300, deadline=None)
+@given(comment=st.binary(max_size=400), name=st.binary(max_size=100))
+def test_fuzz_no_comment_or_name_forges_structure(comment, name):
+    """Hypothesis over the recorded document: one job's comment and name replaced by any bytes, escaped as
+    Slurm escapes them. The parse has the same jobs with the same ids, states and priorities, and that
+    job holds exactly the bytes given (decoded with U+FFFD for what is not UTF-8)."""
+    base = {j.job_id: j for j in parse_squeue(RECORDED, Config(), NODE_TYPES)}
+    victim_id = CASES["ids"]["hostile-forged-tag"]
+    doc = RECORDED.replace(VICTIM, b'"comment": "' + _slurm_json_string(comment) + b'"', 1)
+    doc = doc.replace(b'"name": "hostile-forged-tag"', b'"name": "' + _slurm_json_string(name) + b'"', 1)
+    got = {j.job_id: j for j in parse_squeue(doc, Config(), NODE_TYPES)}
+    assert set(got) == set(base)
+    for jid, job in got.items():
+        if jid == victim_id:
+            assert job.comment == comment.decode("utf-8", errors="replace")
+            assert job.name == name.decode("utf-8", errors="replace")
+            assert (job.state, job.priority, job.features, job.user) == (base[jid].state, base[jid].priority,
+                                                                          base[jid].features, base[jid].user)
+        else:
+            assert job == base[jid]
+
+
+def test_an_unreachable_controller_is_an_error_not_an_empty_queue():
+    """Recorded: squeue --json against a controller that does not answer exits 0 with no jobs."""
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        parse_squeue((DATA / "squeue_down.json").read_bytes(), Config(), NODE_TYPES)
+
+
+def test_a_document_that_is_not_json_is_one_clean_error():
+    from msched.slurm.cli.parsers import SqueueFormatError
+    for bad in (RECORDED[: len(RECORDED) // 2], b"", b'{"jobs": 3}', b"\xff\x00garbage"):
+        with pytest.raises(SqueueFormatError) as info:
+            parse_squeue(bad, Config(), NODE_TYPES)
+        assert "\n" not in str(info.value) and "\x00" not in str(info.value)
 
 
 def test_jobcomp_tail_reads_only_recent_lines(tmp_path):
     """A long completion file is read backwards only as far as `since` needs (plus a margin)."""
-    from msched.slurm.cli_backend import read_jobcomp_tail
+    from msched.slurm.cli import read_jobcomp_tail
     recorded = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines() if ln.startswith("JobId=")]
     old = re.sub(r"(Start|End|Submit|Eligible)Time=\d{4}-", r"\1Time=2001-", recorded[0])
+    old = re.sub(r"^JobId=\d+", "JobId=900000", old)       # another (long finished) job
     path = tmp_path / "jobcomp.txt"
     path.write_text("\n".join([old] * 5000 + recorded) + "\n")
     jobs = parse_jobcomp((DATA / "jobcomp.txt").read_text(), Config(), NODE_TYPES)
@@ -210,15 +302,15 @@ def test_jobcomp_tail_reads_only_recent_lines(tmp_path):
 def test_jobcomp_tail_reads_one_timestamp_per_chunk(tmp_path, monkeypatch):
     """Recent lines (all within the margin, as on a busy cluster) are all returned, and the backward
     reader looks at one timestamp per chunk rather than re-reading every line of every chunk."""
-    from msched.slurm import cli_backend
+    from msched.slurm.cli import accounting
     recorded = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines() if ln.startswith("JobId=")]
     path = tmp_path / "jobcomp.txt"
     path.write_text("\n".join(recorded * 200) + "\n")
     since = min(j.end_time for j in parse_jobcomp("\n".join(recorded), Config(), NODE_TYPES))
     calls = []
-    real = cli_backend._local_time
-    monkeypatch.setattr(cli_backend, "_local_time", lambda text: calls.append(text) or real(text))
-    tail = cli_backend.read_jobcomp_tail(path, since, chunk=4096)
+    real = accounting._local_time
+    monkeypatch.setattr(accounting, "_local_time", lambda text: calls.append(text) or real(text))
+    tail = accounting.read_jobcomp_tail(path, since, chunk=4096)
     assert tail == path.read_text()
     assert len(calls) <= path.stat().st_size // 4096 + 1
 
@@ -226,10 +318,15 @@ def test_jobcomp_tail_reads_one_timestamp_per_chunk(tmp_path, monkeypatch):
 def test_sacct_history():
     """sacct (slurmdbd) keeps every finished job: GPU totals and the pinned type from the request's
     TRES, the type it ran on from the allocation's, the tag (AccountingStoreFlags=job_comment)."""
-    from msched.slurm.cli_backend import parse_sacct
+    from msched.slurm.cli import parse_sacct
     parsed = {j.job_id: j for j in parse_sacct((DATA / "sacct.txt").read_text(), Config(), NODE_TYPES)}
     ids = CASES["ids"]
+    # the hostile comment's forged row names job 1: the real row and the forgery are both dropped
+    assert ids["gres-untyped"] == "1" and "1" not in parsed
+    assert parsed[ids["hostile-fake-row"]].comment.startswith("x")
     for name, args in CASES["cases"].items():
+        if ids[name] == "1":
+            continue
         job = parsed[ids[name]]
         count, typed = _expected_gpus(args)
         assert (job.name, job.num_gpus, job.gres_gpu_type) == (name, count, typed), name
@@ -238,7 +335,7 @@ def test_sacct_history():
     assert done.state == "COMPLETED" and done.gpu_type == "titanv" and done.nodes == "n2"
     assert done.comment == CASES["tag"] and done.tag.model == "resnet50"
     assert done.end_time >= done.start_time >= done.submit_time > 0 and done.time_limit_s == 300
-    never_ran = parsed[ids["gres-untyped"]]
+    never_ran = parsed[ids["gres-typed"]]
     assert never_ran.state == "CANCELLED" and never_ran.start_time is None and never_ran.nodes == ""
     assert never_ran.gpu_type is None and never_ran.reason == "JobHeldUser"
     assert parsed[ids["user-job"]].user == CASES["user"] and parsed[ids["user-job"]].gpu_type == "a100"

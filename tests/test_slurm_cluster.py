@@ -16,7 +16,7 @@ from helpers import wait_for
 from msched.config import Config
 from msched.slurm import get_client
 from msched.slurm.base import SlurmError, SlurmUnavailable
-from msched.slurm.cli_backend import CliClient
+from msched.slurm.cli import CliClient
 
 
 def _client(cluster) -> CliClient:

@@ -106,7 +106,7 @@ def backend(request) -> Iterator[Backend]:
     else:
         cluster = request.getfixturevalue("slurm_cluster")
         if request.param == "cli":
-            from msched.slurm.cli_backend import CliClient
+            from msched.slurm.cli import CliClient
             b = Backend("cli", CliClient(Config(), env={"SLURM_CONF": str(cluster.conf)}), real=True)
         else:
             pytest.importorskip("pyslurm", reason="pyslurm does not import here (none builds for Slurm 22.05)")

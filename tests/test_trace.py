@@ -81,7 +81,7 @@ def test_no_data_on_any_type_that_fits(tmp_path):
     truth = tmp_path / "t.csv"
     PerfTable([PerfRow("vgg16", "titanv", 1, 12, "float", 50.0)]).write(truth)
     msg = error_of(tmp_path, truth, "1,0,u,vgg16,1,12,10\n", cluster="a100:4x1")
-    assert "no data for vgg16" in msg
+    assert "no data where 1 job(s) may be sent: vgg16 on a100" in msg
 
 
 def test_cli_trace_error_is_one_line(tmp_path, truth_csv):
@@ -113,6 +113,38 @@ def test_synth_reproducible_by_seed(tmp_path, truth_csv):
     for j in static:   # a limit of 1.5 x the runtime on the slowest type: the job fits everywhere
         slowest = max(truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) for t in TYPES) * j.iterations / 1000
         assert j.time_limit_s >= 1.5 * slowest - 1e-6
+
+
+def test_synth_users_time_limits_overestimate_heavy_tailed_and_round(truth_csv):
+    """Limits as users set them: never below the runtime on the slowest type, mostly popular round values,
+    some at the maximum, the ratio limit/runtime heavy-tailed (median well above 1, a long upper tail)."""
+    from slurm_sim.trace import POPULAR_LIMITS_S
+    truth = PerfTable.load(truth_csv)
+    jobs = synth(2000, sorted(MODELS), truth, seed=5, arrival="static",
+                 sizes=parse_size_dist("1:0.7,2:0.2,4:0.1"), cluster=parse_cluster("a100:4x2,rtx2080ti:4x2"))
+    ratios = []
+    for j in jobs:
+        slowest = max(truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) for t in ("a100", "rtx2080ti"))
+        runtime = slowest * j.iterations / 1000
+        assert j.time_limit_s >= runtime - 1e-6
+        ratios.append(j.time_limit_s / runtime)
+    popular = sum(1 for j in jobs if j.time_limit_s in POPULAR_LIMITS_S) / len(jobs)
+    at_max = sum(1 for j in jobs if j.time_limit_s == POPULAR_LIMITS_S[-1]) / len(jobs)
+    ratios.sort()
+    assert popular > 0.8 and 0.05 < at_max < 0.4
+    assert ratios[len(ratios) // 2] > 1.5 and ratios[int(len(ratios) * 0.9)] > 10
+    none = synth(20, sorted(MODELS), truth, seed=5, time_limits="none")
+    assert all(j.time_limit_s is None for j in none)
+
+
+def test_synth_with_a_cluster_never_draws_a_model_the_truth_lacks_there(tmp_path):
+    rows = [PerfRow(m, t, 1, 12, "float", 50.0) for m in ("a", "b") for t in ("a100", "titanv")]
+    rows.append(PerfRow("c", "a100", 1, 12, "float", 50.0))           # c: no titanv rows
+    truth = PerfTable(rows)
+    cluster = parse_cluster("a100:1x1,titanv:1x1")
+    jobs = synth(300, ["a", "b", "c"], truth, seed=2, sizes=parse_size_dist("1:1"), cluster=cluster)
+    assert {j.model for j in jobs} == {"a", "b"}
+    assert {j.model for j in synth(300, ["a", "b", "c"], truth, seed=2, sizes=parse_size_dist("1:1"))} == {"a", "b", "c"}
 
 
 def test_synth_gavel_distribution_when_no_philly(tmp_path, truth_csv):
@@ -201,10 +233,67 @@ def test_cli_sim_backfill_and_pinned_jobs(tmp_path, truth_csv):
     out = tmp_path / "jobs.csv"
     r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:4x1,rtx2080ti:4x1", "--trace", str(trace), "--truth",
                                  str(truth_csv), "--perf", str(truth_csv), "--references", "resnet50,vgg19",
-                                 "--policy", "fifo,msched", "--backfill", "--jobs-csv", str(out)])
+                                 "--policy", "fifo,msched", "--scheduler", "backfill", "--jobs-csv", str(out)])
     assert r.exit_code == 0, r.output
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 12
     assert {r_["gpu_type"] for r_ in rows if r_["job_id"] == "2"} == {"rtx2080ti"}
     assert {r_["gpu_type"] for r_ in rows if r_["job_id"] == "5"} == {"a100"}
+
+
+# ------------------------------------------------------------------------------ shapes Slurm has: arrays, dependencies
+def test_arrays_become_one_job_per_task_and_dependencies_wait(tmp_path, truth_csv):
+    """An array row is N jobs (ID_K); `afterok:ID` on an array waits for every task; in `msched sim` the
+    dependent starts only after the last task ended, though GPUs were idle."""
+    trace = write(tmp_path, HEADER.strip() + ",time_limit_s,dependency,array\n"
+                  "a,0,u,resnet50,1,12,2000,3600,,3\n"
+                  "b,0,u,vgg16,1,12,100,3600,afterok:a,\n"
+                  "c,0,u,vgg16,1,12,100,3600,afterany:b,0-1\n")
+    jobs = load_trace(trace, PerfTable.load(truth_csv), parse_cluster("a100:4x2"))
+    assert [j.job_id for j in jobs] == ["a_0", "a_1", "a_2", "b", "c_0", "c_1"]
+    assert jobs[3].dependency == "afterok:a_0:a_1:a_2" and jobs[4].dependency == "afterany:b"
+    out = tmp_path / "jobs.csv"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:4x2", "--trace", str(trace), "--truth", str(truth_csv),
+                                 "--perf", str(truth_csv), "--policy", "fifo,msched", "--jobs-csv", str(out)])
+    assert r.exit_code == 0, r.output
+    with open(out) as fh:
+        rows = [x for x in csv.DictReader(fh) if x["policy"] == "fifo"]
+    end = {x["job_id"]: float(x["end"]) for x in rows}
+    start = {x["job_id"]: float(x["start"]) for x in rows}
+    assert start["b"] == max(end["a_0"], end["a_1"], end["a_2"]) > 0
+    assert start["c_0"] == start["c_1"] == end["b"]
+    for body, why in [("x,0,u,vgg16,1,12,1,,afterok:nope,\n", "not an earlier row"),
+                      ("x,0,u,vgg16,1,12,1,,,0-\n", "array '0-'"),
+                      ("x,9,u,vgg16,1,12,1,,,\ny,0,u,vgg16,1,12,1,,afterok:x,\n", "submitted later")]:
+        assert why in error_of(tmp_path, truth_csv, body, header=HEADER.strip() + ",time_limit_s,dependency,array\n")
+
+
+def test_truth_gaps_refused_up_front_unless_filled_and_unfinished_jobs_fail_the_run(tmp_path, truth_csv):
+    """The old simulator took "no truth row on titanv" as "cannot run there": a policy that sent the job
+    to titanv lost it, and the metrics left it out. Now the trace is refused in one line naming the gap;
+    --truth-fill runs it with every job finished; a run with unfinished jobs exits 1 naming them."""
+    rows = list(PerfTable.load(truth_csv).rows)
+    gappy = tmp_path / "gappy.csv"
+    PerfTable([r for r in rows if not (r.model == "vgg16" and r.gpu_type == "titanrtx")]).write(gappy)
+    trace = write(tmp_path, HEADER + "".join(f"{i},{i},u,{m},1,12,3000\n"
+                                             for i, m in enumerate(["vgg16", "resnet50", "vgg16"])))
+    base = ["sim", "--cluster", "a100:1x1,titanrtx:1x1", "--trace", str(trace), "--truth", str(gappy),
+            "--perf", str(truth_csv), "--policy", "fifo,msched-once,msched"]
+    r = CliRunner().invoke(cli, base)
+    assert r.exit_code == 1
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "vgg16 on titanrtx (2 jobs)" in lines[0] and "--truth-fill" in lines[0]
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(cli, base + ["--truth-fill", "median-type-ratio", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    for m in json.loads(out.read_text()):
+        assert m["submitted"] == m["finished"] == 3 and m["unfinished"] == 0
+    # a run that ends with an unfinished job: afterok on a job killed at its limit is cancelled
+    trace = write(tmp_path, HEADER.strip() + ",time_limit_s,dependency\n1,0,u,resnet50,1,12,100000,60,\n"
+                  "2,0,u,resnet50,1,12,10,3600,afterok:1\n")
+    r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:4x1", "--trace", str(trace), "--truth", str(truth_csv),
+                                 "--perf", str(truth_csv), "--policy", "fifo", "--json", str(out)])
+    assert r.exit_code == 1 and "unfinished jobs: fifo: 1 (2)" in r.output
+    m = json.loads(out.read_text())[0]
+    assert (m["submitted"], m["finished"], m["unfinished"], m["makespan_s"]) == (2, 1, 1, None)

@@ -170,7 +170,8 @@ def _limit_seconds(text: str) -> float | None:
 def run_cmd(local, device, gpu_type, models, iterations, warmup, batch_size, num_gpus, precision, input_size,
             output) -> None:
     """Time the models here, in this process, and write performance-table rows."""
-    from msched.estimate.calibrate import BenchSettings, _device_gpu_type, rows_csv, run_benchmark
+    from msched.estimate.calibrate import BenchSettings, _device_gpu_type, run_benchmark
+    from msched.estimate.perf_table import rows_csv
 
     if not local and not os.environ.get("SLURM_JOB_ID"):
         raise click.UsageError("`run` times the machine it runs on: pass --local to measure this one "

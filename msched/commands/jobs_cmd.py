@@ -45,10 +45,8 @@ def planned_types(job_ids: list[str], config, db_url: str | None) -> tuple[dict[
     if not job_ids:
         return {}, None
     try:
-        from sqlalchemy import select
-
         from msched.store.db import Store, StoreError
-        from msched.store.schema import Job, Run
+        from msched.store.queries import planned_types as recorded_plan
     except ImportError as exc:                     # pragma: no cover - a broken install
         return {}, f"database support unavailable ({exc})"
     url = db_url or config.database_url
@@ -58,16 +56,9 @@ def planned_types(job_ids: list[str], config, db_url: str | None) -> tuple[dict[
         return {}, f"{exc}; planned types not shown"
     try:
         with store.read() as session:
-            run_ids = list(session.scalars(
-                select(Run.id).where(Run.kind == "slurm", Run.name == config.cluster_name)))
-            if not run_ids:
+            out = recorded_plan(session, config.cluster_name, job_ids)
+            if out is None:
                 return {}, f"no reorder round recorded for cluster {config.cluster_name!r} yet"
-            out: dict[str, str | None] = {}
-            for chunk_start in range(0, len(job_ids), 500):
-                chunk = job_ids[chunk_start:chunk_start + 500]
-                for job_id, planned in session.execute(
-                        select(Job.job_id, Job.planned_type).where(Job.run_id.in_(run_ids), Job.job_id.in_(chunk))):
-                    out[job_id] = planned
             return out, None
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's many error kinds: the queue is still shown
         return {}, f"cannot read database {store.display_url}: {str(exc).splitlines()[0]}"

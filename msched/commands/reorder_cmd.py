@@ -79,7 +79,7 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
         """True when a round ran; False when another holds the lock."""
         try:
             with round_lock(config.lock_path):
-                store = None if dry_run or release else open_site_store(config)   # neither needs the database
+                store = None if dry_run else _release_store(config, log) if release else open_site_store(config)
                 try:
                     reorderer = Reorderer(config, client, store, objective=objective)
                     if release:
@@ -129,6 +129,19 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
             wait_interval(every, started)
     except KeyboardInterrupt:
         log.info("stopped")
+
+
+def _release_store(config, log):  # noqa: ANN001, ANN202
+    """The store for --release (its hold journal), or None with a warning: the off switch must work
+    without the database, at the price of no journal for this run."""
+    from msched.rounds.reorder import open_site_store
+    from msched.store.db import StoreError
+
+    try:
+        return open_site_store(config)
+    except StoreError as exc:
+        log.warning("%s: releasing without the hold journal (a kill now could leave a job held)", exc)
+        return None
 
 
 def _fmt_s(seconds: float | None) -> str:

@@ -58,20 +58,23 @@ def _live_jobs(config):
 
 
 def _table_estimator(config):
-    """Estimates from the site's performance table, for finished jobs no round planned (see build_report)."""
+    """Estimates from the site's performance table, for finished jobs no round planned (see build_report):
+    the one estimate rule (`msched.estimate.runtime.estimate_job`) on the job's recorded tag fields."""
     from msched.estimate.perf_table import PerfTable, PerfTableError
-    from msched.estimate.runtime import estimate_runtime
+    from msched.estimate.runtime import TableTimes, estimate_job
+    from msched.tag import JobTag
 
     try:
-        perf = PerfTable.load(config.performance)
+        times = TableTimes(PerfTable.load(config.performance))
     except PerfTableError:
         return None
 
     def estimate(job) -> dict[str, float]:
-        return estimate_runtime(perf, job.reference or job.model, num_gpus=job.num_gpus or 1,
-                                batch_size=job.batch_size, flops_ratio=job.flops_ratio or 1.0,
-                                iterations=job.iterations, time_limit_s=job.time_limit_s,
-                                within_time_limit=False)
+        tag = JobTag(model=job.model or "", ref=job.reference or "", flops=job.flops_ratio or 1.0,
+                     iters=job.iterations, bs=job.batch_size, pinned=job.pinned_type or "")
+        est = estimate_job(tag, num_gpus=job.num_gpus or 1, time_limit_s=job.time_limit_s, times=times,
+                           within_time_limit=False)
+        return {t: e.seconds for t, e in est.items()}
     return estimate
 
 

@@ -18,9 +18,7 @@ Three pieces, each usable alone:
 
 from __future__ import annotations
 
-import csv
 import datetime as _dt
-import io
 import json
 import os
 import re
@@ -33,7 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from msched.estimate.perf_table import COLUMNS, PerfRow, PerfTable, PerfTableError
+from msched.estimate.perf_table import PerfRow, PerfTable, PerfTableError
+from msched.util.files import write_atomically
 
 PRECISIONS = ("float", "half", "double")
 DEFAULT_BATCH_SIZE = 12        # per GPU, as in the shared table's source
@@ -318,16 +317,6 @@ def run_benchmark(models: Iterable[str], settings: BenchSettings, *, source: str
     return rows
 
 
-def rows_csv(rows: Iterable[PerfRow]) -> str:
-    """Rows in the performance-table CSV format (with the source column)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([*COLUMNS, "source"])
-    for r in rows:
-        w.writerow([r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision, f"{r.iter_ms:.6g}", r.source])
-    return buf.getvalue()
-
-
 # -------------------------------------------------------------------------------------- import
 def site_source(cluster: str, date: str) -> str:
     return f"site:{cluster}:{date}"
@@ -374,16 +363,7 @@ def import_results(files: Sequence[str | os.PathLike], base: PerfTable, *, clust
 
 def write_table_atomically(table: PerfTable, path: str | os.PathLike) -> None:
     """Write beside the target then rename, so msub never reads a half-written table."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        table.write(tmp)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o777)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomically(path, table.to_csv(), mode=0o644, keep_mode=True)
 
 
 if __name__ == "__main__":   # `python -m msched.estimate.calibrate run ...` on a node, from the batch script

@@ -1,24 +1,24 @@
-"""Runtime estimators: what a job will take on each GPU type, from its Slurm job and its msched tag.
+"""The estimator interface: a job -> its time on each GPU type, with where each figure came from.
 
-Two kinds, one call signature `(job: SlurmJob, tag: JobTag) -> dict[gpu_type, seconds]`, so the round
-core does not care which one it was given:
+    estimator.estimates(job, tag) -> {gpu_type: Estimate(seconds, source)}
+    estimator(job, tag)           -> {gpu_type: seconds}      (the same figures, for the planner)
 
-- `TagEstimator(perf)`: what msched knows (DESIGN policy point 4): the tag's nearest reference and its
-  rows in the performance table, scaled by the tag's FLOPs ratio, at the job's GPU count and per-GPU batch
-  size (`tag.bs`, else the reference's measured batch size).
-- `TruthEstimator(truth, knowledge=None)`: the oracle: the job's own model rows in the truth table (FLOPs
-  ratio 1).
+`job` is anything with `num_gpus`, `time_limit_s` and optionally `gres_gpu_type` (a typed request): a
+`msched.slurm.base.SlurmJob` in a round, msub's record of the request at submit time (this module stays
+on msub's light path: no dataclasses, no Slurm client). The rule itself (which reference, the work, the
+time limit) is `msched.estimate.runtime.estimate_job`; the two kinds differ only in the iteration-time
+source they hand it:
 
-Work (iterations) comes from `tag.iters`; without it the job is assumed to need its whole time limit on
-the slowest type its request allows, *as msched estimates it*. The truth estimator fixes the work the same
-way (from the knowledge table when given one), so the oracle and msched agree on how much work a job is and
-differ only in how fast each type does it.
+- `TagEstimator(times)`: what msched knows: an iteration-time source (`TableTimes(perf)` by default,
+  built from a `PerfTable`; a predictor behind the same two calls, see `msched.estimate.runtime`).
+- `TruthEstimator(truth, knowledge=None)`: the oracle: the job's own model rows in the truth table
+  (FLOPs factor 1). Without iterations, the work is fixed as msched fixes it (from the knowledge
+  estimator when given one), so the oracle and msched agree on how much work a job is and differ only in
+  how fast each type does it. With iterations the truth is iterations x the true time (a job whose
+  iterations exceed its limit is killed there, whatever msched believed).
 
-Types whose estimate exceeds the job's time limit are dropped (Slurm would kill the job there); types
-without data are unknown and left out. When msched's estimate exceeds the limit on *every* type the
-estimate contradicts the job's own limit (a FLOPs ratio far off for a small model, say): the tag
-estimator then trusts the limit and fixes the work as for a job without iterations. Both estimators cache the per-iteration seconds per
-(model, GPU count, batch size, allowed types), which is what makes planning 10k jobs a round cheap.
+Both cache the iteration times per (model, GPU count, batch size), which is what makes planning 10k jobs
+a round cheap; `msched.slurm_sim` adds a per-job cache on top.
 """
 
 from __future__ import annotations
@@ -26,96 +26,94 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from msched.estimate.perf_table import PerfTable
-from msched.estimate.runtime import iteration_seconds, runtimes, work_iterations
-from msched.slurm.base import SlurmJob
+from msched.estimate.runtime import (
+    DEFAULT_UNKNOWN_RUNTIME_S,
+    Estimate,
+    TableTimes,
+    estimate_job,
+    job_work,
+    request_subset,
+    runtimes,
+)
 from msched.tag import JobTag
 
-Estimate = dict[str, float]
 
+class _CachedTimes:
+    """An iteration-time source remembered per (model, GPU count, batch size, types)."""
 
-class _CachedEstimator:
-    """Shared machinery: per-iteration seconds cached by (model, gpus, bs, flops, types)."""
-
-    kind = "abstract"
-
-    def __init__(self, table: PerfTable, types: Iterable[str] | None = None):
-        self.table = table
+    def __init__(self, times, types: Iterable[str] | None = None):  # noqa: ANN001 - an iteration-time source
+        self.times = times
         self.types = tuple(sorted(types)) if types is not None else None
-        self._per_iter: dict[tuple, dict[str, float]] = {}
+        self._memo: dict[tuple, dict[str, tuple[float, str]]] = {}
 
-    def per_iteration(self, model: str, num_gpus: int, batch_size: int | None, flops: float = 1.0,
-                      table: PerfTable | None = None) -> dict[str, float]:
-        """Seconds per iteration per GPU type (types without data left out)."""
-        table = table or self.table
-        key = (id(table), model, max(1, num_gpus), batch_size, flops)
-        hit = self._per_iter.get(key)
+    def knows(self, model: str) -> bool:
+        return self.times.knows(model)
+
+    def __call__(self, model: str, num_gpus: int, batch_size: int | None,
+                 types: Iterable[str] | None = None) -> dict[str, tuple[float, str]]:
+        want = self.types if types is None else tuple(types)
+        key = (model, max(1, num_gpus), batch_size, want)
+        hit = self._memo.get(key)
         if hit is None:
-            hit = iteration_seconds(table, model, max(1, num_gpus), batch_size, flops, types=self.types)
-            self._per_iter[key] = hit
+            hit = self._memo[key] = self.times(model, max(1, num_gpus), batch_size, want)
         return hit
 
 
-def request_types(job: SlurmJob, tag: JobTag | None, per_iter: dict[str, float]) -> dict[str, float]:
-    """The subset of `per_iter` the user's request allows (a pinned type), used to fix the work."""
-    pinned = job.gres_gpu_type or (tag.pinned if tag else "")
-    if pinned:
-        allowed = {t.strip().lower() for t in pinned.split("|") if t.strip()}
-        sub = {t: v for t, v in per_iter.items() if t in allowed}
-        if sub:
-            return sub
-    return per_iter
+def _pinned(job: object, tag: JobTag | None) -> str:
+    return getattr(job, "gres_gpu_type", None) or (tag.pinned if tag else "")
 
 
-class TagEstimator(_CachedEstimator):
-    """msched's knowledge: the tag's reference (or the model itself when it is in the table)."""
+class TagEstimator:
+    """msched's knowledge: the tag's estimating model in an iteration-time source."""
 
     kind = "tag"
 
-    def reference_of(self, tag: JobTag) -> tuple[str, float]:
-        """(model whose rows to use, FLOPs factor). A reference model uses its own rows as they are."""
-        if tag.model and self.table.has_model(tag.model):
-            return tag.model, 1.0
-        ratio = tag.perf_flops_ratio
-        return tag.pref or tag.ref, (ratio if ratio and ratio > 0 else 1.0)
+    def __init__(self, times: PerfTable | object, types: Iterable[str] | None = None, *,
+                 unknown_runtime_s: float | None = DEFAULT_UNKNOWN_RUNTIME_S):
+        source = TableTimes(times) if isinstance(times, PerfTable) else times
+        self.table = times if isinstance(times, PerfTable) else getattr(times, "perf", None)
+        self.times = _CachedTimes(source, types)
+        self.unknown_runtime_s = unknown_runtime_s
 
-    def work(self, job: SlurmJob, tag: JobTag) -> float | None:
-        """Iterations: the tag's, else the time limit on the slowest allowed type as msched estimates it."""
-        ref, flops = self.reference_of(tag)
+    def estimates(self, job: object, tag: JobTag) -> dict[str, Estimate]:
+        return estimate_job(tag, num_gpus=job.num_gpus, time_limit_s=job.time_limit_s, times=self.times,
+                            pinned=_pinned(job, tag), unknown_runtime_s=self.unknown_runtime_s)
+
+    def __call__(self, job: object, tag: JobTag) -> dict[str, float]:
+        return {t: e.seconds for t, e in self.estimates(job, tag).items()}
+
+    def work(self, job: object, tag: JobTag) -> float | None:
+        """The job's work in iterations, as msched fixes it (see `msched.estimate.runtime.job_work`)."""
+        from msched.estimate.runtime import reference_for
+
+        ref, flops = reference_for(tag, self.times.knows)
         if not ref:
             return float(tag.iters) if tag.iters else None
-        per_iter = self.per_iteration(ref, job.num_gpus, tag.bs, flops)
-        return work_iterations(request_types(job, tag, per_iter), tag.iters, job.time_limit_s)
-
-    def __call__(self, job: SlurmJob, tag: JobTag) -> Estimate:
-        ref, flops = self.reference_of(tag)
-        if not ref:
-            return {}
-        per_iter = self.per_iteration(ref, job.num_gpus, tag.bs, flops)
-        allowed = request_types(job, tag, per_iter)
-        work = work_iterations(allowed, tag.iters, job.time_limit_s)
-        if work is not None and job.time_limit_s and allowed and \
-                work * min(allowed.values()) > job.time_limit_s * (1 + 1e-9):
-            # over the limit on every type: the estimate contradicts the job's own limit; trust the limit
-            # (the rule for a job without iterations: the whole limit on the slowest allowed type)
-            work = work_iterations(allowed, None, job.time_limit_s)
-        return runtimes(per_iter, work, job.time_limit_s)
+        per_iter = {t: s * flops for t, (s, _) in self.times(ref, job.num_gpus, tag.bs).items()}
+        return job_work(request_subset(per_iter, _pinned(job, tag)), tag.iters, job.time_limit_s,
+                        self.unknown_runtime_s)[0]
 
 
-class TruthEstimator(_CachedEstimator):
+class TruthEstimator:
     """The oracle: the job's own model in the truth table; the work fixed as msched fixes it."""
 
     kind = "truth"
 
     def __init__(self, truth: PerfTable, knowledge: PerfTable | None = None, types: Iterable[str] | None = None):
-        super().__init__(truth, types)
+        self.table = truth
+        self.times = _CachedTimes(TableTimes(truth), types)
         self.knowledge = TagEstimator(knowledge, types) if knowledge is not None else None
 
-    def __call__(self, job: SlurmJob, tag: JobTag) -> Estimate:
-        per_iter = self.per_iteration(tag.model, job.num_gpus, tag.bs)
+    def estimates(self, job: object, tag: JobTag) -> dict[str, Estimate]:
+        figures = self.times(tag.model, job.num_gpus, tag.bs)
+        per_iter = {t: s for t, (s, _) in figures.items()}
         if tag.iters:
             work: float | None = float(tag.iters)
         elif self.knowledge is not None:
             work = self.knowledge.work(job, tag)
         else:
-            work = work_iterations(request_types(job, tag, per_iter), None, job.time_limit_s)
-        return runtimes(per_iter, work, job.time_limit_s)
+            work = job_work(request_subset(per_iter, _pinned(job, tag)), None, job.time_limit_s)[0]
+        return {t: Estimate(v, f"truth {tag.model}") for t, v in runtimes(per_iter, work, job.time_limit_s).items()}
+
+    def __call__(self, job: object, tag: JobTag) -> dict[str, float]:
+        return {t: e.seconds for t, e in self.estimates(job, tag).items()}

@@ -16,6 +16,7 @@ Fill rules (DESIGN, policy point 4), in `PerfTable.iter_ms`:
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections import defaultdict
@@ -62,12 +63,13 @@ class PerfTable:
         except OSError as exc:
             raise PerfTableError(f"cannot read performance table {path}: {exc.strerror}") from exc
 
+    def to_csv(self) -> str:
+        """The table as CSV text (with the source column), rows sorted by model, type, precision, GPUs, batch."""
+        return rows_csv(sorted(self.rows, key=lambda r: (r.model, r.gpu_type, r.precision, r.num_gpus, r.batch_size)))
+
     def write(self, path: str | os.PathLike) -> None:
         with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow([*COLUMNS, "source"])
-            for r in sorted(self.rows, key=lambda r: (r.model, r.gpu_type, r.precision, r.num_gpus, r.batch_size)):
-                w.writerow([r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision, f"{r.iter_ms:.6g}", r.source])
+            fh.write(self.to_csv())
 
     # ----------------------------------------------------------------- queries
     def models(self) -> set[str]:
@@ -155,3 +157,13 @@ def _parse_rows(reader: csv.DictReader, name: str) -> list[PerfRow]:
             raise PerfTableError(f"{name} line {lineno}: num_gpus, batch_size and iter_ms must be positive")
         rows.append(row)
     return rows
+
+
+def rows_csv(rows: Iterable[PerfRow]) -> str:
+    """Rows in the performance-table CSV format (with the source column), in the order given."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*COLUMNS, "source"])
+    for r in rows:
+        w.writerow([r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision, f"{r.iter_ms:.6g}", r.source])
+    return buf.getvalue()

@@ -6,6 +6,10 @@ scripts/build_reference_profiles.py), so naming one never imports torch; msub re
 keyed by absolute path, the file's SHA-256, the factory, the input size and the library versions (read
 from package metadata, not by importing them): editing the file or upgrading torch re-profiles it.
 Pure Python: this module must not import torch, numpy or scikit-learn.
+
+Trust: a model file is imported only when it and its directory belong to the calling user and no
+other user can write to either (`untrusted_reason`); anything else raises UntrustedModelError before
+any of its code runs. (msub adds its own rule on top: as root it runs no model code at all.)
 """
 
 from __future__ import annotations
@@ -27,6 +31,40 @@ from msched.models.profiler import (
     unknown_name_error,
 )
 from msched.models.shipped import SHIPPED_FEATURES, load_table, model_names, profile_data
+from msched.util.files import write_atomically
+
+
+class UntrustedModelError(ProfileError):
+    """A model file whose code the calling user must not run (another user's, or writable by others)."""
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def untrusted_reason(model_path: str, uid: int | None = None) -> str | None:
+    """Why running MODEL_PATH's code as UID (default: this process) would run someone else's code, or None.
+
+    The file and the directory it is imported from (it goes first on the child's sys.path, so every
+    module there can be imported by it) must belong to UID and be writable by no one else. A missing
+    file is not untrusted: the profiler reports it as missing.
+    """
+    uid = os.geteuid() if uid is None else uid
+    for path, what in ((model_path, "file"), (os.path.dirname(model_path) or ".", "directory")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if st.st_uid != uid:
+            return f"model {what} {path} belongs to {_user_name(st.st_uid)}, not to {_user_name(uid)}"
+        if st.st_mode & 0o022:
+            return f"model {what} {path} is writable by other users"
+    return None
 
 
 def cache_dir() -> Path:
@@ -69,13 +107,7 @@ def _cache_write(key: str, prof: Profile) -> None:
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        import tempfile
-
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(prof.to_dict(), fh)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, d / f"{key}.json")
+        write_atomically(d / f"{key}.json", json.dumps(prof.to_dict()), mode=0o600)
     except OSError:
         pass
 
@@ -86,7 +118,8 @@ def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DE
 
     torchvision name at its default size: the shipped table (no torch). Other sizes: the user cache,
     else an in-process build (torch, but no user code). `file.py:factory`: the user cache, else a
-    subprocess with `timeout`. Raises ProfileError with a one-line message.
+    subprocess with `timeout` and memory/CPU limits, if the file passes `untrusted_reason` (else
+UntrustedModelError). Raises ProfileError with a one-line message.
     """
     names = model_names()
     ms = parse_spec(spec)
@@ -111,6 +144,9 @@ def get_profile(spec: str, *, input_size: int | None = None, timeout: float = DE
         if use_cache:
             _cache_write(key, prof)
         return prof
+    reason = untrusted_reason(ms.path)
+    if reason:
+        raise UntrustedModelError(f"{reason}: not running its code")
     key = _file_key(ms.path, ms.factory, input_size)
     cached = _cache_read(key) if use_cache else None
     if cached is not None:

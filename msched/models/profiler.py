@@ -28,10 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from msched.errors import ProfileError
+from msched.util.text import one_line
 
 PROFILE_VERSION = 2
 DEFAULT_INPUT_SIZE = 224
 DEFAULT_TIMEOUT_S = 60.0
+# limits of the child that imports a user's file (resource.setrlimit, set by the child before the import):
+# its address space (torch alone maps ~3.5 GB of it, ~0.9 GB resident) and its CPU seconds (all threads)
+PROFILE_MEMORY_LIMIT_BYTES = 8 << 30
+PROFILE_CPU_LIMIT_S = 2 * DEFAULT_TIMEOUT_S
 BYTES_PER_ELEMENT = 4  # activations counted as float32, the precision jobs are planned at
 LIBRARIES = ("torch", "torchvision", "msched")
 
@@ -63,6 +68,12 @@ class Profile:
     counts: dict[str, int] = field(default_factory=dict)       # layer kind -> number of modules
     flops_by_kind: dict[str, float] = field(default_factory=dict)  # layer kind -> forward FLOPs per sample
     ops: dict[str, int] = field(default_factory=dict)          # graph structure seen while running: adds, cats...
+    # per layer kind, for the cost model (msched.estimate.cost_model): forward calls (a module reused
+    # in one pass counts each time), output bytes per sample (float32) and parameters
+    calls_by_kind: dict[str, int] = field(default_factory=dict)
+    bytes_by_kind: dict[str, int] = field(default_factory=dict)
+    params_by_kind: dict[str, int] = field(default_factory=dict)
+    input_shape: tuple[int, ...] = ()  # one sample's input when not a square image (a file's own input)
     build: str = "meta"               # "meta" or "meta-params" (the fallback)
     seconds: float = 0.0              # time taken to build and count
     versions: dict[str, str] = field(default_factory=dict)
@@ -77,7 +88,10 @@ class Profile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        data = {k: v for k, v in data.items() if k in known}
+        if "input_shape" in data:
+            data["input_shape"] = tuple(int(d) for d in data["input_shape"] or ())
+        return cls(**data)
 
 
 # --------------------------------------------------------------------------- specs
@@ -224,7 +238,7 @@ def load_factory(path: str, factory: str):
     except ProfileError:
         raise
     except BaseException as exc:  # the user's code may raise anything, SystemExit included
-        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise ProfileError(f"{path} does not import: {type(exc).__name__}: {one_line(exc)}") from exc
     fn = getattr(module, factory, None)
     if fn is None:
         public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
@@ -234,19 +248,55 @@ def load_factory(path: str, factory: str):
     return fn
 
 
+def input_shape_directive(path: str) -> tuple[int, ...] | None:
+    """`#MSCHED --input-shape=3,32,32` (or `3x32x32`) in a model file: one sample's input shape, for a
+    model that does not take a 3-channel square image. None when the file has no such line."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        words = line.strip().split()
+        if len(words) < 2 or words[0] != "#MSCHED":
+            continue
+        for w in words[1:]:
+            key, _, value = w.partition("=")
+            if key == "--input-shape":
+                try:
+                    dims = tuple(int(d) for d in value.replace("x", ",").split(",") if d.strip())
+                except ValueError:
+                    raise ProfileError(f"{path}: #MSCHED --input-shape={value}: expected integers such as "
+                                       "3,32,32") from None
+                if not dims or min(dims) < 1:
+                    raise ProfileError(f"{path}: #MSCHED --input-shape={value}: dimensions must be positive")
+                return dims
+    return None
+
+
 def build_user(path: str, factory: str):
+    """(model, build mode, example input or None). The factory returns an `nn.Module`, or a pair
+    (module, example input) whose input's first dimension is the batch (a language model's token ids,
+    a recommender's indices); `#MSCHED --input-shape=...` in the file gives a float input's shape."""
     fn = load_factory(path, factory)   # before importing torch: a broken file fails fast
     import torch
 
     try:
-        model, mode = _construct(fn)
+        built, mode = _construct(fn)
     except ProfileError:
         raise
     except Exception as exc:
-        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {_one_line(exc)}") from exc
-    if not isinstance(model, torch.nn.Module):
-        raise ProfileError(f"{path}:{factory}() returned {type(model).__name__}, not a torch.nn.Module")
-    return model, mode
+        raise ProfileError(f"{path}:{factory}() failed: {type(exc).__name__}: {one_line(exc)}") from exc
+    example = None
+    if isinstance(built, tuple | list) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
+        built, example = built
+    if not isinstance(built, torch.nn.Module):
+        raise ProfileError(f"{path}:{factory}() returned {type(built).__name__}, not a torch.nn.Module "
+                           "(nor a pair of a module and an example input)")
+    if example is None:
+        shape = input_shape_directive(path)
+        if shape is not None:
+            example = torch.empty(1, *shape, device="meta")
+    return built, mode, example
 
 
 # --------------------------------------------------------------------------- walking
@@ -347,14 +397,28 @@ def _shape_only(model):
             del module.forward
 
 
-def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
-    """Run one forward pass on meta tensors and collect the profile."""
+def walk(model, input_size: int, spec: str, build: str = "meta", example_input: Any = None) -> Profile:
+    """Run one forward pass on meta tensors and collect the profile.
+
+    The input is a 3 x input_size x input_size image unless `example_input` is given (a tensor or a
+    tuple of tensors whose first dimension is the batch): every per-sample figure is divided by it."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     model = model.eval()
     counts: dict[str, int] = {}
     flops_by_kind: dict[str, float] = {}
+    calls_by_kind: dict[str, int] = {}
+    bytes_by_kind: dict[str, int] = {}
+    params_by_kind: dict[str, int] = {}
+    if example_input is None:
+        inputs: tuple = (torch.empty(1, 3, input_size, input_size, device="meta"),)
+    else:
+        inputs = tuple(example_input) if isinstance(example_input, tuple | list) else (example_input,)
+        inputs = tuple(x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs)
+    first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
+    per_sample = int(first.shape[0]) if first is not None and first.dim() > 0 and first.shape[0] > 0 else 1
+    input_shape = tuple(int(d) for d in first.shape[1:]) if example_input is not None and first is not None else ()
     state = {"act": 0, "depth": 0}
     handles = []
 
@@ -366,12 +430,15 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
             out = out[0]
         if not isinstance(out, torch.Tensor):
             return
-        state["act"] += out.numel() * BYTES_PER_ELEMENT
+        nbytes = out.numel() * BYTES_PER_ELEMENT // per_sample
+        state["act"] += nbytes
+        calls_by_kind[kind] = calls_by_kind.get(kind, 0) + 1
+        bytes_by_kind[kind] = bytes_by_kind.get(kind, 0) + nbytes
         if kind.startswith("conv"):
-            flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + _conv_flops(module, out)
+            flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + _conv_flops(module, out) / per_sample
             state["depth"] += 1
         elif kind == "linear":
-            flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + 2.0 * out.numel() * module.in_features
+            flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + 2.0 * out.numel() * module.in_features / per_sample
             state["depth"] += 1
         elif kind == "attention":
             state["depth"] += 1
@@ -380,29 +447,33 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
         kind = layer_kind(module)
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
+            own = sum(p.numel() for p in module.parameters(recurse=False))
+            if own:
+                params_by_kind[kind] = params_by_kind.get(kind, 0) + own
             handles.append(module.register_forward_hook(hook))
     params = sum(p.numel() for p in model.parameters())
-    x = torch.empty(1, 3, input_size, input_size, device="meta")
     try:
         model = model.to("meta")
     except Exception as exc:  # a module holding non-tensor state that cannot move
-        raise ProfileError(f"{spec}: cannot move the model to the meta device: {_one_line(exc)}") from exc
+        raise ProfileError(f"{spec}: cannot move the model to the meta device: {one_line(exc)}") from exc
     ops = _OpCounter()
     flop_mode = FlopCounterMode(display=False)
     try:
         with torch.no_grad(), _shape_only(model), flop_mode, ops.mode:
-            out = model(x)
+            out = model(*inputs)
     except ProfileError:
         raise
     except Exception as exc:
-        raise ProfileError(f"{spec}: forward pass at {input_size}x{input_size} failed: "
-                           f"{type(exc).__name__}: {_one_line(exc)}") from exc
+        where = f"input {tuple(first.shape)}" if example_input is not None and first is not None \
+            else f"{input_size}x{input_size}"
+        raise ProfileError(f"{spec}: forward pass at {where} failed: "
+                           f"{type(exc).__name__}: {one_line(exc)}") from exc
     finally:
         for h in handles:
             h.remove()
     if isinstance(out, tuple | list) or hasattr(out, "logits"):
         out = getattr(out, "logits", out[0] if isinstance(out, tuple | list) else out)
-    total = float(flop_mode.get_total_flops())
+    total = float(flop_mode.get_total_flops()) / per_sample
     counted = sum(flops_by_kind.values())
     # FLOPs of matmuls not inside Conv/Linear modules: attention's products and fused projections
     flops_by_kind["other"] = max(0.0, total - counted)
@@ -410,7 +481,9 @@ def walk(model, input_size: int, spec: str, build: str = "meta") -> Profile:
         spec=spec, input_size=input_size, params=int(params), flops=total,
         activation_bytes=int(state["act"]), depth=int(state["depth"]),
         counts=dict(sorted(counts.items())), flops_by_kind=dict(sorted(flops_by_kind.items())),
-        ops=dict(sorted(ops.ops.items())), build=build, versions=library_versions(),
+        ops={k: v for k, v in sorted(ops.ops.items())}, build=build, versions=library_versions(),
+        calls_by_kind=dict(sorted(calls_by_kind.items())), bytes_by_kind=dict(sorted(bytes_by_kind.items())),
+        params_by_kind=dict(sorted(params_by_kind.items())), input_shape=input_shape,
     )
 
 
@@ -419,8 +492,9 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
     """Build and walk SPEC in this process (imports torch; runs a user's file here: use with care)."""
     start = time.perf_counter()
     ms = parse_spec(spec)
+    example = None
     if ms.is_file:
-        model, build = build_user(ms.path, ms.factory)
+        model, build, example = build_user(ms.path, ms.factory)
         size = input_size or DEFAULT_INPUT_SIZE
     else:
         model, build = build_torchvision(ms.name)
@@ -428,16 +502,26 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
         size = input_size or (fixed if isinstance(fixed, int) else default_input_size(ms.name))
     if size < 1:
         raise ProfileError(f"input size must be positive, got {size}")
-    prof = walk(model, size, ms.text, build)
+    prof = walk(model, size, ms.text, build, example_input=example)
     return Profile(**{**asdict(prof), "seconds": round(time.perf_counter() - start, 4)})
 
 
-def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Profile:
-    """Profile SPEC in a child Python with a timeout: the user's code never runs in the caller."""
+def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                       memory_limit_bytes: int = PROFILE_MEMORY_LIMIT_BYTES,
+                       cpu_limit_s: float = PROFILE_CPU_LIMIT_S) -> Profile:
+    """Profile SPEC in a child Python: the user's code never runs in the caller.
+
+    The child gets a wall-clock `timeout` (killed with its whole session), and sets its own memory and
+    CPU limits before it imports anything of the user's, so a file that allocates or spins without end
+    fails with a one-line error instead of taking the login node with it. `-P` keeps the current
+    directory off the child's `sys.path`: a `torch.py` someone left in a shared working directory is
+    never imported in place of the real one.
+    """
     import signal
     import subprocess
 
-    argv = [sys.executable, "-m", "msched.models.profiler", spec, "--json"]
+    argv = [sys.executable, "-P", "-m", "msched.models.profiler", spec, "--json",
+            "--memory-limit", str(int(memory_limit_bytes)), "--cpu-limit", str(max(1, int(cpu_limit_s)))]
     if input_size:
         argv += ["--input-size", str(int(input_size))]
     env = dict(os.environ)
@@ -459,33 +543,54 @@ def profile_subprocess(spec: str, input_size: int | None = None, timeout: float 
         data = {}
     if proc.returncode == 0 and "flops" in data:
         return Profile.from_dict(data)
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not data:
+        raise ProfileError(f"{spec}: profiling used more than its {max(1, int(cpu_limit_s))} s of CPU "
+                           "(does importing the file or calling the factory loop?)")
     if isinstance(data, dict) and data.get("error"):
-        raise ProfileError(data["error"])
+        message = str(data["error"])
+        if "MemoryError" in message or "can't allocate memory" in message:
+            message += f" (the profiler's memory limit is {memory_limit_bytes / (1 << 30):g} GiB)"
+        raise ProfileError(message)
     tail = (err or out or "").strip().splitlines()
     raise ProfileError(f"{spec}: profiler exited with status {proc.returncode}: {tail[-1] if tail else 'no output'}")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
+def limit_this_process(memory_bytes: int | None, cpu_s: int | None) -> None:
+    """Cap this process's address space and CPU seconds (the profiler child, before the user's import).
+
+    CPU: SIGXCPU at the soft limit, SIGKILL one second later. A limit already lower (the user's own
+    `ulimit`) is kept."""
+    import resource
+
+    for which, value, slack in ((resource.RLIMIT_AS, memory_bytes, 0), (resource.RLIMIT_CPU, cpu_s, 1)):
+        if not value:
+            continue
+        soft, hard = resource.getrlimit(which)
+        new_hard = value + slack if hard == resource.RLIM_INFINITY else min(hard, value + slack)
+        new_soft = value if soft == resource.RLIM_INFINITY else min(soft, value)
+        resource.setrlimit(which, (min(new_soft, new_hard), new_hard))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m msched.models.profiler SPEC [--input-size N] [--json]`: the child side of profile_subprocess."""
+    """`python -m msched.models.profiler SPEC [--input-size N] [--json] [--memory-limit B] [--cpu-limit S]`:
+    the child side of profile_subprocess."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m msched.models.profiler")
     ap.add_argument("spec")
     ap.add_argument("--input-size", type=int, default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--memory-limit", type=int, default=None, help="address-space limit in bytes (setrlimit)")
+    ap.add_argument("--cpu-limit", type=int, default=None, help="CPU-time limit in seconds (setrlimit)")
     args = ap.parse_args(argv)
+    limit_this_process(args.memory_limit, args.cpu_limit)
     try:
         prof = profile_in_process(args.spec, args.input_size)
     except ProfileError as exc:
         print(json.dumps({"error": str(exc)}) if args.json else f"error: {exc}", flush=True)
         return 2
     except Exception as exc:
-        msg = f"{args.spec}: {type(exc).__name__}: {_one_line(exc)}"
+        msg = f"{args.spec}: {type(exc).__name__}: {one_line(exc)}"
         print(json.dumps({"error": msg}) if args.json else f"error: {msg}", flush=True)
         return 2
     if args.json:

@@ -28,30 +28,29 @@ Why it is built this way:
 from __future__ import annotations
 
 import os
-import re
 import sys
-import time
 
+from msched.msub.decide import plan_tag_and_types
+from msched.msub.directives import (
+    find_model,
+    msched_directives,
+    settings_from_words,
+    strip_msched_lines,
+)
 from msched.msub.sbatch_args import (
     NONE,
     REQUIRED,
     SbatchArgsError,
-    SbatchRequest,
     effective_request,
     env_options,
-    is_command_line,
     parse_command_line,
     parse_script_options,
-    split_directive,
 )
-from msched.util.record import record
+from msched.msub.spawn import PROG, Submission, run_sbatch, warn
+from msched.util.text import one_line
 
-PROG = "msub"
 MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
-MSCHED_DIRECTIVE = "#MSCHED"
 PASS_THROUGH = {"help", "usage", "version"}          # answered by sbatch alone
-FREE_TIME_MAX_AGE_S = 900.0                          # older published free times are ignored (reorderer down)
-INVALID_FEATURE = b"Invalid feature specification"
 
 MSUB_HELP = """
 msched options (msub only; removed before sbatch sees the command line):
@@ -67,140 +66,7 @@ class MsubUsageError(Exception):
     """A malformed msub-only option; sbatch never sees it."""
 
 
-def warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- msched's own settings
-@record
-class MschedSettings:
-    model: str | None = None
-    iterations: int | None = None
-    batch_size: int | None = None
-    dry_run: bool = False
-    problems: tuple[str, ...] = ()
-
-
-_MSCHED_KEYS = {"model": "model", "iterations": "iterations", "iters": "iterations", "batch-size": "batch_size",
-                "batch_size": "batch_size"}
-
-
-def _positive_int(key: str, raw: str | None, problems: list[str]) -> int | None:
-    try:
-        value = int(str(raw))
-    except ValueError:
-        problems.append(f"--{key} must be a positive integer, not {raw!r}; ignored")
-        return None
-    if value <= 0:
-        problems.append(f"--{key} must be a positive integer, not {raw!r}; ignored")
-        return None
-    return value
-
-
-def settings_from_words(pairs: list[tuple[str, str | None]], dry_run: bool = False) -> MschedSettings:
-    """Settings from (key, value) pairs, later pairs winning; bad values become warnings."""
-    problems: list[str] = []
-    values: dict[str, object] = {}
-    for key, raw in pairs:
-        field_name = _MSCHED_KEYS.get(key)
-        if field_name is None:
-            problems.append(f"unknown #MSCHED option --{key}; valid: --model, --iterations, --batch-size")
-            continue
-        if raw is None or raw == "":
-            problems.append(f"--{key} needs a value")
-            continue
-        if field_name == "model":
-            values["model"] = raw
-        else:
-            parsed = _positive_int(key, raw, problems)
-            if parsed is not None:
-                values[field_name] = parsed
-    return MschedSettings(dry_run=dry_run, problems=tuple(problems), **values)  # type: ignore[arg-type]
-
-
-def msched_directives(script: str) -> tuple[list[tuple[str, str | None]], bool]:
-    """`#MSCHED` key/values of a script and whether any exist.
-
-    Like sbatch's `#SBATCH`, the word must start the line (an indented one may sit in a here-document,
-    whose text msub must not change); unlike it, they count anywhere in the script (comments to the shell).
-    """
-    pairs: list[tuple[str, str | None]] = []
-    found = False
-    for line in script.splitlines():
-        if not line.startswith(MSCHED_DIRECTIVE):
-            continue
-        found = True
-        words = split_directive(line[len(MSCHED_DIRECTIVE):])
-        i = 0
-        while i < len(words):
-            word = words[i].lstrip("-")
-            key, eq, value = word.partition("=")
-            if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
-                value = words[i + 1]
-                i += 1
-            pairs.append((key, value if (eq or value) else None))
-            i += 1
-    return pairs, found
-
-
-def strip_msched_lines(script: str) -> str:
-    """The script without its `#MSCHED` lines (everything else byte for byte)."""
-    lines = script.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith(MSCHED_DIRECTIVE))
-
-
-# --------------------------------------------------------------------------- model detection
-_CANDIDATE_PATTERNS = (
-    re.compile(r"(?:^|\s)--(?:arch|model|model[-_]name|arch[-_]name|network|net)(?:=|\s+)[\"']?([\w.\-/]+(?:\.py:\w+)?)"),
-    re.compile(r"(?:^|\s)-a(?:=|\s+)?[\"']?([A-Za-z_][\w.]*)"),
-    re.compile(r"torchvision\.models\.([A-Za-z_]\w*)"),
-    re.compile(r"(?<![\w.])models\.([A-Za-z_]\w*)\s*\("),
-    re.compile(r"get_model\(\s*[\"']([A-Za-z_]\w*)[\"']"),
-)
-
-
-def detect_model(texts: list[str], known: set[str]) -> str | None:
-    """The first model named on a command line that is a known torchvision model (or an existing
-    `file.py:factory`); words that merely look like one (`-a all`, `--model big`) are ignored."""
-    for text in texts:
-        for line in text.splitlines():
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            for pat in _CANDIDATE_PATTERNS:
-                for m in pat.finditer(line):
-                    cand = m.group(1).strip("\"'")
-                    if cand in known:
-                        return cand
-                    lowered = cand.lower()
-                    if lowered in known:
-                        return lowered
-                    if re.fullmatch(r"[^:\s]+\.py:\w+", cand) and os.path.isfile(cand.split(":")[0]):
-                        return cand
-    return None
-
-
-def script_command_lines(script: str) -> str:
-    """The part of a script the shell runs (directives and comments are not command lines)."""
-    return "\n".join(line for line in script.splitlines() if is_command_line(line))
-
-
 # --------------------------------------------------------------------------- the plan for one submission
-@record
-class Submission:
-    """What msub will run: sbatch's argv and, where needed, the script bytes to feed on stdin."""
-
-    argv: list[str]
-    stdin_data: bytes | None = None        # None = inherit stdin (sbatch reads the script file itself)
-    added: tuple[str, ...] = ()
-    original_script: str | None = None
-    edited_script: str | None = None
-    managed: bool = False
-    fallback_argv: list[str] | None = None  # the same submission without msched's constraint
-    dry_run: bool = False
-    help: bool = False
-
-
 def _sbatch_path(config) -> str:
     """The real sbatch from the config: absolute, and not msub itself (msub may be installed as sbatch)."""
     path = str(config.sbatch)
@@ -237,164 +103,6 @@ def _load_config():
         except Exception:  # noqa: BLE001 - the config is already known to be broken
             pass
         return fallback, str(exc)
-
-
-def known_models() -> set[str]:
-    """Names msub accepts when it finds a model on a command line: the shipped torchvision table's."""
-    from msched.models.shipped import model_names
-
-    try:
-        return set(model_names())
-    except Exception:  # noqa: BLE001 - no shipped table: nothing is recognised, the job stays plain
-        return set()
-
-
-def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], bool]:
-    """The projected free time per GPU type that the last reorder round published.
-
-    Returns (free_at per canonical type as epoch seconds, fresh). A missing, unreadable or stale file
-    means "all types free now" for the choice (fresh=False); its type names are still returned
-    (they tell msub which GPU types the cluster has).
-    """
-    import json
-    now = time.time() if now is None else now
-    try:
-        with open(config.free_time_path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        free_at = {config.canonical_gpu_type(str(k)): float(v) for k, v in dict(data.get("free_at", {})).items()}
-        published = float(data.get("time", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return {}, False
-    fresh = (now - published) <= FREE_TIME_MAX_AGE_S
-    if not fresh:
-        free_at = dict.fromkeys(free_at, now)
-    return free_at, fresh
-
-
-CLUSTER_TYPES_MAX_AGE_S = 600.0                     # how long msub trusts its cached `sinfo` answer
-
-
-def cluster_gpu_types(config, sbatch: str) -> list[str]:
-    """The GPU types the cluster's nodes carry as features, when no published file says so.
-
-    One `sinfo` call (the sibling of the configured sbatch, never found through PATH), remembered for
-    ten minutes in the user's cache so a burst of submissions pays for it once; a feature counts as a
-    GPU type when the performance table knows it.
-    """
-    import json
-
-    from msched.config import user_cache_dir
-
-    cache = os.path.join(user_cache_dir(), "cluster_gpu_types.json")
-    key = os.environ.get("SLURM_CONF", "") + "|" + sbatch
-    try:
-        with open(cache, encoding="utf-8") as fh:
-            cached = json.load(fh)
-        if cached.get("key") == key and time.time() - float(cached["time"]) < CLUSTER_TYPES_MAX_AGE_S:
-            return [config.canonical_gpu_type(f) for f in cached["features"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    import subprocess
-
-    sinfo = os.path.join(os.path.dirname(sbatch), "sinfo")
-    try:
-        out = subprocess.run([sinfo, "-h", "-o", "%f"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if out.returncode != 0:
-        return []
-    raw: set[str] = set()
-    for line in out.stdout.splitlines():
-        raw.update(f for f in line.strip().split(",") if f and f != "(null)")
-    try:
-        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-        tmp = os.path.join(os.path.dirname(cache), f".cluster_gpu_types.json.{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "time": time.time(), "features": sorted(raw)}, fh)
-        os.replace(tmp, cache)
-    except OSError:
-        pass                                      # a cache that cannot be written is no error
-    return sorted({config.canonical_gpu_type(f) for f in raw})
-
-
-def reference_rows(path, model: str):
-    """The performance table restricted to one model: msub needs only its reference's rows, and
-    filtering lines before parsing keeps a large site table off the submission's critical path."""
-    import csv
-
-    from msched.estimate.perf_table import PerfTable, PerfTableError, _parse_rows
-
-    try:
-        with open(path, newline="") as fh:
-            header = fh.readline()
-            prefixes = (f"{model},", f'"{model}",')
-            lines = [header] + [ln for ln in fh if ln.startswith(prefixes)]
-    except OSError as exc:
-        raise PerfTableError(f"cannot read performance table {path}: {exc.strerror}") from exc
-    return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
-
-
-def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str):
-    """Classify the model and choose the GPU types: (JobTag, types to add, pinned types).
-
-    Every exception raised here means "submit as a plain job with a warning".
-    """
-    from msched import __version__
-    from msched.models.classify import classify
-    from msched.msub.gpu_request import gpu_request, pinned_types
-    from msched.tag import JobTag
-
-    if ".py:" not in spec and spec not in known_models():
-        # not a shipped torchvision name: say so now rather than start torch to find out
-        import difflib
-        close = difflib.get_close_matches(spec, sorted(known_models()), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; use a torchvision name or path/to/file.py:factory"
-        raise ValueError(f"unknown model {spec!r}{hint}")
-    cls = classify(spec, config=config)
-    # the estimate's source, as the reorderer's TagEstimator picks it: the model's own rows when the
-    # table has them, else the nearest reference *with measurements* (DESIGN, policy point 3)
-    est_model, est_flops = spec, 1.0
-    perf = reference_rows(config.performance, spec) if ".py:" not in spec else None
-    if perf is None or not perf.rows:
-        est_model = getattr(cls, "perf_reference", "") or cls.nearest_reference
-        est_flops = float(getattr(cls, "perf_flops_ratio", cls.flops_ratio))
-        perf = reference_rows(config.performance, est_model)
-    gpus = gpu_request(req, config.canonical_gpu_type)
-    free_at, fresh = read_free_time(config)
-    cluster_types = sorted(free_at) if free_at else cluster_gpu_types(config, sbatch)
-    known_types = set(perf.gpu_types()) | set(cluster_types) | set(config.gpu_aliases.values())
-    pinned = pinned_types(req, gpus, known_types, config.canonical_gpu_type)
-    tag = JobTag(
-        model=spec, ref=cls.nearest_reference, group=cls.group, sim=float(cls.similarity),
-        flops=float(cls.flops_ratio), iters=settings.iterations, bs=settings.batch_size,
-        pinned="|".join(pinned), ver=__version__,
-        pref=est_model if est_model not in (spec, cls.nearest_reference) else "",
-        pflops=est_flops if est_model not in (spec, cls.nearest_reference) else None,
-    )
-    if gpus is None or pinned:
-        return tag, (), pinned
-    types = choose_types(tag, gpus, req, perf, config, cluster_types, free_at, est_model, est_flops)
-    return tag._replace(added="|".join(types)) if types else tag, types, pinned
-
-
-def choose_types(tag, gpus, req: SbatchRequest, perf, config, cluster_types, free_at,
-                 est_model: str, est_flops: float) -> tuple[str, ...]:
-    """The GPU types to OR into the constraint, by the policy's submit-time choice (shared with msched-once)."""
-    from msched.estimate.runtime import estimate_runtime
-    from msched.policy.choice import DEFAULT_UNKNOWN_RUNTIME_S, completion_choice
-
-    allowed = [t for t in perf.types_for(est_model) if not cluster_types or t in cluster_types]
-    if not allowed:
-        return ()
-    # no iterations and no time limit: the policies' guess for an unknown runtime stands in for the
-    # time limit (the partition's default is not known here), so the relative speeds still decide
-    limit = req.time_limit_s or (None if tag.iters else DEFAULT_UNKNOWN_RUNTIME_S)
-    est = estimate_runtime(
-        perf, est_model, num_gpus=gpus.total, batch_size=tag.bs, flops_ratio=est_flops,
-        iterations=tag.iters, time_limit_s=limit, types=allowed,
-    )
-    types = completion_choice(est, dict(free_at), None, config.constraint_slack)
-    return tuple(t for t in types if t in allowed)
 
 
 # --------------------------------------------------------------------------- building sbatch's argv
@@ -448,31 +156,24 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
 
     submission = plain._replace(original_script=script)
     try:
-        spec = settings.model
-        if spec is None:
-            texts = [script_command_lines(script)] if script else []
-            if req.wrap:
-                texts.append(req.wrap)
-            if any(texts):
-                spec = detect_model(texts, known_models())
+        spec = find_model(settings.model, script, req.wrap)
         if spec is None:
             return submission, warnings                   # unmanaged: untouched
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch)
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        warnings.append(f"{_one_line(exc)}; submitting as a plain sbatch job")
+        warnings.append(f"{one_line(exc)}; submitting as a plain sbatch job")
         return submission, warnings
 
-    from msched.msub.gpu_request import add_types
+    from msched.msub.decide import lever_options
     from msched.tag import parse_comment, with_tag
 
-    new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
-    if types and new_constraint is None:
-        tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
+    constraint = lever_options(req, types, config)     # --constraint, or --partition (config type_lever)
+    if types and not constraint:
+        tag = tag._replace(added="")      # the user's request cannot be extended: leave it alone
     user_comment = parse_comment(req.comment)[1]       # a copied old tag is replaced, not stacked
     comment = f"--comment={with_tag(tag, user_comment)}"
-    constraint = [f"--constraint={new_constraint}"] if new_constraint else []
     name = []
     new_argv = kept
     stdin_data = submission.stdin_data
@@ -503,114 +204,6 @@ def _option_insert_point(words: list[str], options_end: int) -> int:
     if options_end > 0 and options_end <= len(words) and words[options_end - 1] == "--":
         return options_end - 1
     return min(options_end, len(words))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-# --------------------------------------------------------------------------- running sbatch
-def run_sbatch(sub: Submission, *, allow_exec: bool = True) -> int:
-    """Run the real sbatch; its stdout, stderr and exit code become msub's.
-
-    Without script bytes to feed, msub *becomes* sbatch (exec): signals, `--wait` and the terminal
-    behave exactly as with sbatch. Output is captured only when msched added a constraint, to fall back
-    without it if the cluster rejects the feature names (then sbatch's output is replayed verbatim).
-    """
-    argv = sub.argv
-    capture = sub.fallback_argv is not None and not any(w in ("--wait", "-W") for w in argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if allow_exec and sub.stdin_data is None and not capture:
-        try:
-            os.execv(argv[0], argv)
-        except OSError as exc:
-            print(f"{PROG}: error: cannot run sbatch {argv[0]}: {exc.strerror}", file=sys.stderr)
-            return 127
-    try:
-        status, out, err = spawn_and_wait(argv, sub.stdin_data, capture)
-    except OSError as exc:
-        print(f"{PROG}: error: cannot run sbatch {argv[0]}: {exc.strerror}", file=sys.stderr)
-        return 127
-    if capture:
-        if status != 0 and INVALID_FEATURE in err and b"Submitted batch job" not in out:
-            # a GPU type msched named is no node feature here: the job goes in without msched's constraint
-            warn("the cluster rejected msched's GPU-type constraint; submitting without it")
-            return run_sbatch(sub._replace(argv=sub.fallback_argv, fallback_argv=None), allow_exec=allow_exec)
-        sys.stdout.buffer.write(out)
-        sys.stdout.flush()
-        sys.stderr.buffer.write(err)
-        sys.stderr.flush()
-    return status
-
-
-def spawn_and_wait(argv: list[str], stdin_data: bytes | None, capture: bool) -> tuple[int, bytes, bytes]:
-    """Run argv to its end: (exit status as a shell reports it, stdout, stderr; b"" when not captured).
-
-    `os.posix_spawn` rather than `subprocess`: importing subprocess (threading, selectors, signal) costs
-    ~10 ms of msub's budget. Captured output goes to anonymous in-memory files rather than pipes: sbatch
-    prints a line or two, and a file, unlike a pipe, never fills up while the script is being written
-    to its standard input. A SIGINT reaches sbatch too (same process group); msub keeps waiting, so
-    sbatch decides what an interrupt means, as it would alone.
-    """
-    own: list[int] = []                        # descriptors to close here, whatever happens
-    actions: list[tuple] = []
-    try:
-        if stdin_data is not None:
-            read_end, write_end = os.pipe()
-            own += [read_end, write_end]
-            actions.append((os.POSIX_SPAWN_DUP2, read_end, 0))
-        outputs = [_scratch_file(), _scratch_file()] if capture else []
-        own += outputs
-        if capture:
-            actions += [(os.POSIX_SPAWN_DUP2, outputs[0], 1), (os.POSIX_SPAWN_DUP2, outputs[1], 2)]
-        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
-        if stdin_data is not None:
-            os.close(read_end)
-            own.remove(read_end)
-            try:
-                _write_all(write_end, stdin_data)
-            except BrokenPipeError:
-                pass                           # sbatch exited without reading; its status says why
-            os.close(write_end)
-            own.remove(write_end)
-        while True:
-            try:
-                _, wait_status = os.waitpid(pid, 0)
-                break
-            except KeyboardInterrupt:
-                continue
-        code = os.waitstatus_to_exitcode(wait_status)
-        out, err = [_read_from_start(fd) for fd in outputs] if capture else [b"", b""]
-        return (code if code >= 0 else 128 - code), out, err
-    finally:
-        for fd in own:
-            os.close(fd)
-
-
-def _scratch_file() -> int:
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("msub-sbatch-output")
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="msub-")
-    os.unlink(path)
-    return fd
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_from_start(fd: int) -> bytes:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def dry_run_report(sub: Submission) -> str:

@@ -2,8 +2,11 @@
 
 A policy is a small object with `.name`, `.replans` (does it re-plan in rounds), `.estimator_kind`
 ("tag": msched's knowledge, "truth": the oracle's; whoever builds the round picks the estimator from it),
-`.submit_types(job, free_time)` (the GPU-type constraint at submit time, the one function msub and the
-round-less baselines share) and `.plan(snapshot) -> Plan`, a pure function of the snapshot.
+`.submit_choice(est, free_at, now)` (the policy's rule for the GPU types to allow a new job, applied by
+the one submit decision, `msched.policy.choice.decide_submit`, after it has kept only the types the job's
+shape fits and estimated them) and `.plan(snapshot) -> Plan`, a pure function of the snapshot.
+A type is never chosen for a job whose shape its nodes cannot hold (`possible_types`, by
+`msched.policy.feasibility`, the one feasibility rule).
 
 `simulate` is the planner's model of what Slurm will do with a queue: jobs in priority order (ties by
 submit time, then job id, as Slurm and slurm_sim sort them); each job starts on the allowed type that
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
@@ -35,10 +39,33 @@ def runtime_guess(job: PendingJob, default_s: float = DEFAULT_UNKNOWN_RUNTIME_S)
     return float(job.time_limit_s) if job.time_limit_s else default_s
 
 
-def feasible_types(job: PendingJob, cluster_types: Sequence[str]) -> tuple[str, ...]:
-    """Types the job may be given: estimated (so within its time limit), allowed by its request, present."""
+class PossibleTypes:
+    """Per job shape, the snapshot's GPU types whose nodes can hold it (`msched.policy.feasibility`),
+    remembered per shape for one plan (10k jobs have a handful of shapes)."""
+
+    def __init__(self, snapshot: ClusterSnapshot):
+        sizes: dict[str, list[int]] = {}
+        for n in snapshot.nodes:
+            sizes.setdefault(n.gpu_type, []).append(n.gpus)
+        self.sizes = {t: tuple(sorted(v)) for t, v in sizes.items()}
+        self._memo: dict[tuple, frozenset[str]] = {}
+
+    def __call__(self, job: PendingJob) -> frozenset[str]:
+        key = (job.num_gpus, job.gpus_per_node, job.num_nodes)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = frozenset(feasibility.feasible_types(job, self.sizes))
+        return hit
+
+
+def feasible_types(job: PendingJob, cluster_types: Sequence[str],
+                   possible: Callable[[PendingJob], frozenset[str]] | None = None) -> tuple[str, ...]:
+    """Types the job may be given: estimated (so within its time limit), allowed by its request, present,
+    and (with `possible`, a `PossibleTypes`) able to hold its shape."""
     allowed = set(job.allowed_types) if job.allowed_types else None
-    return tuple(t for t in cluster_types if t in job.est_runtime_s and (allowed is None or t in allowed))
+    fit = possible(job) if possible is not None else None
+    return tuple(t for t in cluster_types if t in job.est_runtime_s and (allowed is None or t in allowed)
+                 and (fit is None or t in fit))
 
 
 @dataclass(frozen=True)
@@ -116,9 +143,10 @@ class Policy:
         return f"<policy {self.name}>"
 
     # ------------------------------------------------------------ submit time
-    def submit_types(self, job: PendingJob, free_time: Mapping[str, float] | None = None,
-                     now: float | None = None) -> tuple[str, ...]:
-        """The GPU-type constraint at submit time; () = none (take whatever frees first)."""
+    def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
+                      now: float) -> tuple[str, ...]:
+        """The GPU types to allow a new job, given its estimate on each type it can use and when each
+        type frees up; () = no constraint (take whatever frees first). See `decide_submit`."""
         return ()
 
     # ------------------------------------------------------------ rounds

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 from msched.estimate.perf_table import DEFAULT_PRECISION, PerfTable
 from msched.policy.base import Policy
-from msched.policy.snapshot import PendingJob
 
 
 def rank_types(perf: PerfTable, precision: str = DEFAULT_PRECISION) -> list[str]:
@@ -51,13 +50,9 @@ class FastestPolicy(Policy):
             self._ranking = rank_types(perf) if perf is not None else []
         return self._ranking
 
-    def submit_types(self, job: PendingJob, free_time: Mapping[str, float] | None = None,
-                     now: float | None = None) -> tuple[str, ...]:
-        if job.pinned_type:
-            return ()
-        present = set(free_time) if free_time else None
-        ranking = self.ranking or sorted(job.est_runtime_s, key=lambda t: (job.est_runtime_s[t], t))
-        usable = [t for t in ranking if (present is None or t in present)
-                  and (not job.est_runtime_s or t in job.est_runtime_s)
-                  and (not job.allowed_types or t in job.allowed_types)]
+    def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
+                      now: float) -> tuple[str, ...]:
+        """The best-ranked type among those the job can use (its fastest when no ranking is known)."""
+        ranking = self.ranking or sorted(est, key=lambda t: (est[t], t))
+        usable = [t for t in ranking if t in est and (not free_at or t in free_at)]
         return (usable[0],) if usable else ()

@@ -34,6 +34,7 @@ from msched.config import OBJECTIVES
 from msched.policy.base import (
     Placed,
     Policy,
+    PossibleTypes,
     as_is_runtime,
     default_types,
     feasible_types,
@@ -41,7 +42,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import completion_choice
-from msched.policy.priorities import assign_priorities
+from msched.policy.priorities import assign_in_place, assign_priorities
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -77,12 +78,9 @@ class MschedOncePolicy(Policy):
     name = "msched-once"
     replans = False
 
-    def submit_types(self, job: PendingJob, free_time: Mapping[str, float] | None = None,
-                     now: float | None = None) -> tuple[str, ...]:
-        if job.pinned_type:
-            return ()
-        est = {t: v for t, v in job.est_runtime_s.items() if not job.allowed_types or t in job.allowed_types}
-        return completion_choice(est, free_time, now, self.slack)
+    def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
+                      now: float) -> tuple[str, ...]:
+        return completion_choice(est, free_at, now, self.slack)
 
 
 class MschedPolicy(MschedOncePolicy):
@@ -92,8 +90,9 @@ class MschedPolicy(MschedOncePolicy):
     replans = True
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
-                 hysteresis: float = 0.05, affinity: float = 0.1, **opts):
+                 hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False, **opts):
         super().__init__(**opts)
+        self.managed_first = managed_first
         if affinity < 0:
             raise ValueError(f"affinity must be >= 0 (got {affinity})")
         self.affinity = affinity
@@ -158,6 +157,7 @@ class MschedPolicy(MschedOncePolicy):
         slots = iter(order)
         construct = [next(slots) if j.managed else j for j in sorted(snapshot.pending, key=queue_key)]
         tl = Timeline(now, snapshot.nodes, snapshot.running)
+        self._possible = PossibleTypes(snapshot)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
@@ -217,7 +217,13 @@ class MschedPolicy(MschedOncePolicy):
         prio_order = sorted(order, key=lambda j: (j.job_id not in starving,
                                                   placed[j.job_id].start if j.job_id in placed else inf,
                                                   rank[j.job_id]))
-        prio = assign_priorities([j.job_id for j in prio_order], {j.job_id: j.priority for j in order})
+        # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
+        # opted in to "managed jobs first" (README: Security model)
+        plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
+        current = {j.job_id: j.priority for j in order}
+        ids = [j.job_id for j in prio_order]
+        prio = assign_priorities(ids, current) if self.managed_first or not plain else \
+            assign_in_place(ids, current, plain)
         decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)
 
@@ -242,9 +248,11 @@ class MschedPolicy(MschedOncePolicy):
         """Types the job may be placed on in construction, and its runtime on each. (The estimate's keys
         are iterated directly when nothing restricts them: types the cluster lacks never start.)"""
         if job.managed and not job.pinned_type:
-            if not job.allowed_types and job.est_runtime_s and job.job_id not in starving:
+            possible = self._possible(job)
+            if not job.allowed_types and job.est_runtime_s and job.job_id not in starving \
+                    and possible.issuperset(job.est_runtime_s):
                 return job.est_runtime_s, job.est_runtime_s
-            feas = feasible_types(job, types)
+            feas = feasible_types(job, types, self._possible)
             if feas:
                 return feas, job.est_runtime_s
         t = default_types(job, tl)

@@ -163,3 +163,121 @@ def changed(new: Mapping[str, int], current: Mapping[str, int]) -> int:
 def fewest_moves(order: Sequence[str], current: Mapping[str, int]) -> int:
     """Lower bound on priority writes for this change of order: jobs minus the longest kept run."""
     return len(order) - len(_kept(order, current)) if order else 0
+
+
+# ------------------------------------------------------------------ plain jobs keep their rank
+def _id_key(job_id: str) -> tuple[int, str]:
+    """Slurm's tie-break among equal priorities: the older (lower) job id first."""
+    head = job_id.split("_")[0]
+    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)
+
+
+def _run_values(run: Sequence[str], current: Mapping[str, int], hi: int | None, lo: int | None,
+                slurm_rank: Mapping[str, int], holders: set[str]) -> dict[str, int] | None:
+    """Values for one run of managed jobs (planned order) lying between two plain jobs whose priorities
+    are `hi` (above; None: no plain job above) and `lo` (below; None: none below). Only a job that holds
+    one of these places now (`holders`) may keep its value: it stays exactly where it is (its place
+    relative to the plain jobs is already right); a new value is
+    strictly inside (lo, hi), so it can pass no plain job. None when the run cannot take the planned
+    order (no room: e.g. flat priorities, where every job holds 1): then the run is left as it is."""
+    r = len(run)
+    mine = [j for j in run if j in holders]
+    kept_set = _kept(mine, {j: -slurm_rank[j] for j in mine})    # longest part already in Slurm's order
+    if len(kept_set) == r:
+        return {j: current[j] for j in run}
+    out: dict[str, int] = {}
+    pos = 0
+    while pos < r:
+        if run[pos] in kept_set:
+            out[run[pos]] = current[run[pos]]
+            pos += 1
+            continue
+        end = pos
+        while end < r and run[end] not in kept_set:
+            end += 1
+        top = out[run[pos - 1]] if pos > 0 else hi
+        bottom = current[run[end]] if end < r else lo
+        vals = _between(end - pos, top, bottom)
+        if vals is None:
+            return _between_all(run, hi, lo)
+        out.update(zip(run[pos:end], vals, strict=True))
+        pos = end
+    return out
+
+
+def _between(n: int, top: int | None, bottom: int | None) -> list[int] | None:
+    """n distinct descending integers strictly inside (bottom, top) (None: unbounded), spaced."""
+    upper = MAX_PRIORITY + 1 if top is None else top
+    lower = 0 if bottom is None else bottom
+    if upper - lower - 1 < n:
+        return None
+    if top is None:                                     # room above: SPACING apart, as in assign_priorities
+        if lower + SPACING * n <= MAX_PRIORITY:
+            return [lower + SPACING * (n - i) for i in range(n)]
+    elif bottom is None and upper - SPACING * n >= 1:
+        return [upper - SPACING * (i + 1) for i in range(n)]
+    return [lower + ((upper - lower) * (n - i)) // (n + 1) for i in range(n)]
+
+
+def _between_all(run: Sequence[str], hi: int | None, lo: int | None) -> dict[str, int] | None:
+    vals = _between(len(run), hi, lo)
+    return None if vals is None else dict(zip(run, vals, strict=True))
+
+
+def assign_in_place(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int],
+                    ) -> dict[str, int]:
+    """New priorities for the managed jobs of `order` (planned, highest first) that permute them only
+    among the places they already hold in Slurm's queue: every plain (unmanaged) job keeps its rank
+    (the number of jobs ahead of it), and nothing is written on a plain job.
+
+    Slurm's queue: priority descending, then the lower job id. First try: the managed places, in that
+    queue, are filled in planned order; between two plain jobs each run of managed places is written
+    with `_run_values` (kept values where they already fit, new ones strictly between the plain jobs'
+    values). If some run has no room for that (with flat priorities, multifactor with all weights 0,
+    every job holds 1 and nothing can pass a plain job), each run is instead reordered among its own
+    jobs only (a job never crosses a plain job), and a run with no room keeps its values. The result is
+    checked against the rule before it is returned. Returns a value for every job of `order`."""
+    managed = set(order)
+
+    def queue_of(values: Mapping[str, int]) -> list[str]:
+        return sorted(list(managed) + [j for j in plain if j not in managed],
+                      key=lambda j: (-(values[j] if j in managed else plain[j]), _id_key(j)))
+
+    queue = queue_of(current)
+    slurm_rank = {j: k for k, j in enumerate(queue)}
+    planned_rank = {j: k for k, j in enumerate(order)}
+    runs: list[tuple[list[str], int | None, int | None]] = []      # (jobs holding the places, hi, lo)
+    run: list[str] = []
+    hi: int | None = None
+    for j in [*queue, None]:
+        if j is not None and j in managed:
+            run.append(j)
+            continue
+        lo = plain[j] if j is not None else None
+        if run:
+            runs.append((run, hi, lo))
+            run = []
+        hi = lo
+
+    def fill(across: bool) -> dict[str, int] | None:
+        planned = iter(order)
+        out: dict[str, int] = {}
+        for holders, top, bottom in runs:
+            jobs = [next(planned) for _ in holders] if across else sorted(holders, key=planned_rank.__getitem__)
+            vals = _run_values(jobs, current, top, bottom, slurm_rank, set(holders))
+            if vals is None:
+                if across:
+                    return None
+                vals = {q: current[q] for q in holders}            # no room: the run stays as it is
+            out.update(vals)
+        return out
+
+    for across in (True, False):
+        out = fill(across)
+        if out is not None and _plain_ranks_kept(queue, queue_of(out), managed):
+            return out
+    return {j: current[j] for j in order}
+
+
+def _plain_ranks_kept(before: Sequence[str], after: Sequence[str], managed: set[str]) -> bool:
+    return all(b == a for b, a in zip(before, after, strict=True) if b not in managed or a not in managed)

@@ -44,6 +44,7 @@ class PendingJob:
     num_nodes: int = 1
     group: str = ""
     reference: str = ""
+    gpus_per_node: int | None = None            # a fixed per-node count (--gres); None = may spread
 
 
 @dataclass(frozen=True)

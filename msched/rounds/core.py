@@ -4,6 +4,9 @@ One code path for `msched reorder` (cron) and `msched sim` rounds: both hand a `
 
     result = run_round(client, policy, estimator, now=None, dry_run=False, starvation_age_s=86400.0,
                        gpu_type_of=None, jobs=None, nodes=None)
+    if round_due(last.stable_until, now, slurm_changed): ...   # the simulator skips a round only when not
+
+The result carries what the reorderer publishes for msub (`free_time`, clamped) and `stable_until`.
 
 Reading the queue (`build_snapshot`):
 - managed = the job carries an msched tag (msub submitted it); everything else is never written but
@@ -38,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.slurm.base import (
     JobNotPending,
@@ -48,7 +52,7 @@ from msched.slurm.base import (
     expand_hostlist,
 )
 from msched.slurm.feature_expr import ConstraintError, combine, matches, names_gpu_type, split
-from msched.tag import JobTag
+from msched.tag import JobTag, tag_problem
 
 log = logging.getLogger("msched.rounds.core")
 
@@ -94,6 +98,8 @@ class RoundResult:
     nodes: list[SlurmNode] = field(default_factory=list)
     views: dict[str, JobView] = field(default_factory=dict)
     snapshot_seconds: float = 0.0
+    free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
+    stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
 
 
 # --------------------------------------------------------------------------------- reading
@@ -103,8 +109,10 @@ def _canon(gpu_type_of: Callable[[str], str] | None) -> Callable[[str], str]:
 
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator: Estimator, now: float, *,
                    starvation_age_s: float | None = 86400.0,
-                   gpu_type_of: Callable[[str], str] | None = None) -> tuple[ClusterSnapshot, dict[str, JobView]]:
-    """The policy's view of the cluster, and per pending job what the diff needs."""
+                   gpu_type_of: Callable[[str], str] | None = None,
+                   changes: list[float] | None = None) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+    """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
+    receives the times at which this view would change with the clock alone (see `plan_changes`)."""
     canon = _canon(gpu_type_of)
     node_states = []
     node_type: dict[str, str] = {}
@@ -117,7 +125,23 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             node_states.append(NodeState(n.name, t, n.gpus, n.gpus_free))
     known = {ns.gpu_type for ns in node_states} | set(node_type.values())
     usable_feats = [(canon(n.gpu_type), n.features) for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
+    usable_nodes = [(canon(n.gpu_type), n.gpus, n.features, n.partitions)
+                    for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
     cache: dict[str, tuple[str, ...]] = {}
+    sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+
+    def possible(job: SlurmJob, expr: str) -> tuple[str, ...]:
+        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape."""
+        key = (expr, job.partition or "")
+        sizes = sizes_cache.get(key)
+        if sizes is None:
+            try:
+                sizes = node_sizes(usable_nodes, constraint=expr, partitions=(job.partition or "").split(","),
+                                   matches=matches)
+            except ConstraintError:
+                sizes = {}
+            sizes_cache[key] = sizes
+        return feasible_types(job, sizes)
 
     def as_type(name: str) -> str | None:
         c = canon(name) if name else ""
@@ -146,17 +170,27 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         if job.num_gpus <= 0:
             continue
         tag = job.tag
+        if tag is None and job.comment:
+            problem = tag_problem(job.comment)
+            if problem:     # one warning; the job is a plain job for this round (README: Security model)
+                log.warning("job %s: tag refused (%s): treated as untagged", job.job_id, problem)
         if job.is_running:
             hosts = tuple(expand_hostlist(job.nodes))
             gtype = canon(job.gpu_type) if job.gpu_type else next((node_type[h] for h in hosts if h in node_type), None)
             if gtype is None:
                 continue
-            running.append(RunningJob(job.job_id, gtype, job.num_gpus, _running_end(job, tag, gtype, estimator, now),
-                                      hosts))
+            end, changes_at = _running_end(job, tag, gtype, estimator, now)
+            if changes is not None and changes_at is not None:
+                changes.append(changes_at)
+            running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
         elif job.is_pending:
-            if job.priority <= 0 or job.reason.startswith("JobHeld"):
-                continue                                   # held: Slurm will not start it; never write it
-            pj, view = _pending(job, tag, estimator, as_type, known, types_matching)
+            if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
+                continue              # held or waiting on another job: not startable; never write it
+            pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
+            if changes is not None and pj.managed and starvation_age_s is not None:
+                starving_at = job.submit_time + starvation_age_s
+                if starving_at > now:
+                    changes.append(starving_at)
             pending.append(pj)
             views[job.job_id] = view
     snap = ClusterSnapshot(now=now, nodes=tuple(node_states), running=tuple(running), pending=tuple(pending),
@@ -164,7 +198,9 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     return snap, views
 
 
-def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estimator, now: float) -> float:
+def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estimator,
+                 now: float) -> tuple[float, float | None]:
+    """(expected end, the time this expectation starts to move with the clock, or None if never)."""
     start = job.start_time if job.start_time is not None else now
     est = None
     if tag is not None:
@@ -172,18 +208,25 @@ def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estim
             est = estimator(job, tag).get(gtype)
         except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
             log.warning("job %s: no estimate (%s)", job.job_id, exc)
+    changes_at = None
     if est is None:
-        end = start + job.time_limit_s if job.time_limit_s else now + UNKNOWN_RUNNING_S
+        if job.time_limit_s:
+            end = start + job.time_limit_s
+        else:
+            end, changes_at = now + UNKNOWN_RUNNING_S, now
     else:
         end = start + est
+        changes_at = end
         if end < now:                 # overdue: the estimate was low; it is still running, so not "now"
             end = now + max(OVERDUE_MIN_S, OVERDUE_FRACTION * (now - start))
-        if job.time_limit_s:
-            end = min(end, start + job.time_limit_s)
-    return max(now, end)
+            changes_at = now
+        if job.time_limit_s and start + job.time_limit_s <= end:
+            end, changes_at = start + job.time_limit_s, None
+    return max(now, end), changes_at
 
 
-def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching):
+def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
+             possible):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
     user_part, msched_types = split(job.features or "", as_type)
     if tag is None:
@@ -193,7 +236,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
             allowed = tuple(t for t in (allowed or types_matching("")) if t in types_matching(job.features))
         pj = PendingJob(job.job_id, job.submit_time, job.num_gpus, job.priority, {}, allowed,
                         pinned_type="|".join(allowed) or None, current_types=(), time_limit_s=job.time_limit_s,
-                        managed=False, num_nodes=job.num_nodes)
+                        managed=False, num_nodes=job.num_nodes, gpus_per_node=job.gpus_per_node)
         return pj, JobView(job.job_id, job.priority, job.features or "", job.features or "", (), False, bool(allowed))
     pinned_names = [t for t in (tag.pinned.split("|") if tag.pinned else []) if t]
     pinned_types = tuple(dict.fromkeys(((gres_type,) if gres_type else ())
@@ -217,7 +260,8 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
-    est = {t: v for t, v in est.items() if t in known}
+    fits = possible(job, user_part if not (pinned or not writable) else "")
+    est = bounded_claim({t: v for t, v in est.items() if t in known and t in fits}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
         allowed = pinned_types
@@ -231,11 +275,25 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         pinned_type=("|".join(pinned_types) or "any") if fixed else None,
         current_types=() if fixed else msched_types,
         time_limit_s=job.time_limit_s, managed=True, num_nodes=job.num_nodes,
-        group=tag.group, reference=tag.ref,
+        group=tag.group, reference=tag.ref, gpus_per_node=job.gpus_per_node,
     )
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
                    msched_types if not fixed else (), True, pinned, writable)
     return pj, view
+
+
+def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str, float]:
+    """A tag is its owner's claim; Slurm enforces only the time limit. So whatever the estimator made of
+    the claim, a job is never planned as longer than its limit: a type where the estimate exceeds it is
+    dropped (the job would be killed there), and where it exceeds it on every type the work is cut to
+    what fits in the limit on the fastest one (README: Security model)."""
+    if not time_limit_s or not est:
+        return est
+    fastest = min(est.values())
+    if fastest > time_limit_s:
+        scale = time_limit_s / fastest
+        est = {t: v * scale for t, v in est.items()}
+    return {t: v for t, v in est.items() if v <= time_limit_s * (1 + 1e-9)}
 
 
 # --------------------------------------------------------------------------------- diffing
@@ -297,8 +355,11 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
               gpu_type_of: Callable[[str], str] | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundResult:
-    """One round: read once, plan, write only what changes. Slurm errors other than JobNotPending
-    propagate (every single write leaves a valid queue; the next round re-plans)."""
+    """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
+    write only what changes; the result carries the free time to publish for msub (`free_time`, each
+    type clamped to now) and until when the same Slurm state would give the same plan
+    (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every single
+    write leaves a valid queue; the next round re-plans)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -306,31 +367,64 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if now is None:
         now = client.now()
     t0 = time.perf_counter()
+    changes: list[float] = []
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
-                                 gpu_type_of=gpu_type_of)
+                                 gpu_type_of=gpu_type_of, changes=changes)
     t1 = time.perf_counter()
     plan = policy.plan(snap)
     t2 = time.perf_counter()
     updates = diff_plan(views, plan)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
-                         snapshot_seconds=t1 - t0)
+                         snapshot_seconds=t1 - t0, free_time=published_free_time(plan, snap),
+                         stable_until=min(changes, default=float("inf")) if snap.pending else float("inf"))
     if not dry_run and updates:
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
     return result
 
 
+def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:
+    """The plan's projected free time per GPU type, for msub: types the plan does not mention are free
+    now, and no type is free before now."""
+    now = snapshot.now
+    free = dict(getattr(plan, "free_time", {}) or {}) if plan is not None else {}
+    for t in snapshot.gpus_total:
+        free.setdefault(t, now)
+    return {t: max(float(v), now) for t, v in free.items()}
+
+
+def round_due(stable_until: float, now: float, changed: bool) -> bool:
+    """Could a round now plan differently from the last one (whose `stable_until` is given)? When
+    Slurm's state changed since it read it, or when the clock alone changes the plan: a managed job
+    reaching the starvation age, a running job passing its estimated end, one already past it (its
+    expected end moves with the clock)."""
+    return changed or now >= stable_until
+
+
+def round_policy(name: str = "msched", *, objective: str = "balanced", starvation_age_s: float | None = 86400.0,
+                 backfill: bool = False, **opts):  # noqa: ANN201 - a Policy
+    """The policy a round runs, built the same way for the reorderer (from the site config and Slurm's
+    scheduler) and for the simulator (from its setup): one place for the objective and the guards."""
+    from msched.policy import get_policy
+
+    return get_policy(name, objective=objective, starvation_age_s=starvation_age_s, backfill=backfill, **opts)
+
+
 def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
-            gpu_type_of: Callable[[str], str] | None = None, nodes: list[SlurmNode] | None = None) -> list[str]:
+            gpu_type_of: Callable[[str], str] | None = None, nodes: list[SlurmNode] | None = None,
+            journal=None) -> list[str]:  # noqa: ANN001 - journal: msched.store.holds.HoldJournal
     """Hand every managed pending job back to Slurm: drop msched's GPU-type terms from its constraint
     (keeping the user's own; nothing is touched on pinned jobs) and let Slurm recompute its priority.
 
     Slurm has no "forget the priority I set" update: `scontrol update priority=N` sets a fixed value
     and marks it as set by hand. Holding and releasing the job does it: release recomputes the priority
     from the site's priority plugin (checked on 22.05.8: priority=12345, hold, release -> 1, the
-    multifactor value of the dev cluster). The two calls are made back to back (a failed release is
-    retried once, so msched never leaves a job held); a job that started in between is skipped. Jobs
-    held by someone else (priority 0) are left alone. Returns the ids of the released jobs."""
+    multifactor value of the dev cluster). Crash safety: with a `journal`, every job to be held is
+    recorded (one transaction) before the first hold and closed after its release, so a process killed
+    at any step leaves open entries that the next round or `--release` replays (msched.rounds.holds); a
+    failed or interrupted release (SIGTERM arrives as KeyboardInterrupt) is retried once before the
+    exception goes on. A job that started in between is skipped. Jobs held by someone else (priority
+    0) are left alone. Returns the ids of the released jobs."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -341,7 +435,7 @@ def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
     canon = _canon(gpu_type_of)
     node_types = {canon(n.gpu_type) for n in nodes if n.gpu_type}
 
-    done: list[str] = []
+    targets: list[tuple[SlurmJob, str | None]] = []
     for job in jobs:
         tag = job.tag
         if tag is None or not job.is_pending or job.priority <= 0:
@@ -352,22 +446,39 @@ def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
             c = canon(name) if name else ""
             return c if c in known else None
 
-        pinned = bool(job.gres_gpu_type or tag.pinned)
-        try:
-            if not pinned and job.features:
-                user_part, types = split(job.features, as_type)
-                if types and user_part != job.features:
-                    client.set_features(job.job_id, user_part)
-            client.hold(job.job_id)
+        new_features = None
+        if not (job.gres_gpu_type or tag.pinned) and job.features:
+            user_part, types = split(job.features, as_type)
+            if types and user_part != job.features:
+                new_features = user_part
+        targets.append((job, new_features))
+    entry: dict[str, int] = {}
+    if journal is not None and targets:
+        ids = journal.record_holds([(j.job_id, "hold", "", "reorder --release: hold+release resets the priority")
+                                    for j, _ in targets])
+        entry = {j.job_id: i for (j, _), i in zip(targets, ids, strict=True)}
+    done: list[str] = []
+    finished: list[str] = []
+    try:
+        for job, new_features in targets:
             try:
-                client.release(job.job_id)
+                if new_features is not None:
+                    client.set_features(job.job_id, new_features)
+                client.hold(job.job_id)
+                try:
+                    client.release(job.job_id)
+                except JobNotPending:
+                    raise
+                except BaseException:
+                    client.release(job.job_id)      # one retry: never leave a job held by msched
+                    raise
             except JobNotPending:
-                raise
-            except Exception:
-                client.release(job.job_id)      # one retry: never leave a job held by msched
-                raise
-        except JobNotPending:
-            log.info("job %s started during release: skipped", job.job_id)
-            continue
-        done.append(job.job_id)
+                log.info("job %s started during release: skipped", job.job_id)
+                finished.append(job.job_id)
+                continue
+            done.append(job.job_id)
+            finished.append(job.job_id)
+    finally:
+        if entry and finished:
+            journal.close([entry[j] for j in finished], "released")
     return done

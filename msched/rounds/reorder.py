@@ -22,7 +22,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +31,8 @@ from typing import Any
 
 from msched.config import Config
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from msched.util.files import write_atomically
+from msched.util.text import one_line
 
 log = logging.getLogger("msched.rounds.reorder")
 
@@ -123,30 +124,10 @@ def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, fl
     path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
-    fd, tmp = tempfile.mkstemp(prefix=".gpu_free_time.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, FREE_TIME_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=FREE_TIME_MODE)
     if not os.stat(path.parent).st_mode & 0o001:
         log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
                     path)
-
-
-def free_time_from_plan(result: Any, snapshot_now: float) -> dict[str, float]:
-    """The plan's projected free time per GPU type; types the plan does not mention are free now."""
-    free = dict(getattr(result.plan, "free_time", {}) or {}) if result.plan is not None else {}
-    for t in result.snapshot.gpus_total:
-        free.setdefault(t, snapshot_now)
-    return {t: max(float(v), snapshot_now) for t, v in free.items()}
 
 
 # ------------------------------------------------------------------------------------------ reorderer
@@ -166,14 +147,51 @@ class Reorderer:
         self.client = client
         self.store = store
         self.objective = objective or config.objective
-        self.policy = policy if policy is not None else default_policy(self.objective, config.starvation_age_s,
-                                                                       config.plan_time_s)
+        self._policy = policy
         self._estimator = estimator
         self.run_kind = run_kind
         self.run_name = run_name or config.cluster_name
         self.publish = publish
         self._run_id: int | None = None
         self._last_completion_check: float | None = None
+
+    @property
+    def journal(self):  # noqa: ANN201 - msched.store.holds.HoldJournal, or None without a store
+        if self.store is None:
+            return None
+        from msched.store.holds import HoldJournal
+
+        return HoldJournal(self.store)
+
+    def replay_journal(self) -> list[str]:
+        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay).
+        Costs one database read when the journal has no open entry, one squeue more when it has."""
+        from msched.rounds.holds import replay
+
+        journal = self.journal
+        if journal is None or not journal.open_entries():
+            return []
+        try:
+            return replay(self.client, journal)
+        except SlurmUnavailable as exc:
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
+        except SlurmError as exc:
+            raise _fail(f"cannot replay the hold journal: {one_line(exc)}; run --release") from None
+
+    @property
+    def policy(self):  # noqa: ANN201
+        """The site's policy, planning for the scheduler Slurm runs (read once, on first use: backfill,
+        Slurm's default, when `scontrol show config` cannot be read)."""
+        if self._policy is None:
+            try:
+                backfill = self.client.scheduler().backfill
+            except SlurmError as exc:
+                log.warning("cannot read Slurm's scheduler (%s); planning for sched/backfill", one_line(exc))
+                backfill = True
+            self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
+                                          managed_first=self.config.managed_first,
+                                          time_box_s=self.config.plan_time_s)
+        return self._policy
 
     @property
     def estimator(self):  # noqa: ANN201
@@ -188,9 +206,9 @@ class Reorderer:
         try:
             return list(self.client.jobs(ACTIVE_STATES)), list(self.client.nodes())
         except SlurmUnavailable as exc:
-            raise _fail(f"Slurm unreachable: {_one_line(exc)}; nothing changed") from None
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
         except SlurmError as exc:
-            raise _fail(f"cannot read the queue from Slurm: {_one_line(exc)}; nothing changed") from None
+            raise _fail(f"cannot read the queue from Slurm: {one_line(exc)}; nothing changed") from None
 
     def run_id(self, nodes: Sequence[SlurmNode]) -> int:
         if self._run_id is None:
@@ -221,6 +239,10 @@ class Reorderer:
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
+            if jobs is None:
+                released = self.replay_journal()
+                if released:
+                    log.info("released %d job(s) an interrupted round left held", len(released))
         if jobs is None or nodes is None:
             read_jobs, read_nodes = self.read()
             jobs = read_jobs if jobs is None else jobs
@@ -235,7 +257,7 @@ class Reorderer:
                 with self.store.write() as session:
                     new = ingest_jobs(session, rid, jobs, now)
             except Exception as exc:  # noqa: BLE001 - any database failure: stop before touching Slurm
-                raise _fail(f"cannot record jobs in {self.store.display_url}: {_one_line(exc)}; "
+                raise _fail(f"cannot record jobs in {self.store.display_url}: {one_line(exc)}; "
                             "nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
         try:
@@ -243,13 +265,13 @@ class Reorderer:
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes)
         except SlurmError as exc:
-            raise _fail(f"Slurm failed during the round: {_one_line(exc)}; every update already written "
+            raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
         if log.isEnabledFor(logging.DEBUG):
             verb = "would set" if dry_run else "set"
             for u in result.updates:
                 log.debug("job %s: %s %s %s (was %s)", u.job_id, verb, u.field, u.value, u.old)
-        free = free_time_from_plan(result, now)
+        free = result.free_time
         if dry_run:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
@@ -262,30 +284,28 @@ class Reorderer:
             round_id, done, record_s = self._record(result, jobs, now)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
-                        f"{_one_line(exc)}; the queue is valid (the next round re-plans)") from None
+                        f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
         return RoundOutcome(result, round_id=round_id, new_jobs=new, completions=done, free_time=free,
                             db_seconds=db_s + record_s)
 
     def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
-        from sqlalchemy import func, select
-
-        from msched.store.schema import Round
+        from msched.store.queries import last_round_time
         from msched.store.writes import active_job_ids, mark_vanished, record_completions, record_round
 
         finished: list[SlurmJob] = []
         rid = self.run_id([])
         if self._last_completion_check is None:     # a new process (cron): since the last recorded round
             with self.store.read() as session:
-                last = session.scalar(select(func.max(Round.time)).where(Round.run_id == rid))
+                last = last_round_time(session, rid)
             self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
         finished_ok = True
         try:
             finished = list(self.client.finished_jobs(since=self._last_completion_check))
         except SlurmError as exc:
             finished_ok = False
-            log.warning("cannot read finished jobs: %s (completions recorded next round)", _one_line(exc))
+            log.warning("cannot read finished jobs: %s (completions recorded next round)", one_line(exc))
         started = [j for j in jobs if j.start_time is not None and not j.is_pending]
         t0 = time.perf_counter()
         with self.store.read() as session:
@@ -297,7 +317,7 @@ class Reorderer:
             try:
                 older = [j for j in self.client.finished_jobs(since=None) if j.job_id in vanished]
             except SlurmError as exc:
-                log.warning("cannot read finished jobs: %s", _one_line(exc))
+                log.warning("cannot read finished jobs: %s", one_line(exc))
                 older, vanished = [], set()
             finished += older
             vanished -= {j.job_id for j in older}
@@ -313,23 +333,32 @@ class Reorderer:
     # ---------------------------------------------------------------- release
     def release_all(self) -> list[str]:
         """Hand every managed pending job back to Slurm's own priorities and drop msched's type
-        constraint (the round core's `release`). Returns the released job ids.
+        constraint (the round core's `release`), after replaying the hold journal (holds an interrupted
+        round left, begin times). Returns the released job ids.
 
-        The switch that turns msched off must work when the database does not: it needs none."""
+        The switch that turns msched off must work when the database does not: without a store it runs
+        without the journal (the command warns that a kill during it could then leave a job held)."""
         from msched.rounds.core import release
+        from msched.rounds.holds import replay
 
+        journal = self.journal
         jobs, nodes = self.read()
         try:
-            return release(self.client, jobs=jobs, nodes=nodes, gpu_type_of=self.config.canonical_gpu_type)
+            if journal is not None and replay(self.client, journal, jobs=jobs, everything=True):
+                jobs, nodes = self.read()       # released jobs have their priority back: read them again
+            return release(self.client, jobs=jobs, nodes=nodes, gpu_type_of=self.config.canonical_gpu_type,
+                           journal=journal)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during release: {exc}; jobs released so far are back to Slurm's "
                         "priorities; run --release again") from None
 
 
-def default_policy(objective: str, starvation_age_s: float = 86400.0, time_box_s: float = 2.0):  # noqa: ANN201
-    from msched.policy import get_policy
+def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
+                   managed_first: bool = False, time_box_s: float = 2.0):  # noqa: ANN201
+    from msched.rounds.core import round_policy
 
-    return get_policy("msched", objective=objective, starvation_age_s=starvation_age_s, time_box_s=time_box_s)
+    return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
+                        managed_first=managed_first, time_box_s=time_box_s)
 
 
 def default_estimator(config: Config):  # noqa: ANN201
@@ -337,12 +366,6 @@ def default_estimator(config: Config):  # noqa: ANN201
     from msched.estimate.perf_table import PerfTable
 
     return TagEstimator(PerfTable.load(config.performance))
-
-
-def _one_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    msg = str(orig if orig is not None else exc) or type(exc).__name__
-    return msg.splitlines()[0]
 
 
 def wait_interval(seconds: float, started: float) -> None:

@@ -30,7 +30,7 @@ def get_client(backend: str = "auto", **kwargs):  # noqa: ANN201 - a base.SlurmC
         except ImportError:
             if backend == "pyslurm":
                 raise SlurmError("the pyslurm backend was asked for but pyslurm does not import here") from None
-    from msched.slurm.cli_backend import CliClient
+    from msched.slurm.cli import CliClient
     return CliClient(**kwargs)
 
 

@@ -80,12 +80,15 @@ class SlurmJob:
     time_limit_s: float | None = None
     num_nodes: int = 1
     num_gpus: int = 0                 # total GPUs requested
+    gpus_per_node: int | None = None  # a fixed per-node count (--gres=gpu:N); None = Slurm may spread them
     gres_gpu_type: str | None = None  # a typed GPU request (gpu:a100:2) = the user pinned this type
     features: str = ""                # the job's constraint expression, as Slurm holds it
     comment: str = ""
     nodes: str = ""                   # allocated node list (running jobs)
     gpu_type: str | None = None       # GPU type of the allocated nodes (running/finished jobs)
     reason: str = ""
+    admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
+    nice: int = 0
 
     @property
     def tag(self) -> JobTag | None:
@@ -174,6 +177,35 @@ class UpdateResult:
         return isinstance(self.error, JobNotPending)
 
 
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """Which scheduler Slurm runs and its parameters (`scontrol show config`: SchedulerType,
+    SchedulerParameters), so a round plans for what Slurm will do. The default is Slurm's own."""
+
+    scheduler_type: str = "sched/backfill"
+    parameters: tuple[tuple[str, str], ...] = ()     # SchedulerParameters, in order (bf_window=..., ...)
+
+    @property
+    def backfill(self) -> bool:
+        return self.scheduler_type.strip().lower().endswith("backfill")
+
+    def parameter(self, name: str, default: str | None = None) -> str | None:
+        """A SchedulerParameters value ("" for a flag such as bf_continue), or `default`."""
+        return next((v for k, v in self.parameters if k == name), default)
+
+    @classmethod
+    def parse(cls, scheduler_type: str | None, parameters: str | None) -> SchedulerSettings:
+        """From `scontrol show config`'s two lines; "(null)" parameters = none."""
+        params = []
+        text = (parameters or "").strip()
+        if text and text != "(null)":
+            for item in text.split(","):
+                key, _, value = item.strip().partition("=")
+                if key:
+                    params.append((key, value))
+        return cls((scheduler_type or "").strip() or "sched/backfill", tuple(params))
+
+
 UPDATE_FIELDS = ("features", "priority")      # the order every backend writes them in
 
 
@@ -249,6 +281,11 @@ class SlurmClient(abc.ABC):
                 applied[u.job_id].append(name)
         return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
 
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        """Keep a pending job from starting before `when` (epoch seconds; None: from now on). Slurm
+        undoes it by itself when the time passes; record it in the hold journal first (msched.store.holds)."""
+        raise SlurmError(f"the {self.name} backend cannot set a begin time")
+
     @abc.abstractmethod
     def hold(self, job_id: str) -> None: ...
 
@@ -261,3 +298,8 @@ class SlurmClient(abc.ABC):
     def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
         """Jobs that ended (for completion tracking); backends read what their Slurm keeps."""
         return self.jobs(states=FINISHED_STATES)
+
+    def scheduler(self) -> SchedulerSettings:
+        """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
+        simulator answers from its own settings). This default is Slurm's default: sched/backfill."""
+        return SchedulerSettings()

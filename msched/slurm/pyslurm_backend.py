@@ -28,10 +28,10 @@ from msched.slurm.base import (
     SlurmError,
     SlurmJob,
     SlurmNode,
-)
-from msched.slurm.cli_backend import (
-    classify_error,
     expand_hostlist,
+)
+from msched.slurm.cli.parsers import (
+    classify_error,
     format_time_limit,
     normalise_node_state,
     parse_gpu_tres,

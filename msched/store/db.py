@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from msched.store.schema import SCHEMA_VERSION, Base, Meta, Run
+from msched.util.text import one_line
 
 BUSY_TIMEOUT_S = 30.0
 DB_MODE = 0o640
@@ -158,7 +159,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot lock database {self.path}: {exc.strerror}") from None
         except (SQLAlchemyError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open database {self.display_url}: {_one_line(exc)}") from None
+            raise StoreError(f"cannot open database {self.display_url}: {one_line(exc)}") from None
 
     def _ensure_schema(self, create: bool) -> None:
         if self.is_sqlite and self.path is not None and create:
@@ -284,16 +285,10 @@ class Store:
             with self.write() as session:
                 session.execute(text("UPDATE meta SET value = value WHERE key = 'schema_version'"))
         except SQLAlchemyError as exc:
-            raise StoreError(f"database {self.display_url} is not writable: {_one_line(exc)}") from None
+            raise StoreError(f"database {self.display_url} is not writable: {one_line(exc)}") from None
 
     def dispose(self) -> None:
         self.engine.dispose()
-
-
-def _one_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    msg = str(orig if orig is not None else exc)
-    return msg.splitlines()[0] if msg else type(exc).__name__
 
 
 def open_store(config=None, *, create: bool = True) -> Store:  # noqa: ANN001

@@ -109,3 +109,21 @@ class Decision(Base):
     est_runtime: Mapped[dict] = mapped_column(JSON, default=dict)
     changed: Mapped[bool] = mapped_column(Integer, default=0)
     __table_args__ = (Index("ix_decisions_round", "round_id"),)
+
+
+class Hold(Base):
+    """The hold journal: every lever the reorderer pulls that Slurm will not undo by itself within a
+    round (an admin hold, a begin time), written *before* the Slurm call and closed after the undo, so
+    a round killed at any step leaves a record the next round or `msched reorder --release` replays
+    (msched.rounds.holds). Open entries: closed_at IS NULL."""
+
+    __tablename__ = "holds"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))                   # "hold" or "begin_time"
+    value: Mapped[str] = mapped_column(String(64), default="")      # the begin time (epoch) set, if any
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    closed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(64), default="")    # released / gone / expired / ...
+    __table_args__ = (Index("ix_holds_open", "closed_at", "job_id"),)

@@ -4,7 +4,8 @@
     SLURM_CONF=/tmp/msched-record/slurm.conf .venv/bin/python tests/data/slurm/record.py
     bash scripts/slurm-dev-cluster.sh down --dir /tmp/msched-record
 
-Writes, next to this file: squeue.txt (CliClient's exact squeue call), sinfo.txt (its sinfo call),
+Writes, next to this file: squeue.json (CliClient's exact squeue call, `squeue --json`, raw bytes),
+sinfo.txt (its sinfo call),
 sacct.txt (its sacct call: the cluster must run with --accounting),
 jobcomp.txt (the completion file), errors.json (scontrol/sbatch/squeue messages for each failure the
 client classifies) and cases.json (each job's submit argv, keyed by the job name, so the parse tests
@@ -25,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 
-from msched.slurm.cli_backend import JOB_FIELDS, NODE_FIELDS, SACCT_FIELDS, SACCT_STATES, SEP  # noqa: E402
+from msched.slurm.cli import NODE_FIELDS, SACCT_FIELDS, SACCT_STATES, SEP  # noqa: E402
 
 ENV = dict(os.environ, SLURM_TIME_FORMAT="%s")
 TAG = "msched:v1;model=resnet50;ref=resnet50;group=resnet;added=a100|titanv user note with spaces"
@@ -51,13 +52,26 @@ CASES = {
     "cancelled": ["--gres=gpu:1", "--constraint=titanv", "--time=5"],
     "user-job": ["--gres=gpu:1", "--constraint=a100", "--time=5"],
 }
+# Hostile jobs of the ordinary user (issue 13): a comment or name holding every control byte, a whole fake
+# row for the old `squeue -O` reading, bytes that are not UTF-8, a forged and a poisoned tag.
+EVERY_CONTROL = "".join(chr(c) for c in range(1, 32)) + "\x7f"
+FAKE_ROW = "\x1f".join(["1", "PENDING", "fake", "root", "gpu", "4000", "1", "N/A", "N/A", "1:00:00", "1", "1",
+                        "N/A", "gres:gpu:1", "N/A", "a100", "", "None", TAG])
+HOSTILE = {
+    "hostile-control-bytes": [f"--comment=c{EVERY_CONTROL}d"],
+    "hostile-fake-row": [f"--comment=x\n{FAKE_ROW}\n"],
+    "hostile-not-utf8": [b"--comment=a\xff\xfe\"\\q\\u0000b \xc3\xa9"],
+    "hostile-forged-tag": ["--comment=msched:v1;model=vgg16;ref=vgg16;iters=100000000"],
+    "hostile-poisoned-tag": ["--comment=msched:v1;model=vgg16;bs=99999999999999999999999999"],
+    f"hostile-name-{EVERY_CONTROL}\x1b[31m": [],
+}
 SLEEP = {"running-a100": 120, "running-2nodes": 120, "completed": 0, "cancelled": 120, "user-job": 120}
 
 
 def run(argv, user=None, check=True):
     if user:
         argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={os.environ['SLURM_CONF']}", *argv]
-    p = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd="/tmp")
+    p = subprocess.run(argv, capture_output=True, text=True, errors="replace", env=ENV, cwd="/tmp")
     if check and p.returncode != 0:
         raise SystemExit(f"{argv}: {p.stderr}")
     return p
@@ -85,6 +99,10 @@ def main() -> None:
         cmd = f"sleep {SLEEP.get(name, 30)}"
         argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", *args, f"--wrap={cmd}"]
         ids[name] = run(argv, user=USER if name == "user-job" else None).stdout.strip().split(";")[0]
+    for name, args in HOSTILE.items():
+        argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", "--gres=gpu:1", "--hold", *args,
+                "--wrap=true"]
+        ids[name] = run(argv, user=USER).stdout.strip().split(";")[0]
     for name in ("running-a100", "running-2nodes", "cancelled", "user-job"):
         wait(lambda n=name: state(ids[n]) == "RUNNING")
     wait(lambda: state(ids["completed"]) == "COMPLETED")
@@ -92,8 +110,9 @@ def main() -> None:
     wait(lambda: state(ids["cancelled"]) == "CANCELLED")
     run(["scontrol", "update", "nodename=n4", "state=drain", "reason=recorded for tests"])
 
-    fmt = ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)
-    (HERE / "squeue.txt").write_text(run(["squeue", "-h", "-t", "all", "-O", fmt]).stdout)
+    (HERE / "squeue.json").write_bytes(subprocess.run(["squeue", "--json"], capture_output=True, env=ENV,
+                                                      check=True).stdout)
+    (HERE / "squeue.txt").unlink(missing_ok=True)
     nfmt = ",".join(f"{f}:{SEP}" for f in NODE_FIELDS)
     (HERE / "sinfo.txt").write_text(run(["sinfo", "-h", "-N", "-O", nfmt]).stdout)
 
@@ -137,7 +156,9 @@ def main() -> None:
              f"--state={SACCT_STATES}", f"--format={','.join(SACCT_FIELDS)}"]
     wait(lambda: all(f"{i}{SEP}" in run(sacct).stdout for i in ids.values()), timeout=30)
     (HERE / "sacct.txt").write_text(run(sacct).stdout)
-    (HERE / "cases.json").write_text(json.dumps({"ids": ids, "cases": CASES, "user": USER, "tag": TAG,
+    (HERE / "cases.json").write_text(json.dumps({"ids": ids, "cases": CASES, "hostile": {
+                                                     k: [a if isinstance(a, str) else a.decode("latin-1")
+                                                         for a in v] for k, v in HOSTILE.items()}, "user": USER, "tag": TAG,
                                                  "node_types": {"n1": "a100", "n2": "titanv",
                                                                 "n3": "rtx2080ti", "n4": "titanxp"}},
                                                 indent=1) + "\n")

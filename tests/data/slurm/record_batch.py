@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 
-from msched.slurm.cli_backend import SEP, scontrol_update_line  # noqa: E402
+from msched.slurm.cli import SEP, scontrol_update_line  # noqa: E402
 
 ENV = dict(os.environ, SLURM_TIME_FORMAT="%s")
 

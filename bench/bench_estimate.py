@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Iteration-time prediction: today's FLOPs-scaled nearest reference, a plain roofline, the fitted
+per-layer cost model, and the cost model corrected by the nearest measured reference, side by side.
+
+Two studies on the measured public tables (../shared/data, or MSCHED_SHARED_DATA):
+
+- family hold-out: for each torchvision family, every row of its models (all types, GPU counts and
+  precisions, both data sets) is removed from everything (the fit and the references), then predicted;
+- leave-one-type-out: for each GPU type, its rows are removed from everything and predicted from its
+  spec row alone (no reference has measurements there, so the cost model answers alone).
+
+Figures: mean |log(predicted / true)| of the absolute iteration time over rows, split by data set,
+precision and GPU count; best-type accuracy: per (model, GPU count, precision) over the types measured
+there, the predicted fastest type's true time within 5% of the true best counts as right.
+
+    .venv/bin/python bench/bench_estimate.py [--quick] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from msched.estimate.cost_fit import FitRow, fit, rows_from_perf  # noqa: E402
+from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
+from msched.estimate.gpu_specs import load_specs  # noqa: E402
+from msched.estimate.perf_table import PerfRow, PerfTable  # noqa: E402
+from msched.estimate.predictor import predict  # noqa: E402
+from msched.models.classify import ReferenceSet, family_of  # noqa: E402
+from msched.models.shipped import load_table  # noqa: E402
+
+BEST_SLACK = 0.05
+
+
+def shared_data() -> Path:
+    env = os.environ.get("MSCHED_SHARED_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+def roofline() -> CostModel:
+    """A plain roofline: every efficiency 1, per-kind max of compute at peak and output bytes at full
+    bandwidth, weights once; no fixed costs, no host, no multi-GPU terms."""
+    shared = {f"e_{k}": 1.0 for k in COMPUTE_KINDS} | {f"a_{k}": 1.0 for k in COMPUTE_KINDS}
+    shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0,
+                                                        "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
+                                                        "dp_fixed": 0.0}
+    return CostModel({"shared": shared, "gen_eff": {}, "gen_bw": {}, "default_eff": {}, "default_bw": 1.0})
+
+
+def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, str]]:
+    """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each."""
+    specs = load_specs()
+    bench = rows_from_perf(PerfTable.load(data / "gpu-train-benchmarks" / "perf_table.csv").rows)
+    gavel = [r for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True)
+             if r.num_gpus == 1 and r.model in profiles]
+    rows = [r for r in bench + gavel if r.model in profiles and specs.get(r.gpu_type)]
+    origin = {r: ("gavel" if r.optimizer else "torchvision") for r in rows}
+    return rows, origin
+
+
+def as_table(rows: list[FitRow]) -> PerfTable:
+    return PerfTable(PerfRow(r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision, r.iter_ms, "")
+                     for r in rows)
+
+
+def ranked_references(model: str, refset: ReferenceSet, profiles: dict) -> list[str]:
+    from msched.models.classify import classify_profile
+
+    return [n for n, _s in classify_profile(profiles[model], refset, "cosine", spec=model).candidates if n != model]
+
+
+def flops_rule(row: FitRow, known: PerfTable, refs: list[str], profiles: dict) -> float | None:
+    """Today's rule: the nearest reference measured on the type, scaled by the FLOPs ratio."""
+    for ref in refs:
+        if known._index.get((ref, row.gpu_type, row.precision)):
+            ms = known.iter_ms(ref, row.gpu_type, row.num_gpus, row.batch_size, row.precision)
+            if ms:
+                return ms * profiles[row.model]["flops"] / profiles[ref]["flops"]
+    return None
+
+
+def family_hold_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+    by_family: dict[str, list[FitRow]] = defaultdict(list)
+    for r in rows:
+        by_family[family_of(r.model) or r.model].append(r)
+    out = {}
+    plain = roofline()
+    for fam, held in sorted(by_family.items()):
+        kept = [r for r in rows if (family_of(r.model) or r.model) != fam]
+        cm = CostModel(fit(kept, profiles, specs))
+        known = as_table(kept)
+        measured = sorted({r.model for r in kept})
+        refset = ReferenceSet.from_profiles(measured, profiles=profiles, source=f"-{fam}")
+        results = []
+        ranked_cache: dict[str, list[str]] = {}
+        for r in held:
+            spec = specs.get(r.gpu_type)
+            refs = ranked_cache.setdefault(r.model, ranked_references(r.model, refset, profiles))
+            corrected = predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                optimizer=r.optimizer)
+            results.append((r, {
+                "flops_rule": flops_rule(r, known, refs, profiles),
+                "roofline": plain.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
+                                               r.optimizer),
+                "cost_model": cm.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
+                                              r.optimizer),
+                "corrected": corrected.iter_ms,
+            }))
+        out[fam] = results
+        print(f"  family {fam}: {len(held)} rows", file=sys.stderr)
+        if quick and len(out) >= 3:
+            break
+    return out
+
+
+def leave_one_type_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows})
+    out = {}
+    for t in types:
+        held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
+        kept = [r for r in rows if specs.get(r.gpu_type).gpu_type != t]
+        cm = CostModel(fit(kept, profiles, specs))
+        out[t] = [(r, {"cost_model": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
+                                                      r.batch_size, r.num_gpus, r.optimizer)}) for r in held]
+        gen = specs.get(t).generation
+        sibling = any(specs.get(r.gpu_type).generation == gen for r in kept)
+        out[t + ("" if sibling else " (no sibling of its generation)")] = out.pop(t)
+        print(f"  type {t}: {len(held)} rows", file=sys.stderr)
+        if quick and len(out) >= 2:
+            break
+    return out
+
+
+def log_errors(results, method: str, origin, key=lambda r: "all") -> dict[str, tuple[float, int]]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r, preds in results:
+        p = preds.get(method)
+        if p:
+            groups[key(r)].append(abs(math.log(p / r.iter_ms)))
+    return {k: (statistics.fmean(v), len(v)) for k, v in sorted(groups.items())}
+
+
+def best_type_accuracy(results, method: str) -> tuple[float, int]:
+    configs: dict[tuple, list[tuple[FitRow, float]]] = defaultdict(list)
+    for r, preds in results:
+        if preds.get(method):
+            configs[(r.model, r.num_gpus, r.precision, r.batch_size, r.optimizer)].append((r, preds[method]))
+    right = total = 0
+    for entries in configs.values():
+        if len(entries) < 2:
+            continue
+        true_best = min(r.iter_ms for r, _p in entries)
+        pick = min(entries, key=lambda e: e[1])[0]
+        right += pick.iter_ms <= true_best * (1 + BEST_SLACK)
+        total += 1
+    return (right / total if total else float("nan")), total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="three families and two types only")
+    ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
+    args = ap.parse_args(argv)
+    data = shared_data()
+    if not (data / "gpu-train-benchmarks" / "perf_table.csv").exists():
+        print(f"bench_estimate: shared data not found under {data} (set MSCHED_SHARED_DATA)", file=sys.stderr)
+        return 2
+    profiles = load_table()["models"]
+    specs = load_specs()
+    rows, origin = load_rows(data, profiles)
+    start = time.perf_counter()
+    fam = family_hold_out(rows, profiles, specs, args.quick)
+    loto = leave_one_type_out(rows, profiles, specs, args.quick)
+    wall = time.perf_counter() - start
+    pooled = [x for v in fam.values() for x in v]
+    methods = ("flops_rule", "roofline", "cost_model", "corrected")
+    names = {"flops_rule": "FLOPs-scaled nearest reference (today)", "roofline": "plain roofline",
+             "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual"}
+    print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
+    print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
+          f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel ResNet-50), {len(fam)} families held out, "
+          f"{len(loto)} types left out; {wall:.0f} s for all fits.\n")
+    print("### Family hold-out (the family's rows removed from the fit and the references)\n")
+    print("| method | mean abs log error, all | torchvision | gavel | float | half | double | 1 GPU | 2-4 GPUs "
+          "| best-type accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m in methods:
+        a = log_errors(pooled, m, origin)
+        ds = log_errors(pooled, m, origin, key=lambda r: origin[r])
+        pr = log_errors(pooled, m, origin, key=lambda r: r.precision)
+        ng = log_errors(pooled, m, origin, key=lambda r: "1" if r.num_gpus == 1 else "2-4")
+        acc, n_cfg = best_type_accuracy(pooled, m)
+
+        def cell(d, k):
+            return f"{d[k][0]:.3f} ({d[k][1]})" if k in d else "-"
+        print(f"| {names[m]} | {cell(a, 'all')} | {cell(ds, 'torchvision')} | {cell(ds, 'gavel')} | "
+              f"{cell(pr, 'float')} | {cell(pr, 'half')} | {cell(pr, 'double')} | {cell(ng, '1')} | "
+              f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} |")
+    print("\nPer family (mean abs log error; cost model + residual):\n")
+    print("| family | rows | FLOPs rule | roofline | cost model | corrected |")
+    print("|---|---|---|---|---|---|")
+    for f, res in fam.items():
+        vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
+        print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
+    print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
+    print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for t, res in loto.items():
+        a = log_errors(res, "cost_model", origin)
+        pr = log_errors(res, "cost_model", origin, key=lambda r: r.precision)
+        ng = log_errors(res, "cost_model", origin, key=lambda r: "1" if r.num_gpus == 1 else "2-4")
+
+        def cell(d, k):
+            return f"{d[k][0]:.3f}" if k in d else "-"
+        print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
+              f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | - |")
+    if args.json:
+        dump = {"family_hold_out": {f: [[r._asdict(), p] for r, p in res] for f, res in fam.items()},
+                "leave_one_type_out": {t: [[r._asdict(), p] for r, p in res] for t, res in loto.items()}}
+        args.json.write_text(json.dumps(dump))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

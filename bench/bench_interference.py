@@ -1,0 +1,69 @@
+"""Packing's interference predictor, judged leave-one-job-type-out on Gavel's pair measurements.
+
+    python bench/bench_interference.py [--gavel PATH] [--json FILE]
+
+For each of Gavel's seven job families (ResNet-18, ResNet-50, Transformer, LM, Recommendation, A3C,
+CycleGAN), every pair holding that family is removed from the fit and predicted by a model fitted on the
+rest (msched.estimate.interference.leave_one_family_out). Printed: mean absolute error of the pair's
+combined normalized throughput per family and over all pairs, against a model-blind baseline (the training
+pairs' mean), and how often a pair predicted above a threshold measured below 0.8 (a bad packing).
+Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from msched.estimate.interference import leave_one_family_out, read_gavel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gavel", type=Path, default=ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args(argv)
+    if not args.gavel.exists():
+        print(f"Gavel's throughputs not found at {args.gavel} (give --gavel)", file=sys.stderr)
+        return 1
+    jobs, pairs = read_gavel(args.gavel)
+    results = leave_one_family_out(jobs, pairs)
+    table = Table(title="Interference predictor, leave-one-job-type-out (Gavel, K80/P100/V100)")
+    for col in ("held-out family", "pairs", "MAE", "baseline MAE"):
+        table.add_column(col, justify="right")
+    out = {"families": {}, "pairs": len(pairs), "job_types": len(jobs)}
+    all_pred, all_meas, all_base = [], [], []
+    for r in results:
+        train_mean = statistics.fmean(p.combined for p in pairs if r.family not in p.families)
+        base = statistics.fmean(abs(m - train_mean) for m in r.measured)
+        table.add_row(r.family, str(r.pairs), f"{r.mean_abs_error:.3f}", f"{base:.3f}")
+        out["families"][r.family] = {"pairs": r.pairs, "mae": r.mean_abs_error, "baseline_mae": base}
+        all_pred += r.predicted
+        all_meas += r.measured
+        all_base += [abs(m - train_mean) for m in r.measured]
+    mae = statistics.fmean(abs(p - m) for p, m in zip(all_pred, all_meas, strict=True))
+    table.add_row("all", str(len(all_meas)), f"{mae:.3f}", f"{statistics.fmean(all_base):.3f}")
+    out.update(mae=mae, baseline_mae=statistics.fmean(all_base), bad_packings={})
+    console = Console(width=110)
+    console.print(table)
+    for threshold in (1.0, 1.1, 1.2):
+        chosen = [m for p, m in zip(all_pred, all_meas, strict=True) if p > threshold]
+        bad = sum(m < 0.8 for m in chosen)
+        share = bad / len(chosen) if chosen else 0.0
+        out["bad_packings"][str(threshold)] = {"packed": len(chosen), "measured_below_0.8": bad, "share": share}
+        console.print(f"predicted > {threshold}: {len(chosen)} pairs, {bad} measured below 0.8 ({share:.1%})")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

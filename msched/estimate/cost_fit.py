@@ -1,0 +1,131 @@
+"""Fitting the cost model's parameters on measured rows (scipy's least_squares on log errors).
+
+Used by scripts/fit_cost_model.py (the shipped parameters), by bench/bench_estimate.py (fits with a family
+or a GPU type held out) and by a site refitting after its own measurements. Imports numpy and scipy: never
+on msub's path, which only reads the fitted file (msched.estimate.cost_model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, combine, terms
+from msched.estimate.gpu_specs import SpecTable
+from msched.util.record import record
+
+SHARED = (*(f"e_{k}" for k in COMPUTE_KINDS), *(f"a_{k}" for k in COMPUTE_KINDS),
+          *(f"a_{g}" for g in MEMORY_GROUPS), "a_w", "c_gpu", "c_host", "h_replica",
+          "dp_bytes", "dp_module", "dp_fixed")
+FIXED = {"e_conv_spatial": 1.0}          # the scale the generation efficiencies are relative to
+INITIAL = {"c_gpu": 0.005, "c_host": 0.03, "h_replica": 0.3, "dp_bytes": 1.0, "dp_module": 0.01,
+           "dp_fixed": 1.0}
+PRIOR_WEIGHT = 0.03   # a weak pull of log-parameters toward their start: keeps unseen ones put
+POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other generations' (log) mean:
+                      # a generation seen on few rows (Gavel's K80) stays near what the others say
+MIN_MODELS_FOR_DEFAULT = 3   # generations measured on fewer models do not shape the unseen-generation default
+
+
+@record
+class FitRow:
+    model: str
+    gpu_type: str
+    num_gpus: int
+    batch_size: int
+    precision: str
+    iter_ms: float
+    optimizer: bool = False
+
+
+def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable) -> dict:
+    """Fit on `rows` (profiles by model name, spec rows by type) and return the parameter file's data."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    usable = [r for r in rows if r.model in profiles and specs.get(r.gpu_type) is not None and r.iter_ms > 0]
+    if not usable:
+        raise ValueError("no row with both a profile and a GPU spec to fit on")
+    per_row = []
+    for r in usable:
+        spec = specs.get(r.gpu_type)
+        t, pclass = terms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus, r.optimizer)
+        per_row.append((spec.generation, t, pclass))
+    gens = sorted({g for g, _t, _p in per_row})
+    eff_keys = sorted({(g, pclass[k]) for g, t, pclass in per_row for k in COMPUTE_KINDS if t["C_" + k] > 0})
+    counts = {g: sum(1 for gg, _t, _p in per_row if gg == g) for g in gens}
+    bw_fixed = max(gens, key=lambda g: counts[g])
+    free_shared = [n for n in SHARED if n not in FIXED]
+    bw_free = [g for g in gens if g != bw_fixed]
+    types = sorted({specs.get(r.gpu_type).gpu_type for r in usable})
+    multi_types = sorted({f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable if r.num_gpus > 1})
+    names = [*free_shared, *(f"eff:{g}:{c}" for g, c in eff_keys), *(f"bw:{g}" for g in bw_free),
+             *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types)]
+    x0 = np.array([math.log(INITIAL.get(n, 0.5 if n.startswith(("e_", "eff:")) else 1.0)) for n in names])
+
+    tarr = {key: np.array([t[key] for _g, t, _p in per_row]) for key in per_row[0][1]}
+    eff_index = {key: i for i, key in enumerate(eff_keys)}
+    kind_idx = {k: np.array([eff_index.get((g, pclass[k]), -1) for g, _t, pclass in per_row]) for k in COMPUTE_KINDS}
+    gen_idx = np.array([gens.index(g) for g, _t, _p in per_row])
+    type_idx = np.array([types.index(specs.get(r.gpu_type).gpu_type) for r in usable])
+    link_idx = np.array([multi_types.index(t) if t in multi_types else -1
+                         for t in (f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable)])
+    n_bw = len(bw_free)
+    y = np.log(np.array([r.iter_ms for r in usable]))
+    n_shared, n_eff = len(free_shared), len(eff_keys)
+
+    def unpack(x):
+        shared = {**FIXED, **{n: math.exp(v) for n, v in zip(free_shared, x[:n_shared], strict=True)}}
+        eff_vals = np.exp(x[n_shared:n_shared + n_eff])
+        at = n_shared + n_eff
+        bw = {bw_fixed: 1.0, **{g: math.exp(v) for g, v in zip(bw_free, x[at:at + n_bw], strict=True)}}
+        host = np.exp(x[at + n_bw:at + n_bw + len(types)])
+        link = np.exp(x[at + n_bw + len(types):])
+        return shared, eff_vals, bw, host, link
+
+    def predict(x):
+        shared, eff_vals, bw, host, link = unpack(x)
+        padded = np.append(eff_vals, 1.0)   # index -1: a kind with no FLOPs in this row
+        eff = {k: padded[kind_idx[k]] for k in COMPUTE_KINDS}
+        ebw = np.array([bw[g] for g in gens])[gen_idx]
+        return combine(tarr, shared, eff, ebw, host[type_idx], np.append(link, 1.0)[link_idx])
+
+    groups = [np.array([n_shared + i for i, (_g, c) in enumerate(eff_keys) if c == cls])
+              for cls in sorted({c for _g, c in eff_keys})]
+    groups.append(np.array([n_shared + n_eff + i for i in range(n_bw)]))   # bandwidth, relative to bw_fixed's 0
+    groups = [g for g in groups if len(g) > 1]
+
+    def residuals(x):
+        pooled = [POOL_WEIGHT * (x[g] - x[g].mean()) for g in groups]
+        return np.concatenate([np.log(predict(x)) - y, PRIOR_WEIGHT * (x - x0), *pooled])
+
+    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf")
+    shared, eff_vals, bw, host, link = unpack(res.x)
+    gen_eff: dict[str, dict[str, float]] = {}
+    for (g, c), v in zip(eff_keys, eff_vals, strict=True):
+        gen_eff.setdefault(g, {})[c] = float(v)
+    err = np.abs(np.log(predict(res.x)) - y)
+    out = {
+        "description": "Fitted parameters of msched.estimate.cost_model (scripts/fit_cost_model.py).",
+        "shared": {k: float(v) for k, v in shared.items()},
+        "gen_eff": gen_eff,
+        "gen_bw": {g: float(v) for g, v in bw.items()},
+        "type_host": {t: float(v) for t, v in zip(types, host, strict=True)},
+        "type_link": {t: float(v) for t, v in zip(multi_types, link, strict=True)},
+        "fit": {"rows": len(usable), "mean_abs_log_error": float(err.mean()),
+                "types": sorted({r.gpu_type for r in usable}), "models": sorted({r.model for r in usable})},
+    }
+    from msched.estimate.cost_model import _geomean, _geomean_rows
+
+    models_per_gen = {g: len({r.model for r, (gg, _t, _p) in zip(usable, per_row, strict=True) if gg == g})
+                      for g in gens}
+    broad = [g for g in gens if models_per_gen[g] >= MIN_MODELS_FOR_DEFAULT] or gens
+    out["default_eff"] = _geomean_rows({g: gen_eff[g] for g in broad if g in gen_eff})
+    out["default_bw"] = _geomean([out["gen_bw"][g] for g in broad])
+    out["fit"]["models_per_generation"] = models_per_gen
+    return out
+
+
+def rows_from_perf(perf_rows: Iterable, optimizer: bool = False) -> list[FitRow]:
+    """FitRows from PerfTable rows (per-GPU batch size, as DESIGN's table holds it)."""
+    return [FitRow(r.model, r.gpu_type, int(r.num_gpus), int(r.batch_size), r.precision, float(r.iter_ms), optimizer)
+            for r in perf_rows]

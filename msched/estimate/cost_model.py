@@ -1,0 +1,222 @@
+"""Per-layer cost model: a training iteration's time on a GPU type from the model's layer profile and the
+type's spec row, with efficiencies fitted on measured tables (scripts/fit_cost_model.py).
+
+For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_kind`, per sample):
+
+- compute kinds (pointwise / spatial / grouped-depthwise convolution, linear, other matmuls such as
+  attention's): a roofline, the smooth maximum of compute time `3 x FLOPs x batch / (peak x e_kind x
+  e_gen,precision)` (backward ~ 2 x forward) and memory time `a_kind x output bytes x batch / (bandwidth
+  x e_bw,gen)`; the peak is the type's TF32 rate for convolutions where PyTorch allows TF32 by default
+  (cuDNN), FP32 for matmuls (PyTorch's default since 1.12), tensor cores for half, FP64 for double;
+- memory kinds (norms, activations, pooling, dropout, squeeze-excitation): bytes over bandwidth;
+- weights: parameters read forward and backward and gradients written (bytes over bandwidth);
+- a per-layer fixed cost: GPU side (a small kernel cannot fill the GPU: `c_gpu / clock`) plus host side
+  (Python dispatch and kernel launch: `c_host` per call), the iteration being the smooth maximum of the
+  GPU and host times, since launches overlap with the GPU's work;
+- the optimizer step (`optimizer=True`: SGD with momentum reads weights, gradients, momentum and writes
+  two: ~5 x parameter bytes over bandwidth plus its launches; the torchvision benchmark has none);
+- several GPUs (data parallelism on one node): weights broadcast and gradients reduced over the node's
+  interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth`, plus a per-module replication
+  cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows used).
+
+The same arithmetic serves the fit (numpy arrays, in msched.estimate.cost_fit) and msub's hot path (floats,
+pure Python): `combine` uses only + - * / and **. Generations the fit never saw take the geometric mean of
+the fitted generations (`default` in the parameter file), which is what makes a type known only by its
+spec row predictable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+
+from msched.config import DATA_DIR
+from msched.estimate.gpu_specs import GpuSpec
+
+SHIPPED_PARAMS = os.path.join(DATA_DIR, "cost_model.json")
+COMPUTE_KINDS = ("conv_pointwise", "conv_spatial", "conv_grouped", "conv_other", "linear", "other")
+MEMORY_GROUPS = ("norm", "act", "pool", "misc")
+BYTES_PER_ELEMENT = {"float": 4, "half": 2, "bfloat16": 2, "double": 8}
+TF32_CONV = True     # torch.backends.cudnn.allow_tf32 defaults to True
+TF32_MATMUL = False  # torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12
+SMOOTH_Q = 4.0       # smooth maximum (a^q + b^q)^(1/q)
+
+
+def precision_class(spec: GpuSpec, precision: str, kind: str) -> str:
+    """Which efficiency a kind's compute gets: tensor cores (half, or TF32), FP32 CUDA cores or FP64."""
+    if precision == "double":
+        return "fp64"
+    if precision in ("half", "bfloat16"):
+        return "tensor" if spec.has_tensor_cores and spec.fp16_tflops > spec.fp32_tflops else "fp32"
+    tf32 = TF32_MATMUL if kind in ("linear", "other") else TF32_CONV
+    return "tf32" if tf32 and spec.tf32_tflops > spec.fp32_tflops else "fp32"
+
+
+def _peak(spec: GpuSpec, pclass: str, precision: str) -> float:
+    if pclass == "fp64":
+        return spec.peak_tflops("double")
+    if pclass == "tensor":
+        return spec.peak_tflops("half")
+    if pclass == "tf32":
+        return spec.peak_tflops("float", tf32=True)
+    return spec.fp32_tflops
+
+
+def _memory_group(kind: str) -> str | None:
+    if kind in COMPUTE_KINDS:
+        return None
+    if kind in ("batchnorm", "layernorm"):
+        return "norm"
+    if kind.startswith("act_"):
+        return "act"
+    if kind.startswith("pool_"):
+        return "pool"
+    return "misc"
+
+
+def _get(profile: object, key: str) -> object:
+    return profile.get(key) if isinstance(profile, Mapping) else getattr(profile, key, None)
+
+
+def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_gpus: int = 1,
+          optimizer: bool = False) -> tuple[dict[str, float], dict[str, str]]:
+    """The parameter-free parts of the prediction (ms at peak / at full bandwidth), and each compute
+    kind's precision class. `profile` is a Profile or its dict (the shipped JSON)."""
+    flops = dict(_get(profile, "flops_by_kind") or {})
+    out_bytes = dict(_get(profile, "bytes_by_kind") or {})
+    calls = dict(_get(profile, "calls_by_kind") or {})
+    ops = dict(_get(profile, "ops") or {})
+    params = float(_get(profile, "params") or 0)
+    if not calls:   # a profile from before per-kind calls: its module counts stand in
+        calls = dict(_get(profile, "counts") or {})
+    scale = BYTES_PER_ELEMENT.get(precision, 4) / 4.0
+    b = float(batch_size)
+    bw = spec.memory_bw_gbs * 1e9 / 1e3          # bytes per ms
+    t: dict[str, float] = {}
+    pclass: dict[str, str] = {}
+    for k in COMPUTE_KINDS:
+        f = float(flops.get(k, 0.0))
+        by = float(out_bytes.get(k, 0.0))
+        pc = precision_class(spec, precision, k)
+        peak = _peak(spec, pc, precision) * 1e12 / 1e3   # FLOPs per ms
+        t["C_" + k] = 3.0 * f * b / peak if peak > 0 else 0.0
+        t["M_" + k] = 3.0 * by * b * scale / bw
+        pclass[k] = pc
+    for g in MEMORY_GROUPS:
+        t["M_" + g] = 0.0
+    for kind, by in out_bytes.items():
+        g = _memory_group(kind)
+        if g:
+            t["M_" + g] += 3.0 * float(by) * b * scale / bw
+    n_calls = float(sum(calls.values()) + sum(ops.values()))
+    pbytes = params * 4.0 * scale
+    t["W"] = 3.0 * pbytes / bw
+    t["L"] = n_calls
+    t["L_gpu"] = n_calls / max(spec.boost_clock_mhz / 1000.0, 0.1)
+    n = max(1, int(num_gpus))
+    link = max(spec.interconnect_gbs, 1.0) * 1e9 / 1e3
+    t["P"] = 2.0 * (n - 1) * pbytes / link
+    t["R"] = float(n - 1) * float(sum(calls.values()))
+    t["N"] = float(n - 1)
+    t["O"] = 5.0 * pbytes / bw if optimizer else 0.0
+    t["O_calls"] = float(sum(1 for _k, v in params_by_kind_items(profile) if v)) if optimizer else 0.0
+    return t, pclass
+
+
+def params_by_kind_items(profile: object) -> list[tuple[str, float]]:
+    return list((_get(profile, "params_by_kind") or {}).items())
+
+
+def _smax(a, b, q: float = SMOOTH_Q):
+    return (a ** q + b ** q) ** (1.0 / q)
+
+
+def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9):
+    """ms per iteration from `terms` and parameters. `p` holds the shared parameters, `eff[kind]` the
+    kind's generation x precision efficiency, `ebw` the generation's bandwidth efficiency, `hostf` and
+    `linkf` the measured machine's host-speed and multi-GPU factors (1 for a type known only by its spec).
+    Works on floats (prediction) and numpy arrays (fitting) alike."""
+    gpu = 0.0
+    for k in COMPUTE_KINDS:
+        c = t["C_" + k] / (p["e_" + k] * eff[k]) + xp_small
+        m = p["a_" + k] * t["M_" + k] / ebw + xp_small
+        gpu = gpu + _smax(c, m)
+    for g in MEMORY_GROUPS:
+        gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
+    gpu = gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"]
+    host = hostf * p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"])
+    one = _smax(gpu, host)
+    multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
+    opt = t["O"] / ebw + p["c_host"] * t["O_calls"]
+    return one + multi + opt
+
+
+class CostModel:
+    """Fitted parameters (the small JSON file) and the pure-Python prediction."""
+
+    def __init__(self, data: Mapping):
+        self.data = dict(data)
+        self.shared: dict[str, float] = dict(data["shared"])
+        self.gen_eff: dict[str, dict[str, float]] = {g: dict(v) for g, v in data["gen_eff"].items()}
+        self.gen_bw: dict[str, float] = dict(data["gen_bw"])
+        self.default_eff: dict[str, float] = dict(data.get("default_eff") or _geomean_rows(self.gen_eff))
+        self.default_bw: float = float(data.get("default_bw") or _geomean(list(self.gen_bw.values())))
+        # the measured machines' own host speed (by GPU type) and multi-GPU topology (by "type:count"),
+        # 1 for a machine never measured
+        self.type_host: dict[str, float] = dict(data.get("type_host") or {})
+        self.type_link: dict[str, float] = dict(data.get("type_link") or {})
+        # a machine never measured: the measured machines' geometric mean
+        self.default_host = _geomean(list(self.type_host.values()))
+        self.default_link: dict[int, float] = {}
+        for key in self.type_link:
+            n = int(key.rpartition(":")[2])
+            self.default_link[n] = _geomean([v for k, v in self.type_link.items() if k.endswith(f":{n}")])
+
+    @classmethod
+    def load(cls, path: str = SHIPPED_PARAMS) -> CostModel:
+        with open(path, encoding="utf-8") as fh:
+            return cls(json.load(fh))
+
+    def efficiency(self, generation: str, pclass: str) -> float:
+        own = self.gen_eff.get(generation, {})
+        if pclass in own:
+            return own[pclass]
+        return self.default_eff.get(pclass, 1.0)
+
+    def bandwidth_efficiency(self, generation: str) -> float:
+        return self.gen_bw.get(generation, self.default_bw)
+
+    def knows_generation(self, generation: str) -> bool:
+        return generation in self.gen_bw
+
+    def iteration_ms(self, profile: object, spec: GpuSpec, precision: str = "float", batch_size: int = 12,
+                     num_gpus: int = 1, optimizer: bool = False) -> float:
+        t, pclass = terms(profile, spec, precision, batch_size, num_gpus, optimizer)
+        eff = {k: self.efficiency(spec.generation, pclass[k]) for k in COMPUTE_KINDS}
+        n = max(1, int(num_gpus))
+        host = self.type_host.get(spec.gpu_type, self.default_host)
+        link = self.type_link.get(f"{spec.gpu_type}:{n}", self.default_link.get(n, 1.0))
+        return float(combine(t, self.shared, eff, self.bandwidth_efficiency(spec.generation), host, link))
+
+
+def _geomean(values: list[float]) -> float:
+    vals = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 1.0
+
+
+def _geomean_rows(gen_eff: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    classes = {c for row in gen_eff.values() for c in row}
+    return {c: _geomean([row[c] for row in gen_eff.values() if c in row]) for c in classes}
+
+
+_LOADED: dict[str, CostModel] = {}
+
+
+def load_cost_model(path: str = SHIPPED_PARAMS) -> CostModel:
+    """The shipped (or a site's refitted) parameters, read once per process."""
+    model = _LOADED.get(path)
+    if model is None:
+        model = _LOADED[path] = CostModel.load(path)
+    return model

@@ -1,0 +1,212 @@
+"""Packing: how fast two jobs run when they share one GPU (DESIGN point 7, the Packing issue).
+
+Two jobs sharing a GPU (Slurm's gres/shard) each run at a fraction of their solo speed. A pair's
+combined normalized throughput, own/solo + partner/solo, says whether sharing pays: above 1 the GPU
+does more work shared than either job alone; Gavel's measurements (shared/data/gavel) range from 0 (the
+pair does not fit in memory together) to about 2.
+
+What the predictor sees is what msched knows of every job before it runs, through its one estimator:
+the job's solo iteration time on each of the site's GPU types and its per-GPU batch size. From those,
+per job and type: how many samples a second it trains (a saturated GPU leaves little to share), how much
+faster it runs on this type than on the site's slowest one (compute-bound jobs gain most from a newer
+GPU, and gain least from sharing it), how much its speed spreads across types, and its batch size. A
+pair's features are symmetric (sum and absolute difference of the two jobs'), so (a, b) and (b, a)
+predict the same.
+
+The model is a small random forest (scikit-learn) fitted by `scripts/fit_interference.py` on Gavel's
+pair measurements and shipped as JSON (msched/data/interference_model.json); predicting walks the trees
+in pure Python, so msub and the planner need neither numpy nor scikit-learn. Pairs that did not fit in
+memory together (measured 0) are left out of the fit: whether two jobs fit is the memory estimate's
+question, not this one's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from msched.config import DATA_DIR
+
+MODEL_FILE = os.path.join(DATA_DIR, "interference_model.json")
+FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread", "log_batch_size")
+
+
+class InterferenceError(ValueError):
+    """A job without estimates on the type, or an unreadable model file; one line naming it."""
+
+
+@dataclass(frozen=True)
+class JobSpeeds:
+    """What the predictor knows of one job: solo iteration time (ms) per GPU type, and its per-GPU batch."""
+
+    iter_ms: Mapping[str, float]
+    batch_size: int
+
+    def features(self, gpu_type: str) -> list[float]:
+        ms = self.iter_ms.get(gpu_type)
+        if not ms or ms <= 0:
+            raise InterferenceError(f"no solo estimate on {gpu_type} (known: {', '.join(sorted(self.iter_ms))})")
+        speeds = [1.0 / v for v in self.iter_ms.values() if v and v > 0]
+        slowest, fastest = min(speeds), max(speeds)
+        batch = max(1, int(self.batch_size))
+        return [math.log(batch * 1000.0 / ms), math.log((1.0 / ms) / slowest), math.log(fastest / slowest),
+                math.log(batch)]
+
+
+def pair_features(a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> list[float]:
+    fa, fb = a.features(gpu_type), b.features(gpu_type)
+    return [x + y for x, y in zip(fa, fb, strict=True)] + [abs(x - y) for x, y in zip(fa, fb, strict=True)]
+
+
+@dataclass(frozen=True)
+class InterferenceModel:
+    """A fitted forest: each tree as parallel lists (left, right, feature, threshold, value), sklearn's layout."""
+
+    trees: tuple[tuple[list[int], list[int], list[int], list[float], list[float]], ...]
+    meta: Mapping[str, object]
+
+    def predict_features(self, x: Sequence[float]) -> float:
+        total = 0.0
+        for left, right, feature, threshold, value in self.trees:
+            node = 0
+            while left[node] != -1:
+                node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+            total += value[node]
+        return total / len(self.trees)
+
+    def combined_throughput(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
+        """Predicted own/solo + partner/solo of `a` and `b` sharing one GPU of `gpu_type`."""
+        return self.predict_features(pair_features(a, b, gpu_type))
+
+    def to_json(self) -> str:
+        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES),
+                           "trees": [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True))
+                                     for t in self.trees]}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> InterferenceModel:
+        data = json.loads(text)
+        trees = tuple((t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data["trees"])
+        if not trees:
+            raise InterferenceError("interference model has no trees")
+        return cls(trees=trees, meta=data.get("meta", {}))
+
+
+@lru_cache(maxsize=2)
+def load_model(path: str = MODEL_FILE) -> InterferenceModel:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return InterferenceModel.from_json(fh.read())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InterferenceError(f"cannot read interference model {path}: {exc}") from exc
+
+
+# ------------------------------------------------------------------------------------------ Gavel's data
+@dataclass(frozen=True)
+class PairSample:
+    """One measured pair: job types a and b sharing one GPU of `gpu_type`, and their combined throughput."""
+
+    a: str
+    b: str
+    gpu_type: str
+    combined: float
+
+    @property
+    def families(self) -> tuple[str, str]:
+        return family_of(self.a), family_of(self.b)
+
+
+def family_of(job_type: str) -> str:
+    """'ResNet-50 (batch size 64)' -> 'ResNet-50': the job type without its batch size."""
+    return job_type.split(" (", 1)[0]
+
+
+def batch_of(job_type: str) -> int:
+    m = re.search(r"batch size (\d+)", job_type)
+    return int(m.group(1)) if m else 1
+
+
+def _parse_key(key: str) -> tuple[str, int]:
+    m = re.fullmatch(r"\('(.+)', (\d+)\)", key)
+    if not m:
+        raise InterferenceError(f"unexpected job key {key!r} in Gavel's throughputs")
+    return m.group(1), int(m.group(2))
+
+
+def read_gavel(path: str | os.PathLike, gpu_types: Iterable[str] = ("k80", "p100", "v100")
+               ) -> tuple[dict[str, JobSpeeds], list[PairSample]]:
+    """Gavel's simulation_throughputs.json: each single-GPU job type's solo speeds (steps/s -> iter ms)
+    and every measured pair on one GPU. Pairs measured at 0 (they did not fit together) are dropped."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    types = list(gpu_types)
+    solo: dict[str, dict[str, float]] = {}
+    for g in types:
+        for key, entry in data[g].items():
+            name, scale = _parse_key(key)
+            if scale == 1 and entry.get("null", 0) > 0:
+                solo.setdefault(name, {})[g] = 1000.0 / entry["null"]
+    jobs = {n: JobSpeeds(iter_ms=ms, batch_size=batch_of(n)) for n, ms in solo.items() if len(ms) == len(types)}
+    pairs = []
+    for g in types:
+        for key, entry in data[g].items():
+            a, sa = _parse_key(key)
+            if sa != 1 or a not in jobs:
+                continue
+            for key2, both in entry.items():
+                if key2 == "null":
+                    continue
+                b, sb = _parse_key(key2)
+                if sb != 1 or b not in jobs:
+                    continue
+                combined = both[0] * jobs[a].iter_ms[g] / 1000.0 + both[1] * jobs[b].iter_ms[g] / 1000.0
+                if combined > 0:
+                    pairs.append(PairSample(a, b, g, combined))
+    return jobs, pairs
+
+
+# ------------------------------------------------------------------------------------------ fitting
+def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: int = 50, max_depth: int = 6,
+        seed: int = 0) -> InterferenceModel:
+    """A random forest on the pairs' features (scikit-learn, imported here only)."""
+    from sklearn.ensemble import RandomForestRegressor
+
+    x = [pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs]
+    y = [p.combined for p in pairs]
+    forest = RandomForestRegressor(n_estimators=trees, max_depth=max_depth, min_samples_leaf=3, random_state=seed)
+    forest.fit(x, y)
+    exported = tuple((t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
+                      t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in forest.estimators_)
+    meta = {"pairs": len(pairs), "trees": trees, "max_depth": max_depth, "seed": seed,
+            "families": sorted({f for p in pairs for f in p.families})}
+    return InterferenceModel(trees=exported, meta=meta)
+
+
+@dataclass(frozen=True)
+class HoldOutResult:
+    """Leave-one-job-type-out: every pair holding the family was left out of the fit that predicted it."""
+
+    family: str
+    pairs: int
+    mean_abs_error: float
+    predicted: list[float]
+    measured: list[float]
+
+
+def leave_one_family_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], **fit_opts
+                         ) -> list[HoldOutResult]:
+    out = []
+    for fam in sorted({f for p in pairs for f in p.families}):
+        train = [p for p in pairs if fam not in p.families]
+        test = [p for p in pairs if fam in p.families]
+        model = fit(jobs, train, **fit_opts)
+        pred = [model.combined_throughput(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
+        meas = [p.combined for p in test]
+        mae = sum(abs(a - b) for a, b in zip(pred, meas, strict=True)) / len(test)
+        out.append(HoldOutResult(fam, len(test), mae, pred, meas))
+    return out

@@ -1,0 +1,187 @@
+"""Finished jobs from Slurm's accounting: sacct (where slurmdbd runs) and the jobcomp/filetxt file
+(read backwards only as far as needed). squeue's own memory of ended jobs (MinJobAge) is read by the
+client through the same parser as the queue."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+from msched.config import Config
+from msched.msub.sbatch_args import parse_time_limit
+from msched.slurm.base import SlurmJob, expand_hostlist
+from msched.slurm.cli.parsers import _EMPTY, SEP, _field, _int, parse_epoch
+
+# sacct --format fields (job allocations only, -X), used where the cluster keeps accounting (slurmdbd).
+SACCT_FIELDS = (
+    "JobIDRaw", "State", "JobName", "User", "Partition", "Priority", "Submit", "Start", "End",
+    "TimelimitRaw", "NNodes", "ReqTRES", "AllocTRES", "Constraints", "NodeList", "Reason", "Comment",
+)
+SACCT_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL"
+HISTORY_DEFAULT_S = 7 * 86400     # finished_jobs(since=None) looks this far back in sacct
+
+_TRES_GPU_RE = re.compile(r"(?:^|,)gres/gpu(?::([^=,]+))?=(\d+)")
+
+
+def parse_tres_gpus(text: str) -> tuple[int, str | None]:
+    """GPUs in accounting TRES (`cpu=1,gres/gpu:titanv=2,gres/gpu=2`) -> (total, type or None)."""
+    total, typed_total, gtype = 0, 0, None
+    for m in _TRES_GPU_RE.finditer(text.strip()):
+        if m.group(1):
+            typed_total += int(m.group(2))
+            gtype = gtype or m.group(1)
+        else:
+            total = int(m.group(2))
+    return (total or typed_total), gtype
+
+
+def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+    """Parse `sacct -X -n -P --delimiter=SEP --format=<SACCT_FIELDS>` under SLURM_TIME_FORMAT=%s.
+
+    The request's TRES names a GPU type only when the user asked for one (the pin); the GPU type a
+    job ran on comes from its allocated TRES, else from its nodes.
+
+    sacct prints a comment raw, so a comment holding a newline can add a whole forged row (recorded:
+    tests/data/slurm/sacct.txt, job "hostile-fake-row"). A job id that appears on more than one row is
+    therefore dropped (the real row and a forgery cannot be told apart), and the caller drops rows of
+    jobs squeue still shows as active; what remains can misstate only a job that is already finished.
+    """
+    n = len(SACCT_FIELDS)
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split(SEP)
+        if len(parts) < n:
+            continue
+        if len(parts) > n:
+            parts = parts[: n - 1] + [SEP.join(parts[n - 1:])]
+        v = dict(zip(SACCT_FIELDS, parts, strict=True))
+        if not v["JobIDRaw"].strip().isdigit():
+            continue
+        state = v["State"].strip().split()[0].upper() if v["State"].strip() else ""
+        req, req_type = parse_tres_gpus(v["ReqTRES"])
+        alloc, alloc_type = parse_tres_gpus(v["AllocTRES"])
+        nodes = _field(v["NodeList"])
+        if nodes == "None assigned":
+            nodes = ""
+        ran_on = alloc_type or next((node_types[x] for x in expand_hostlist(nodes) if node_types.get(x)), None)
+        limit = v["TimelimitRaw"].strip()
+        jobs.append(SlurmJob(
+            job_id=v["JobIDRaw"].strip(),
+            state=state,
+            name=v["JobName"],
+            user=v["User"].strip(),
+            partition=v["Partition"].strip(),
+            priority=_int(v["Priority"]),
+            submit_time=parse_epoch(v["Submit"]) or 0.0,
+            start_time=parse_epoch(v["Start"]) if nodes else None,   # cancelled while pending: Start = its end
+            end_time=parse_epoch(v["End"]),
+            time_limit_s=float(limit) * 60 if limit.isdigit() else None,
+            num_nodes=max(1, _int(v["NNodes"], 1)),
+            num_gpus=req or alloc,
+            gres_gpu_type=config.canonical_gpu_type(req_type) if req_type else None,
+            features=_field(v["Constraints"]),
+            comment=v["Comment"].strip(),
+            nodes=nodes,
+            gpu_type=config.canonical_gpu_type(ran_on) if ran_on else None,
+            reason=_field(v["Reason"]),
+        ))
+    return _unique_ids(jobs)
+
+
+def _unique_ids(jobs: list[SlurmJob]) -> list[SlurmJob]:
+    """The records whose job id appears once (a second record for an id is a forgery or the real one)."""
+    count: dict[str, int] = {}
+    for j in jobs:
+        count[j.job_id] = count.get(j.job_id, 0) + 1
+    return [j for j in jobs if count[j.job_id] == 1]
+
+
+_JOBCOMP_RE = re.compile(r"(\w+)=(.*?)(?= \w+=|$)")
+
+
+def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+    """Parse jobcomp/filetxt lines (`JobId=10 UserId=u(1001) ... JobState=COMPLETED ...`).
+
+    The file holds no comment or GPU request; it is the fallback for jobs squeue has forgotten.
+    Its timestamps are the controller's local time (`2026-12-02T14:16:33`). Slurm writes a job's name
+    raw, so a name holding a newline splits its line (its head then lacks JobState and is skipped) and
+    can add forged lines: as for sacct, an id on two lines is dropped and the caller drops jobs squeue
+    shows as active.
+    """
+    jobs = []
+    for line in text.splitlines():
+        v = {m.group(1): m.group(2) for m in _JOBCOMP_RE.finditer(line.strip())}
+        if "JobId" not in v or "JobState" not in v:
+            continue
+        nodes = _field(v.get("NodeList", ""))
+        gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None)
+        limit = v.get("TimeLimit", "")
+        jobs.append(SlurmJob(
+            job_id=v["JobId"],
+            state=v["JobState"].split()[0].upper(),
+            name=v.get("Name", ""),
+            user=re.sub(r"\(\d+\)$", "", v.get("UserId", "")),
+            partition=v.get("Partition", ""),
+            submit_time=_local_time(v.get("SubmitTime", "")) or 0.0,
+            start_time=_local_time(v.get("StartTime", "")),
+            end_time=_local_time(v.get("EndTime", "")),
+            # jobcomp writes the limit in minutes ("60") or UNLIMITED
+            time_limit_s=(float(limit) * 60 if limit.isdigit() else parse_time_limit(limit)),
+            num_nodes=_int(v.get("NodeCnt", "1"), 1),
+            nodes=nodes,
+            gpu_type=gpu_type,
+        ))
+    return _unique_ids(jobs)
+
+
+_ENDTIME_RE = re.compile(r" EndTime=(\S+)")
+
+
+def read_jobcomp_tail(path: Path, since: float | None, *, chunk: int = 1 << 16, margin_s: float = 3600.0) -> str:
+    """The lines of a jobcomp file that can hold jobs ended at or after `since`.
+
+    The file only grows (a line per finished job, in completion order), so it is read backwards in
+    chunks and reading stops once the oldest whole line read ended well before `since`: a round costs
+    the same on a file of years as on a file of minutes, and one timestamp is read per chunk, not per
+    line (a busy cluster finishes thousands of jobs within the margin).
+    """
+    if since is None:
+        return path.read_text(errors="replace")
+    pieces: list[bytes] = []
+    with open(path, "rb") as fh:
+        pos = fh.seek(0, os.SEEK_END)
+        while pos > 0:
+            step = min(chunk, pos)
+            pos -= step
+            fh.seek(pos)
+            pieces.append(fh.read(step))
+            if pos == 0:
+                break
+            head = pieces[-1]                       # this chunk's first piece may be a partial line
+            first_nl = head.find(b"\n")
+            if first_nl < 0:
+                continue
+            second_nl = head.find(b"\n", first_nl + 1)
+            oldest = head[first_nl + 1:second_nl if second_nl >= 0 else len(head)]
+            m = _ENDTIME_RE.search(oldest.decode(errors="replace"))
+            end = _local_time(m.group(1)) if m else None
+            if end is not None and end < since - margin_s:
+                pieces[-1] = head[first_nl + 1:]
+                break
+    return b"".join(reversed(pieces)).decode(errors="replace")
+
+
+def _local_time(text: str) -> float | None:
+    """A controller-local timestamp (`2026-12-02T14:16:33`) as epoch seconds; None when empty/unknown."""
+    text = text.strip()
+    if text in _EMPTY:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()      # naive = local time, as time.mktime reads it
+    except ValueError:
+        return None
+
+

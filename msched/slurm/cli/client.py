@@ -1,0 +1,385 @@
+"""The command-line Slurm backend: sbatch, squeue, sinfo, scontrol and scancel.
+
+Why the command line: it works against any Slurm the site runs (pyslurm must match the Slurm version
+exactly, SLURM-NOTES), and it is the backend CI proves against a real local cluster.
+
+How it reads Slurm:
+- The queue is read as `squeue --json` (msched.slurm.cli.parsers.parse_squeue): a job's comment, name
+  and features are each one escaped JSON string, so no byte a user types (newline, 0x1f, ESC...) can
+  forge a field or a row (issue 13, verified on 22.05.8 against comments holding every control byte:
+  tests/data/slurm/squeue.json). 22.05 ignores `-t` and `-j` with `--json`: states and ids are filtered
+  here. Output is read as bytes; what is not UTF-8 becomes U+FFFD (Slurm passes such bytes through raw).
+- SLURM_TIME_FORMAT=%s makes sinfo's and sacct's timestamps epoch seconds, so no time zone guessing.
+- One squeue per `jobs()`, one sinfo per `nodes()`. The GPU type of a running job comes from the
+  nodes it runs on: a node -> type map cached from sinfo, refreshed only when an unknown node shows up.
+- `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), sacct where the cluster runs
+  slurmdbd, and the jobcomp/filetxt file where configured (read backwards only as far as needed).
+- `set_priority` checks the job is pending first (one squeue): scontrol accepts a priority for a
+  running job silently, and the round core relies on JobNotPending to skip jobs that started.
+- A round's writes go through `update_jobs()`: one `squeue -t PD` for the pending check of every job,
+  then one `scontrol` for all feature updates and one for all priority updates (features first: a job is
+  retyped before it is raised), each reading one `update JobId=N Field=V` command per line from its
+  standard input. Measured on 22.05.8 (tests/data/slurm/scontrol_batch.json): scontrol runs every line
+  even after one fails, writes one stderr line `<reason> for job <id>` per failed job and exits 1 if
+  any failed, so failures come back per job. A job listed in one command (`JobId=1,2,3`) costs one RPC
+  per job all the same, so a line per job is as fast and simpler. A priority and features in one
+  command are not atomic (a refused feature still writes the priority), hence two processes. A value
+  that could not travel on one line unchanged (whitespace, quotes...) goes through its own argv call.
+- Every command is an argv list; nothing is ever passed through a shell.
+"""
+
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from msched.config import Config, load_config
+from msched.slurm.base import (
+    ACTIVE_STATES,
+    FINISHED_STATES,
+    PENDING,
+    UPDATE_FIELDS,
+    JobNotPending,
+    JobRequest,
+    JobUpdate,
+    SchedulerSettings,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+    UpdateResult,
+    check_updates,
+)
+from msched.slurm.cli.accounting import (
+    HISTORY_DEFAULT_S,
+    SACCT_FIELDS,
+    SACCT_STATES,
+    parse_jobcomp,
+    parse_sacct,
+    read_jobcomp_tail,
+)
+from msched.slurm.cli.parsers import (
+    NODE_FIELDS,
+    SEP,
+    _one_line,
+    classify_error,
+    format_time_limit,
+    node_names_in,
+    parse_sinfo,
+    parse_squeue,
+)
+from msched.slurm.cli.writes import _SCONTROL_KEY, parse_scontrol_errors, scontrol_update_line
+
+
+class CliClient(SlurmClient):
+    """SlurmClient over Slurm's own commands.
+
+    config:    site configuration (GPU-type aliases, the real sbatch path); default `load_config()`.
+    bin_dir:   where squeue/scontrol/sinfo/scancel live (default: next to config.sbatch if they are
+               there, else PATH). sbatch itself is always `config.sbatch` when that exists, since msub may be
+               installed under the name `sbatch`.
+    env:       extra environment for every command (e.g. {"SLURM_CONF": ...}); os.environ otherwise.
+    timeout_s: wall-clock limit per command; a command that hangs raises SlurmUnavailable.
+    """
+
+    name = "cli"
+
+    def __init__(self, config: Config | None = None, *, bin_dir: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None, timeout_s: float = 60.0):
+        self.config = config if config is not None else load_config()
+        self.timeout_s = timeout_s
+        self._extra_env = dict(env or {})
+        self._bin_dir = Path(bin_dir) if bin_dir else None
+        self._node_types: dict[str, str | None] = {}
+        self._slurm_config: dict[str, str] | None = None
+
+    # -- running commands ---------------------------------------------------------------------------
+    def _cmd(self, name: str) -> str:
+        if name == "sbatch" and self._bin_dir is None and os.path.isfile(self.config.sbatch):
+            return self.config.sbatch
+        if self._bin_dir is not None:
+            return str(self._bin_dir / name)
+        beside = Path(self.config.sbatch).parent / name
+        if beside.is_file():
+            return str(beside)
+        return shutil.which(name) or name
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self._extra_env)
+        env["SLURM_TIME_FORMAT"] = "%s"   # epoch seconds everywhere
+        # squeue/sinfo read filters and formats from SQUEUE_*/SINFO_* (SQUEUE_USERS would hide
+        # other users' jobs from the reorderer): the client's own arguments must be the only ones.
+        for var in [v for v in env if v.startswith(("SQUEUE_", "SINFO_", "SACCT_"))] + ["SLURM_CLUSTERS"]:
+            env.pop(var, None)
+        return env
+
+    def _exec(self, argv: list[str], *, input: str | None = None,
+              timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run one Slurm command (argv list, no shell); a missing or hung command is SlurmUnavailable."""
+        argv = [self._cmd(argv[0]), *argv[1:]]
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            # errors="replace": bytes a user typed that are not UTF-8 must not stop a read
+            return subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
+                                  env=self._env(), timeout=limit)
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {limit:g}s") from None
+
+    def _run_bytes(self, argv: list[str]) -> bytes:
+        """Run a read-only command and return its raw standard output (squeue --json: decoded by its parser)."""
+        argv = [self._cmd(argv[0]), *argv[1:]]
+        try:
+            proc = subprocess.run(argv, capture_output=True, env=self._env(), timeout=self.timeout_s)
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") from None
+        if proc.returncode != 0:
+            message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
+            raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
+        return proc.stdout
+
+    def _run(self, argv: list[str], *, input: str | None = None,
+             error: type[SlurmError] = SlurmError) -> str:
+        proc = self._exec(argv, input=input)
+        if proc.returncode != 0:
+            message = _one_line(proc.stderr or proc.stdout)
+            raise classify_error(message, error)(f"{os.path.basename(self._cmd(argv[0]))}: {message}")
+        return proc.stdout
+
+    @staticmethod
+    def _format(fields: Iterable[str]) -> str:
+        return ",".join(f"{f}:{SEP}" for f in fields)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time()
+
+    def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
+        """One `squeue --json` (every job Slurm remembers; 22.05 ignores -t with --json), states
+        filtered here."""
+        wanted = {s.upper() for s in states}
+        return [j for j in self._queue() if j.state in wanted or "ALL" in wanted]
+
+    def _queue(self) -> list[SlurmJob]:
+        out = self._run_bytes(["squeue", "--json"])
+        jobs = parse_squeue(out, self.config, self._node_types)
+        if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, read again
+            self._refresh_node_types()
+            jobs = parse_squeue(out, self.config, self._node_types)
+        return jobs
+
+    def _refresh_node_types(self) -> None:
+        self._node_types = {n.name: n.gpu_type for n in self.nodes()}
+
+    def nodes(self) -> list[SlurmNode]:
+        out = self._run(["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)])
+        nodes = parse_sinfo(out, self.config)
+        self._node_types = {n.name: n.gpu_type for n in nodes}
+        return nodes
+
+    def job(self, job_id: str) -> SlurmJob | None:
+        """One job by id, in any state Slurm still remembers (None when it has forgotten it)."""
+        return next((j for j in self._queue() if j.job_id == str(job_id)), None)
+
+    def slurm_config(self) -> dict[str, str]:
+        """`scontrol show config` as a dict (cached): where completion records are kept."""
+        if self._slurm_config is None:
+            out = self._run(["scontrol", "show", "config"])
+            conf = {}
+            for line in out.splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    conf[key.strip()] = value.strip()
+            self._slurm_config = conf
+        return self._slurm_config
+
+
+    def scheduler(self) -> SchedulerSettings:
+        """SchedulerType and SchedulerParameters from `scontrol show config` (read once per client)."""
+        conf = self.slurm_config()
+        return SchedulerSettings.parse(conf.get("SchedulerType"), conf.get("SchedulerParameters"))
+    def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
+        """Finished jobs: squeue's memory (MinJobAge, full detail), then the accounting database
+        (sacct, where slurmdbd runs; `since=None` looks back HISTORY_DEFAULT_S), then the
+        jobcomp/filetxt file. A job found in several sources comes from the first: squeue keeps the
+        comment (the tag) and GPU request; sacct keeps them only with AccountingStoreFlags=job_comment
+        and gres/gpu in AccountingStorageTRES; the jobcomp file keeps neither.
+        squeue is read last: a job that ends between the reads is then in squeue's answer with its tag,
+        rather than only in the jobcomp file without it.
+        """
+        found: dict[str, SlurmJob] = {}
+        conf = self.slurm_config()
+        if not self._node_types:
+            self._refresh_node_types()
+        if conf.get("AccountingStorageType", "").endswith("slurmdbd"):
+            start = since if since is not None else self.now() - HISTORY_DEFAULT_S
+            out = self._run([
+                "sacct", "-X", "-n", "-P", "-a", f"--delimiter={SEP}",
+                "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "-E", "now",
+                f"--state={SACCT_STATES}", f"--format={','.join(SACCT_FIELDS)}",
+            ])
+            for job in parse_sacct(out, self.config, self._node_types):
+                found.setdefault(job.job_id, job)
+        loc = conf.get("JobCompLoc", "")
+        if conf.get("JobCompType", "").endswith("filetxt") and loc and os.path.isfile(loc):
+            try:
+                text = read_jobcomp_tail(Path(loc), since)
+            except OSError:
+                text = ""
+            for job in parse_jobcomp(text, self.config, self._node_types):
+                found.setdefault(job.job_id, job)
+        queue = self._queue()
+        # a job squeue shows in any other state is not finished, whatever a forged sacct or jobcomp line says
+        for j in queue:
+            found.pop(j.job_id, None)
+        found.update((j.job_id, j) for j in queue if j.state in FINISHED_STATES)
+        jobs = [j for j in found.values() if j.state in FINISHED_STATES]
+        if since is not None:
+            jobs = [j for j in jobs if (j.end_time or 0.0) >= since]
+        return sorted(jobs, key=lambda j: (j.end_time or 0.0, j.job_id))
+
+    # -- writes -------------------------------------------------------------------------------------
+    def submit(self, request: JobRequest) -> str:
+        argv = ["sbatch", "--parsable", f"--job-name={request.name}"]
+        if request.num_gpus:
+            gres = f"gpu:{request.gpu_type}:{request.num_gpus}" if request.gpu_type else f"gpu:{request.num_gpus}"
+            argv.append(f"--gres={gres}")
+        if request.constraint:
+            argv.append(f"--constraint={request.constraint}")
+        if request.comment:
+            argv.append(f"--comment={request.comment}")
+        if request.time_limit_s is not None:
+            argv.append(f"--time={format_time_limit(request.time_limit_s)}")
+        if request.partition:
+            argv.append(f"--partition={request.partition}")
+        if request.num_nodes != 1:
+            argv.append(f"--nodes={request.num_nodes}")
+        if request.hold:
+            argv.append("--hold")
+        # Backend-specific extras: keys spelled as sbatch long options ("--output") pass through;
+        # other backends' keys (the simulator's model/iterations) are not sbatch's and are ignored.
+        for key, value in request.extra.items():
+            if key.startswith("--"):
+                argv.append(f"{key}={value}" if value != "" else key)
+        if request.wrap is not None:
+            argv.append(f"--wrap={request.wrap}")
+            script = None
+        elif request.script is not None:
+            script = request.script
+        else:
+            # Neither: like the simulator, a job that runs until its time limit ends it.
+            argv.append("--wrap=exec sleep infinity")
+            script = None
+        out = self._run(argv, input=script)
+        job_id = out.strip().splitlines()[-1].split(";")[0].strip() if out.strip() else ""
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch: unexpected output {out.strip()!r}")
+        return job_id
+
+    def _require_pending(self, job_id: str) -> None:
+        out = self._run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], error=JobNotPending)
+        state = out.strip().split()[0] if out.strip() else ""
+        if state != PENDING:
+            raise JobNotPending(f"job {job_id} is not pending (state {state or 'unknown'})")
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        # scontrol accepts a priority for a running job without complaint, so check the state
+        # first: callers (the round core) rely on JobNotPending to skip jobs that started.
+        self._require_pending(job_id)
+        self._run(["scontrol", "update", f"jobid={job_id}", f"priority={int(priority)}"], error=JobNotPending)
+
+    def set_features(self, job_id: str, features: str) -> None:
+        self._run(["scontrol", "update", f"jobid={job_id}", f"Features={features}"], error=JobNotPending)
+
+    def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
+        """A round's writes in at most three processes: one squeue (which jobs are pending), one
+        scontrol for every feature update, one for every priority update (see the module docstring)."""
+        updates = check_updates(updates)
+        if not updates:
+            return []
+        errors: dict[str, SlurmError] = {}
+        applied: dict[str, list[str]] = {u.job_id: [] for u in updates}
+        pending = self.pending_job_ids()
+        for u in updates:
+            if u.job_id not in pending:
+                errors[u.job_id] = JobNotPending(f"job {u.job_id} is not pending (not among squeue's pending "
+                                                 "jobs: it started or ended)")
+        for name in UPDATE_FIELDS:
+            lines: dict[str, str] = {}
+            one_by_one: list[tuple[str, int | str]] = []
+            for u in updates:
+                value = getattr(u, name)
+                if value is None or u.job_id in errors:
+                    continue
+                line = scontrol_update_line(u.job_id, name, value)
+                if line is None:
+                    one_by_one.append((u.job_id, value))
+                else:
+                    lines[u.job_id] = line
+            failed = self._scontrol_batch(lines) if lines else {}
+            for job_id in lines:
+                if job_id in failed:
+                    errors[job_id] = failed[job_id]
+                else:
+                    applied[job_id].append(name)
+            for job_id, value in one_by_one:
+                text = str(int(value)) if name == "priority" else str(value)
+                try:
+                    self._run(["scontrol", "update", f"jobid={job_id}", f"{_SCONTROL_KEY[name]}={text}"],
+                              error=JobNotPending)
+                except SlurmUnavailable:
+                    raise
+                except SlurmError as exc:
+                    errors[job_id] = exc
+                    continue
+                applied[job_id].append(name)
+        return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
+
+    def pending_job_ids(self) -> set[str]:
+        """The ids of every pending job (held ones included), in one squeue."""
+        out = self._run(["squeue", "-h", "-t", PENDING, "-O", self._format(("JobID",))])
+        return {line.split(SEP)[0].strip() for line in out.splitlines() if line.split(SEP)[0].strip()}
+
+    def _scontrol_batch(self, lines: Mapping[str, str]) -> dict[str, SlurmError]:
+        """Run {job id: update line} through one scontrol; {job id: error} for the jobs it refused.
+
+        Raises SlurmUnavailable when the controller could not be reached (or scontrol hung), and
+        SlurmError when scontrol failed in a way no job of the batch is named in: then some lines
+        may have been written and some not, each a whole value, and the next round re-plans."""
+        proc = self._exec(["scontrol"], input="".join(f"{line}\n" for line in lines.values()),
+                          timeout_s=self.timeout_s + 0.05 * len(lines))
+        per_job, other = parse_scontrol_errors(proc.stderr, lines)
+        for message in [*per_job.values(), *other]:
+            if classify_error(message) is SlurmUnavailable:
+                raise SlurmUnavailable(f"scontrol: {_one_line(message)}")
+        unexplained = [ln for ln in other if not any(reason in ln for reason in per_job.values())]
+        if proc.returncode != 0 and (unexplained or not per_job):
+            what = _one_line("\n".join(unexplained)) if unexplained else f"exit status {proc.returncode}, no message"
+            raise SlurmError(f"scontrol: {what} (in a batch of {len(lines)} updates: those before it are written)")
+        return {job_id: classify_error(reason, JobNotPending)(f"scontrol: {reason} for job {job_id}")
+                for job_id, reason in per_job.items()}
+
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        value = "now" if when is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
+        self._run(["scontrol", "update", f"jobid={job_id}", f"StartTime={value}"], error=JobNotPending)
+
+    def hold(self, job_id: str) -> None:
+        self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)
+
+    def release(self, job_id: str) -> None:
+        self._run(["scontrol", "release", str(job_id)], error=JobNotPending)
+
+    def cancel(self, job_id: str) -> None:
+        self._run(["scancel", str(job_id)])
+
+

@@ -1,0 +1,271 @@
+"""Parsers of what squeue, sinfo and failed Slurm commands print (the command-line backend's reads).
+
+- The queue is read as `squeue --json` (parse_squeue): every user-controlled string arrives as its own
+  escaped JSON string, so no comment, job name or feature can forge a field or a row (issue 13).
+- sinfo is read with `-O field:SEP,...` (an empty width and a suffix: each field unpadded, untruncated,
+  followed by SEP); its fields are the administrator's (node names, GRES, features), not users'.
+  SLURM_TIME_FORMAT=%s makes every timestamp epoch seconds, so no time zone guessing.
+- Error messages are classified here (controller unreachable, job no longer pending, other refusal).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from msched.config import Config
+from msched.slurm.base import (
+    FINISHED_STATES,
+    PENDING,
+    JobNotPending,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmUnavailable,
+    expand_hostlist,
+)
+from msched.util.text import one_line
+
+SEP = "\x1f"
+
+NODE_FIELDS = ("NodeList", "StateComplete", "Gres", "GresUsed", "Features", "Partition")
+
+_EMPTY = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
+
+# What Slurm prints when the controller cannot be reached (scontrol's update path reports the
+# connection failure as "Unexpected message received").
+_UNAVAILABLE = (
+    "Unable to contact slurm controller",
+    "connect failure",
+    "Socket timed out",
+    "Unexpected message received",
+    "Could not establish a configuration source",
+    "Zero Bytes were transmitted or received",
+)
+# What scontrol prints when an update meets a job that can no longer be changed as pending.
+_NOT_PENDING = (
+    "no longer pending",
+    "already finished",
+    "Invalid job id",
+    "Job is in held state",
+    "already completing",
+    "Requested operation is presently disabled",
+)
+_GPU_RE = re.compile(r"(?:^|,)(?:gres[:/])?gpu(?::([^:,()]+))?:(\d+)")
+
+
+def format_time_limit(seconds: float) -> str:
+    """Seconds as Slurm's D-HH:MM:SS (rounded up to whole seconds)."""
+    total = int(math.ceil(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def parse_epoch(text: str) -> float | None:
+    """An epoch timestamp as printed under SLURM_TIME_FORMAT=%s; None for N/A/0/Unknown."""
+    text = text.strip()
+    if text in _EMPTY:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def parse_gpu_tres(text: str) -> tuple[int, str | None]:
+    """GPUs in a TRES/GRES string (`gres:gpu:a100:2`, `gres/gpu=2` is not GRES syntax) -> (count, type)."""
+    if not text or text.strip() in _EMPTY:
+        return 0, None
+    count, gtype = 0, None
+    for m in _GPU_RE.finditer(text.strip()):
+        count += int(m.group(2))
+        if m.group(1) and gtype is None:
+            gtype = m.group(1)
+    return count, gtype
+
+
+def _field(value: str) -> str:
+    value = value.strip()
+    return "" if value in _EMPTY else value
+
+
+def _int(value: str, default: int = 0) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        return default
+
+
+_NO_VALUE = 0xFFFFFFFE          # Slurm's NO_VAL / INFINITE (0xFFFFFFFF) for 32-bit fields and above
+
+
+class SqueueFormatError(SlurmError):
+    """squeue --json printed something that is not the document it documents (one line)."""
+
+
+def _json_str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _json_int(value: object, default: int = 0) -> int:
+    """An integer field of squeue's JSON; a missing, non-integer or NO_VAL/INFINITE value -> default."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NO_VALUE:
+        return default
+    return value
+
+
+def _json_epoch(value: object) -> float | None:
+    v = _json_int(value)
+    return float(v) if v > 0 else None
+
+
+def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[str, str | None]) -> SlurmJob | None:
+    """One job of `squeue --json` (OpenAPI v0.0.38, Slurm 22.05) as a SlurmJob; None for a record with no
+    usable job id. Every user-controlled string (name, comment, features) is taken whole from its own
+    JSON string: no byte a user types can move it into another field or another job."""
+    job_id = _json_int(d.get("job_id"), -1)
+    if job_id <= 0:
+        return None
+    state = _json_str(d.get("job_state")).strip().split(" ")[0].upper()
+    num_nodes = max(1, _json_int(d.get("node_count"), 1))
+    num_tasks = _json_int(d.get("tasks"), 1) or 1
+    per_job, t_job = parse_gpu_tres(_json_str(d.get("tres_per_job")))
+    per_node, t_node = parse_gpu_tres(_json_str(d.get("tres_per_node")))
+    per_task, t_task = parse_gpu_tres(_json_str(d.get("tres_per_task")))
+    num_gpus = per_job + per_node * num_nodes + per_task * num_tasks
+    typed = t_job or t_node or t_task
+    nodes = _field(_json_str(d.get("nodes"))) if state != PENDING else ""
+    gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None) if nodes else None
+    limit_min = d.get("time_limit")
+    limit = _json_int(limit_min, -1)
+    priority = _json_int(d.get("priority"))
+    return SlurmJob(
+        job_id=str(job_id),
+        state=state,
+        name=_json_str(d.get("name")),
+        user=_json_str(d.get("user_name")).strip() or str(_json_int(d.get("user_id"), -1)),
+        partition=_json_str(d.get("partition")).strip(),
+        priority=priority,
+        submit_time=_json_epoch(d.get("submit_time")) or 0.0,
+        start_time=_json_epoch(d.get("start_time")) if state != PENDING else None,
+        end_time=_json_epoch(d.get("end_time")) if state in FINISHED_STATES else None,
+        time_limit_s=float(limit) * 60 if limit > 0 else None,
+        num_nodes=num_nodes,
+        num_gpus=num_gpus,
+        gpus_per_node=per_node or None,
+        gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
+        features=_field(_json_str(d.get("features"))),
+        comment=_json_str(d.get("comment")),
+        nodes=nodes,
+        gpu_type=gpu_type,
+        reason=_field(_json_str(d.get("state_reason"))),
+        admin_comment=_json_str(d.get("admin_comment")),
+        nice=_json_signed(d.get("nice")),
+    )
+
+
+def _json_signed(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _NO_VALUE else 0
+
+
+def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+    """Parse `squeue --json` output: every job Slurm still remembers (22.05 ignores `-t` with --json,
+    so the caller filters states in code).
+
+    Why JSON: `squeue -o/-O` print a comment raw, newlines and separators included, so a comment could
+    forge whole rows (issue 13). In the JSON document every string is escaped. Slurm copies bytes that
+    are not UTF-8 through unescaped (measured on 22.05.8): they are decoded as U+FFFD, which cannot
+    close a string (only `"` and `\\` can, and Slurm escapes those). A document that does not parse
+    raises SqueueFormatError: the round then changes nothing. A record that is not a job is skipped."""
+    import json
+
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SqueueFormatError(f"squeue --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if errors:
+        # 22.05 exits 0 with an empty job list and an error record when the controller cannot be
+        # reached (recorded: tests/data/slurm/squeue_down.json): an empty queue must never be believed
+        first = errors[0] if isinstance(errors[0], dict) else {}
+        what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
+        raise SlurmUnavailable(f"squeue --json could not read the queue from the controller: "
+                               f"{_one_line(what) or 'no description'}")
+    records = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(records, list):
+        raise SqueueFormatError("squeue --json printed no list of jobs")
+    jobs = []
+    for d in records:
+        if isinstance(d, dict):
+            job = job_from_json(d, config, node_types)
+            if job is not None:
+                jobs.append(job)
+    return jobs
+
+
+def node_names_in(raw_jobs: list[SlurmJob]) -> set[str]:
+    return {n for j in raw_jobs for n in expand_hostlist(j.nodes)}
+
+
+def parse_sinfo(text: str, config: Config) -> list[SlurmNode]:
+    """Parse `sinfo -h -N -O <NODE_FIELDS with SEP suffixes>`: one line per (node, partition), merged."""
+    merged: dict[str, dict] = {}
+    for line in text.splitlines():
+        parts = line.split(SEP)
+        if len(parts) < len(NODE_FIELDS) or not parts[0].strip():
+            continue
+        v = dict(zip(NODE_FIELDS, parts[: len(NODE_FIELDS)], strict=True))
+        name = v["NodeList"].strip()
+        part = v["Partition"].strip().rstrip("*")
+        if name in merged:
+            if part and part not in merged[name]["partitions"]:
+                merged[name]["partitions"].append(part)
+            continue
+        gpus, gtype = parse_gpu_tres(v["Gres"])
+        used, _ = parse_gpu_tres(v["GresUsed"])
+        features = tuple(f for f in _field(v["Features"]).split(",") if f)
+        merged[name] = {
+            "name": name,
+            "gpu_type": config.canonical_gpu_type(gtype) if gtype else None,
+            "gpus": gpus,
+            "gpus_alloc": used,
+            "features": features,
+            "state": normalise_node_state(v["StateComplete"]),
+            "partitions": [part] if part else [],
+        }
+    return [SlurmNode(**{**d, "partitions": tuple(d["partitions"])}) for d in merged.values()]
+
+
+def normalise_node_state(text: str) -> str:
+    """sinfo's `idle+drain`, `down*`, `mixed~` -> `IDLE+DRAIN`, `DOWN+NOT_RESPONDING`, `MIXED+POWERED_DOWN`."""
+    text = text.strip().upper()
+    flags = []
+    suffixes = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWERING_DOWN",
+                "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
+                "-": "PLANNED"}
+    while text and text[-1] in suffixes:
+        flags.append(suffixes[text[-1]])
+        text = text[:-1]
+    return "+".join([text or "UNKNOWN", *flags])
+
+def classify_error(message: str, default: type[SlurmError] = SlurmError) -> type[SlurmError]:
+    """Which exception a failed command's message means. `default=JobNotPending` marks job updates:
+    there a not-pending message gives JobNotPending and any other refusal a plain SlurmError."""
+    low = message.lower()
+    if any(s.lower() in low for s in _UNAVAILABLE):
+        return SlurmUnavailable
+    if default is JobNotPending:
+        return JobNotPending if any(s.lower() in low for s in _NOT_PENDING) else SlurmError
+    return default
+
+
+
+def _one_line(text: str) -> str:
+    """Slurm's stderr, all its distinct lines, as one line."""
+    return one_line(text, limit=500, all_lines=True, empty="(no message)")
+

@@ -1,0 +1,75 @@
+"""The packing interference predictor (msched.estimate.interference) on a slice of Gavel's pair measurements
+(tests/data/gavel_pairs_sample.json: 8 single-GPU job types of Gavel's simulation_throughputs.json, MIT)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msched.estimate.interference import (
+    JobSpeeds,
+    fit,
+    leave_one_family_out,
+    load_model,
+    pair_features,
+    read_gavel,
+)
+
+SAMPLE = Path(__file__).resolve().parent / "data" / "gavel_pairs_sample.json"
+R50, R18 = "ResNet-50 (batch size 64)", "ResNet-18 (batch size 32)"
+
+
+@pytest.fixture(scope="module")
+def gavel():
+    return read_gavel(SAMPLE)
+
+
+def test_reading_gavel_turns_steps_per_second_into_combined_throughput(gavel):
+    jobs, pairs = gavel
+    # by hand from the file: on a v100, ResNet-50 (b64) alone 4.3948 steps/s, ResNet-18 (b32) alone
+    # 29.9472; together 3.7047 and 15.0552 steps/s -> 3.7047/4.3948 + 15.0552/29.9472 = 0.8430 + 0.5027
+    assert json.loads(SAMPLE.read_text())["v100"][f"('{R18}', 1)"]["null"] == pytest.approx(29.9472, abs=1e-4)
+    assert jobs[R50].iter_ms["v100"] == pytest.approx(1000 / 4.3948, rel=1e-4)
+    (pair,) = [p for p in pairs if (p.a, p.b, p.gpu_type) == (R50, R18, "v100")]
+    assert pair.combined == pytest.approx(1.3457, abs=1e-3)
+    assert jobs[R50].batch_size == 64 and jobs["A3C"].batch_size == 1
+    assert all(p.combined > 0 for p in pairs)                       # pairs that did not fit are dropped
+
+
+def test_pair_features_are_symmetric(gavel):
+    jobs, _ = gavel
+    assert pair_features(jobs[R50], jobs[R18], "p100") == pair_features(jobs[R18], jobs[R50], "p100")
+
+
+def test_pure_python_forest_predicts_what_scikit_learn_predicts(gavel):
+    from sklearn.ensemble import RandomForestRegressor
+    jobs, pairs = gavel
+    model = fit(jobs, pairs, trees=10, max_depth=4, seed=3)
+    x = [pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs]
+    ref = RandomForestRegressor(n_estimators=10, max_depth=4, min_samples_leaf=3, random_state=3)
+    ref.fit(x, [p.combined for p in pairs])
+    for row, expected in zip(x, ref.predict(x), strict=True):
+        assert model.predict_features(row) == pytest.approx(expected)
+
+
+def test_leave_one_family_out_never_trains_on_the_held_out_family(gavel):
+    jobs, pairs = gavel
+    results = leave_one_family_out(jobs, pairs, trees=5, max_depth=3)
+    assert {r.family for r in results} == {"ResNet-18", "ResNet-50", "Transformer", "LM", "A3C", "CycleGAN",
+                                           "Recommendation"}
+    for r in results:
+        held = [p for p in pairs if r.family in p.families]
+        assert r.pairs == len(held) and r.measured == [p.combined for p in held]
+        assert r.mean_abs_error == pytest.approx(
+            sum(abs(a - b) for a, b in zip(r.predicted, r.measured, strict=True)) / len(held))
+
+
+def test_shipped_model_loads_and_answers_in_pure_python():
+    model = load_model()
+    a = JobSpeeds({"k80": 300.0, "p100": 120.0, "v100": 80.0}, batch_size=64)
+    b = JobSpeeds({"k80": 40.0, "p100": 30.0, "v100": 28.0}, batch_size=16)
+    value = model.combined_throughput(a, b, "v100")
+    assert 0.0 < value < 2.5 and value == model.combined_throughput(b, a, "v100")
+    assert model.meta["pairs"] > 1000                               # fitted on the whole Gavel table
