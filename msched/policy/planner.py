@@ -179,6 +179,7 @@ class _Search:
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, len(head)))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
+        self.types = snapshot.gpu_types
         # the affinity rule's queue-wide type demand depends on the set of jobs only: once per search
         self.relative = type_demand([*starving_first, *head], snapshot.gpu_types) if policy.affinity > 0 else {}
 
@@ -254,28 +255,31 @@ class _Search:
 
     def _improve(self, order: list[PendingJob], fixed: dict[str, str] | None, s: Score,
                  placed: dict) -> tuple[list[PendingJob], dict[str, str] | None, Score]:
-        """Local search on the order by insertion moves (take one job out, put it elsewhere) until no
-        move helps, the time box or the evaluation budget. A small head (every move fits a quarter of
-        the budget) takes the best move of the whole neighbourhood each step; a larger one the first
-        move that helps, trying first the job that ends last to the front, half way up and one place
-        up, then each job from the latest-ending down to the front and to the end of the order, then
-        random moves (at most `stale_moves` in a row that do not help)."""
+        """Local search until no move helps, the time box or the evaluation budget. Moves: insertion
+        (take one job out of the order, put it elsewhere) and retyping (fix a job to another type it may
+        use). A small head (every move fits a quarter of the budget) takes the best move of the whole
+        neighbourhood each step; a larger one the first move that helps, trying first the job that ends
+        last (to the front, half way up, one place up, on each other type), then each job from the
+        latest-ending down to the front and to the end of the order, then random moves (at most
+        `stale_moves` + 2 x head in a row that do not help)."""
         n = len(order)
         if n < 2:
             return order, fixed, s
-        small = n * (n - 1) <= self.max_evals // 4
+        fixed = dict(fixed or {})
+        small = n * (n - 1 + len(self.types)) <= self.max_evals // 4
         while not self.out_of_time():
-            moves = [(i, j) for i in range(n) for j in range(n) if i != j] if small else self._moves(order, placed)
+            moves = self._all_moves(order) if small else self._moves(order, placed)
             best = None
             stale = 0
-            for i, j in moves:
+            for move in moves:
                 if self.out_of_time():
                     break
-                cand = order[:i] + order[i + 1:]
-                cand.insert(j, order[i])
-                cs, cp = self.evaluate(cand, fixed)
-                if self.key(cs) < self.key(s if best is None else best[1]):
-                    best = (cand, cs, cp)
+                cand, cfix = self._apply(move, order, fixed)
+                if cand is None:
+                    continue
+                cs, cp = self.evaluate(cand, cfix)
+                if self.key(cs) < self.key(s if best is None else best[2]):
+                    best = (cand, cfix, cs, cp)
                     if not small:
                         break
                 elif not small:
@@ -284,24 +288,55 @@ class _Search:
                         break
             if best is None:
                 break                                  # a local optimum (or out of budget)
-            order, s, placed = best
-        return order, fixed, s
+            order, fixed, s, placed = best
+        return order, (fixed or None), s
+
+    def _apply(self, move: tuple, order: list[PendingJob], fixed: dict[str, str]):
+        """The order and fixed types after a move; (None, None) for a retype to the type it has."""
+        kind, i, x = move
+        if kind == "ins":
+            cand = order[:i] + order[i + 1:]
+            cand.insert(x, order[i])
+            return cand, fixed
+        job = order[i]
+        if fixed.get(job.job_id) == x:
+            return None, None
+        return order, {**fixed, job.job_id: x}
+
+    def _retypes(self, k: int, order: list[PendingJob]):
+        job = order[k]
+        if job.pinned_type or not job.managed:
+            return
+        for t in self.types:
+            if t in job.est_runtime_s and (not job.allowed_types or t in job.allowed_types):
+                yield ("type", k, t)
+
+    def _all_moves(self, order: list[PendingJob]):
+        n = len(order)
+        for i in range(n):
+            for j in range(n):
+                if i != j:
+                    yield ("ins", i, j)
+            yield from self._retypes(i, order)
 
     def _moves(self, order: list[PendingJob], placed: dict):
         n = len(order)
         ends = sorted(range(n), key=lambda k: -(placed[order[k].job_id].end if order[k].job_id in placed else 0.0))
         crit = ends[0]
         if crit > 0:
-            yield from ((crit, 0), (crit, crit // 2), (crit, crit - 1))
+            yield from (("ins", crit, 0), ("ins", crit, crit // 2), ("ins", crit, crit - 1))
+        yield from self._retypes(crit, order)
         for k in ends:
             if k > 0:
-                yield (k, 0)
+                yield ("ins", k, 0)
             if k < n - 1:
-                yield (k, n - 1)
+                yield ("ins", k, n - 1)
         while True:
             i, j = self.rng.randrange(n), self.rng.randrange(n)
             if i != j:
-                yield (i, j)
+                yield ("ins", i, j)
+            elif self.rng.random() < 0.5:
+                yield from self._retypes(i, order)
 
 
 class OptimizingOraclePolicy(OptimizingPolicy, OraclePolicy):
