@@ -13,7 +13,7 @@ from msched.estimate.estimators import TagEstimator
 from msched.policy import get_policy
 from msched.policy.msched import MschedPolicy
 from msched.policy.planner import OptimizingPolicy
-from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob
+from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
 from msched.rounds.core import run_round
 
 H = 3600.0
@@ -150,3 +150,17 @@ def test_a_round_that_times_out_still_writes_a_valid_plan(caplog):
     c.run_until(3600 + 1)
     jobs = by_id(c)
     assert jobs[vgg].gpu_type == "a100" and jobs[mob].gpu_type == "titanv"
+
+
+def test_starving_job_is_widened_only_to_types_near_its_fastest():
+    """A job past the starvation age goes first; the greedy plan widens it to every type with an estimate,
+    the optimizing planner only to those within `slack` (1.25x) of its fastest: titanv (1.2x) yes,
+    k80 (4x) no."""
+    nodes = [NodeState("a", "a100", 1, 0), NodeState("t", "titanv", 1, 0), NodeState("k", "k80", 1, 1)]
+    running = (RunningJob("r1", "a100", 1, 5 * H, ("a",)), RunningJob("r2", "titanv", 1, 5 * H, ("t",)))
+    old = PendingJob("old", 0.0, 1, 10, {"a100": 10 * H, "titanv": 12 * H, "k80": 40 * H})
+    s = ClusterSnapshot(100_000.0, tuple(nodes), running, (old,), 86_400.0)
+    greedy = get_policy("msched", planner="greedy").plan(s).by_job()["old"]
+    assert greedy.gpu_types == ("a100", "k80", "titanv")
+    opt = get_policy("msched", time_box_s=120).plan(s).by_job()["old"]
+    assert opt.gpu_types == ("a100", "titanv")
