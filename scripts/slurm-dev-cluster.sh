@@ -25,7 +25,7 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...] [--shards NODE=K ...]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +33,7 @@ DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
 PLUGINS=0
 NODE_GPUS=()
+NODE_SHARDS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --dir) [[ $# -ge 2 ]] || usage; DIR="$2"; shift 2 ;;
@@ -41,6 +42,8 @@ while [[ $# -gt 0 ]]; do
         --plugins) PLUGINS=1; shift ;;
         # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
         --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
+        # a node whose GPUs can also be shared (gres/shard, K shards per GPU), also in partition `shared`
+        --shards) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_SHARDS+=("$2"); shift 2 ;;
         *) usage ;;
     esac
 done
@@ -51,6 +54,8 @@ declare -A GPU_TYPE=([n1]=a100 [n2]=titanv [n3]=rtx2080ti [n4]=titanxp)
 GPUS_PER_NODE=4
 declare -A NODE_GPU_COUNT=([n1]=$GPUS_PER_NODE [n2]=$GPUS_PER_NODE [n3]=$GPUS_PER_NODE [n4]=$GPUS_PER_NODE)
 for item in "${NODE_GPUS[@]}"; do NODE_GPU_COUNT[${item%%=*}]="${item#*=}"; done
+declare -A SHARDS_PER_GPU=()
+for item in "${NODE_SHARDS[@]}"; do SHARDS_PER_GPU[${item%%=*}]="${item#*=}"; done
 CPUS_PER_NODE=16
 UP_TIMEOUT_S="${SLURM_DEV_UP_TIMEOUT:-60}"
 # SchedulerType (slurm.conf): backfill, Slurm's default, or builtin (strict priority order). Read when a
@@ -201,7 +206,7 @@ write_config() {
         echo "PriorityWeightPartition=0"
         echo "PriorityWeightQOS=0"
         echo "PriorityWeightAssoc=0"
-        echo "GresTypes=gpu"
+        if [[ ${#SHARDS_PER_GPU[@]} -gt 0 ]]; then echo "GresTypes=gpu,shard"; else echo "GresTypes=gpu"; fi
         # Finished jobs stay visible to `squeue -t all` for this long (completion tracking).
         echo "MinJobAge=1800"
         echo "KillWait=2"
@@ -215,9 +220,16 @@ write_config() {
         i=0
         for node in "${NODES[@]}"; do
             i=$((i + 1)); port=$((PORT_BASE + i))
-            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]} Feature=${GPU_TYPE[$node]} State=UNKNOWN"
+            gres="gpu:${GPU_TYPE[$node]}:${NODE_GPU_COUNT[$node]}" features="${GPU_TYPE[$node]}"
+            if [[ -n "${SHARDS_PER_GPU[$node]:-}" ]]; then     # a GPU serves gpu or shard jobs, never both at once
+                gres+=",shard:$((SHARDS_PER_GPU[$node] * NODE_GPU_COUNT[$node]))" features+=",shard"
+            fi
+            echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=$gres Feature=$features State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+        if [[ ${#SHARDS_PER_GPU[@]} -gt 0 ]]; then
+            echo "PartitionName=shared Nodes=$(IFS=,; echo "${!SHARDS_PER_GPU[*]}") DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+        fi
     } >"$CONF.tmp"
     mv "$CONF.tmp" "$CONF"
     {
@@ -230,6 +242,9 @@ write_config() {
                 gpus+=("$DIR/dev/$node-gpu$i")
             done
             echo "NodeName=$node Name=gpu Type=${GPU_TYPE[$node]} File=$(IFS=,; echo "${gpus[*]}")"
+            if [[ -n "${SHARDS_PER_GPU[$node]:-}" ]]; then
+                echo "NodeName=$node Name=shard Count=$((SHARDS_PER_GPU[$node] * NODE_GPU_COUNT[$node]))"
+            fi
         done
     } >"$DIR/gres.conf"
     {

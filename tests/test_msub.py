@@ -164,7 +164,10 @@ def test_no_gpu_request_gets_tag_but_no_constraint(site):
     assert _tag_of(sub.argv)[0].model == "resnet50"
 
 
-def test_user_constraint_is_anded(site):
+def test_user_constraint_is_anded(site, monkeypatch):
+    # no cluster to ask (a dev cluster's nodes carry no `bigmem`, and the feasibility check would then
+    # rightly add no type): msub decides from the published free times alone
+    monkeypatch.delenv("SLURM_CONF", raising=False)
     sub, _ = build_submission(["--gres=gpu:1", "-C", "bigmem", "--model=resnet50", "--wrap", "true"])
     c = _option(sub.argv, "constraint")[-1]
     assert c.startswith("bigmem&")
@@ -336,9 +339,10 @@ def test_untyped_request_gets_or_constraint_and_gpus_8_kept(slurm_cluster, ordin
     job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
     assert job["tres_per_job"] == "gres:gpu:8"
     tag, _ = parse_comment(job["comment"])
-    assert tag.model == "vgg16" and tag.added
-    assert set(tag.added.split("|")) <= set(TYPES)
-    assert job["features"].strip("[]") == tag.added
+    # two whole nodes of one type are needed for a type constraint, and the dev cluster has one node of
+    # each type: no type can hold the job's shape, so msched adds none (sbatch would refuse it)
+    assert tag.model == "vgg16" and tag.added == ""
+    assert job["features"] in ("", "(null)")
 
 
 @pytest.mark.slurm

@@ -1,0 +1,89 @@
+"""Packing's Slurm mechanics on a real cluster whose titanxp node shares its GPUs through gres/shard
+(`scripts/slurm-dev-cluster.sh up --shards n4=2`: 2 shards per GPU, the node also in partition `shared`).
+
+What msched's packing builds on, checked as an ordinary user: two 1-shard jobs land on one GPU (Slurm
+fills a GPU's shards before the next GPU's, so jobs that start one after the other pair up), and a job
+asking for a whole GPU never gets one that shard jobs hold.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SCRIPT, SlurmCluster, _cannot_run
+from helpers import wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def shard_cluster(ordinary_user) -> Iterator[SlurmCluster]:
+    if os.geteuid() != 0:
+        _cannot_run("starting slurmctld/slurmd needs root")
+    base = Path(tempfile.mkdtemp(prefix="msched-shards-"))     # users' Slurm clients must read the config
+    base.chmod(0o755)
+    sdir = base / "cluster"
+    up = subprocess.run(["bash", str(SCRIPT), "up", "--dir", str(sdir), "--shards", "n4=2"], capture_output=True,
+                        text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    conf = sdir / "slurm.conf"
+    try:
+        yield SlurmCluster(dir=sdir, conf=conf, env={**os.environ, "SLURM_CONF": str(conf)}, started_here=True)
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down", "--dir", str(sdir)], capture_output=True, text=True, timeout=120)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _submit(user, cluster: SlurmCluster, args: list[str]) -> str:
+    proc = user.run(["sbatch", "--parsable", "-t", "5", "-o", "/dev/null", *args, "--wrap", "sleep 300"],
+                    env={"SLURM_CONF": str(cluster.conf)}, cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def _gpu_indices(cluster: SlurmCluster, job_id: str) -> tuple[str, set[int]] | None:
+    """(gres name, GPU indices) of a running job, from `scontrol show job -d`'s GRES=name:N(IDX:...)."""
+    out = cluster.run(["scontrol", "show", "job", "-d", job_id]).stdout
+    if "JobState=RUNNING" not in out:
+        return None
+    m = re.search(r"\bGRES=(\w+)(?::\w+)?:\d+\(IDX:([\d,-]+)\)", out)
+    if not m:
+        return None
+    idx: set[int] = set()
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        idx.update(range(int(lo), int(hi or lo) + 1))
+    return m.group(1), idx
+
+
+def test_two_shard_jobs_share_one_gpu_and_a_whole_gpu_job_never_does(shard_cluster, ordinary_user):
+    ids = []
+    try:
+        for _ in range(2):
+            ids.append(_submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1"]))
+        a, b = (wait_for(lambda j=j: _gpu_indices(shard_cluster, j), timeout=30, message=f"job {j} running")
+                for j in ids)
+        assert a[0] == b[0] == "shard" and len(a[1]) == len(b[1]) == 1
+        assert a[1] == b[1]                                   # one GPU, two jobs: packed
+        ids.append(_submit(ordinary_user, shard_cluster, ["-p", "gpu", "-w", "n4", "--gres=gpu:1"]))
+        whole = wait_for(lambda: _gpu_indices(shard_cluster, ids[-1]), timeout=30, message="the gpu job running")
+        assert whole[0] == "gpu" and not whole[1] & a[1]      # never a GPU that shard jobs hold
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])
+
+
+def test_dev_cluster_config_is_what_a_site_writes(shard_cluster):
+    conf = Path(shard_cluster.conf).read_text()
+    gres = (Path(shard_cluster.dir) / "gres.conf").read_text()
+    assert "GresTypes=gpu,shard" in conf and "SelectType=select/cons_tres" in conf
+    assert re.search(r"NodeName=n4 .*Gres=gpu:titanxp:4,shard:8 Feature=titanxp,shard", conf)
+    assert "PartitionName=shared Nodes=n4" in conf
+    assert "NodeName=n4 Name=shard Count=8" in gres
