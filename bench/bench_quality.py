@@ -1,4 +1,5 @@
-"""Scheduling quality: fifo, fastest, msched-once, msched and oracle on the four workloads of issue 8.
+"""Scheduling quality: fifo, fastest, msched-once, msched and oracle on the four workloads of issue 8,
+under Slurm's default scheduler (sched/backfill, `msched sim`'s default), jobs with users' time limits.
 
     python bench/bench_quality.py [--quick|--full] [--workloads philly,static,alibaba,gavel]
                                   [--seeds N] [--jobs N] [--round 60] [--json FILE]
@@ -6,8 +7,10 @@
 Each (workload, seed) is one trace (bench/workloads.py) replayed by `msched sim` under all five policies
 in one call, so every ratio compares policies on the same jobs in the same run. Per workload the table
 gives the mean over seeds (and the spread, as +- one standard deviation) of makespan, mean and p99 JCT,
-mean wait and GPU utilisation, then the ratios msched/fifo, msched/oracle and msched/msched-once computed
-per seed and averaged. Times are simulated hours: they do not depend on this machine's speed.
+mean wait and GPU utilisation and the makespan over the LP lower bound (`msched.policy.bound`), then the
+ratios msched/fifo, msched/oracle and msched/msched-once computed per seed and averaged. Every run is
+checked: every policy finishes every submitted job, and no makespan is below the lower bound; a run that
+fails either check is reported as FAILED. Times are simulated hours: they do not depend on this machine.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from msched.policy import POLICY_NAMES  # noqa: E402
 POLICIES = POLICY_NAMES
 METRICS = (("makespan_s", "makespan h", 3600.0), ("mean_jct_s", "mean JCT h", 3600.0),
            ("p99_jct_s", "p99 JCT h", 3600.0), ("mean_wait_s", "mean wait h", 3600.0),
-           ("gpu_utilization", "util %", 0.01))
+           ("gpu_utilization", "util %", 0.01), ("ratio_to_lower_bound", "x LP bound", 1.0))
 RATIOS = (("msched", "fifo"), ("msched", "oracle"), ("msched", "msched-once"), ("oracle", "fifo"))
 # jobs per trace: the static batch is several times its longest job; the online traces' arrival windows
 # span hours on their clusters (the 256-GPU Alibaba cluster needs more jobs for the same load to build up)
@@ -73,8 +76,8 @@ def run_case(case: Case, workdir: Path, round_s: float, timeout: float, extra: l
         return {"case": case.__dict__, "error": f"msched sim ran over {timeout:g} s", "seconds": timeout,
                 "argv": argv}
     seconds = time.perf_counter() - start
-    if proc.returncode != 0 or not out.exists():
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    if not out.exists():
         return {"case": case.__dict__, "error": f"msched sim exit {proc.returncode}: {lines[-1] if lines else ''}",
                 "seconds": seconds, "argv": argv}
     try:
@@ -83,8 +86,26 @@ def run_case(case: Case, workdir: Path, round_s: float, timeout: float, extra: l
         return {"case": case.__dict__, "error": f"unreadable sim JSON: {exc}", "seconds": seconds}
     if isinstance(results, dict):   # tolerate {"results": [...]} as well as DESIGN's list
         results = results.get("results", results.get("policies", []))
-    return {"case": case.__dict__, "results": {r["policy"]: r for r in results}, "seconds": seconds,
-            "describe": wl.describe(w), "argv": argv}
+    run = {"case": case.__dict__, "results": {r["policy"]: r for r in results}, "seconds": seconds,
+           "describe": wl.describe(w), "argv": argv}
+    problems = check_results(results)
+    if proc.returncode != 0:
+        problems.insert(0, f"msched sim exit {proc.returncode}: {lines[-1] if lines else ''}")
+    if problems:
+        run["error"] = "; ".join(problems)
+    return run
+
+
+def check_results(results: list[dict]) -> list[str]:
+    """What must hold in every run: every submitted job finished, no makespan below the lower bound."""
+    out = []
+    for r in results:
+        if r.get("submitted") is None or r.get("finished") != r.get("submitted"):
+            out.append(f"{r['policy']}: {r.get('finished')}/{r.get('submitted')} jobs finished")
+        mk, lb = r.get("makespan_s"), r.get("lower_bound_s")
+        if mk is not None and lb and mk < lb * (1 - 1e-6):
+            out.append(f"{r['policy']}: makespan {mk:.0f} s below the lower bound {lb:.0f} s")
+    return out
 
 
 def _mean_sd(vals: list[float]) -> tuple[float, float]:
@@ -107,8 +128,14 @@ def summarise(runs: list[dict]) -> dict:
     for r in runs:
         if "results" in r:
             by_workload.setdefault(r["case"]["workload"], []).append(r["results"])
-    for name, seeds in by_workload.items():
-        entry: dict = {"seeds": len(seeds), "policies": {}, "ratios": {}}
+    for name, seeds in by_workload.items():  # runs that failed a check are kept: their numbers are shown
+        entry: dict = {"seeds": len(seeds), "policies": {}, "ratios": {},
+                       "lower_bound_s": _mean_sd([next(iter(s.values())).get("lower_bound_s") for s in seeds if s]),
+                       "submitted": sum(r.get("submitted") or 0 for s in seeds for r in s.values()),
+                       "finished": sum(r.get("finished") or 0 for s in seeds for r in s.values()),
+                       "below_bound": sum(1 for s in seeds for r in s.values()
+                                          if r.get("makespan_s") is not None and r.get("lower_bound_s")
+                                          and r["makespan_s"] < r["lower_bound_s"] * (1 - 1e-6))}
         for pol in POLICIES:
             rows = [s[pol] for s in seeds if pol in s]
             if rows:
@@ -129,8 +156,11 @@ def print_tables(summary: dict, runs: list[dict], console: Console) -> None:
             continue
         entry = summary[name]
         desc = next((r["describe"] for r in runs if r["case"]["workload"] == name and "describe" in r), {})
+        lb = entry["lower_bound_s"]
         title = (f"{name}: {wl.DESCRIPTIONS[name]}\n{desc.get('jobs', '?')} jobs, {desc.get('gpus', '?')} GPUs, "
-                 f"{entry['seeds']} seed(s); mean ±sd over seeds")
+                 f"{entry['seeds']} seed(s); mean ±sd over seeds; sched/backfill; LP lower bound "
+                 f"{_fmt(lb[0] / 3600, lb[1] / 3600)} h; {entry['finished']}/{entry['submitted']} jobs finished "
+                 f"(all policies and seeds), {entry['below_bound']} makespan(s) below the bound")
         t = Table(title=title, title_justify="left")
         t.add_column("policy")
         for _, label, _ in METRICS:

@@ -72,12 +72,15 @@ BENCHES = (
           "10k (2k) pending jobs.",
           slurm=True),
     Bench("sim", "bench_sim.py", "Simulator speed",
-          "Jobs/s and rounds/s of `slurm_sim` under msched with 60 s rounds on a 20k-job trace on 1,000 GPUs of "
-          "6 types (and 100k jobs in --full); --quick runs 5k jobs.",
+          "Jobs/s and rounds/s of `slurm_sim` (sched/backfill) under msched with 60 s rounds on a 20k-job trace "
+          "on 1,000 GPUs of 6 types (and 100k jobs in --full); --quick runs 5k jobs. Then the cost of loading a "
+          "valid trace per line (100k lines; 1M in --full; goal for 1M lines: under 120 s and 2 GB).",
           quick=(("--jobs", "5000"),), full=(("--full", "--fifo"),), timeout_full=3600.0),
     Bench("quality", "bench_quality.py", "Scheduling quality",
-          "fifo, fastest, msched-once, msched and oracle on the four workloads (bench/workloads.py), several "
-          "seeds, every policy on the same trace in one `msched sim` call.",
+          "fifo, fastest, msched-once, msched and oracle on the four workloads (bench/workloads.py), seeds 1-5 "
+          "(1-3 in --quick), every policy on the same trace in one `msched sim` call, under Slurm's default "
+          "scheduler sched/backfill (so fifo is backfill fifo), jobs carrying users' time limits. Each run is "
+          "checked: every policy finishes every submitted job, no makespan below the LP lower bound.",
           json_flag=True, timeout_quick=420.0, timeout_full=5400.0),
     Bench("planner", "bench_planner.py", "Planner: distance to optimal",
           "Small static batches (16 and 30 one-GPU jobs on 8 one-GPU nodes of 4 types, 5 seeds): the greedy plan "
@@ -300,8 +303,11 @@ def quality_markdown(data: dict) -> list[str]:
     summary = data.get("summary") or {}
     policies = ("fifo", "fastest", "msched-once", "msched", "oracle")
     jobs = data.get("jobs") or {}
-    L = ["| workload | policy | makespan h | mean JCT h | p99 JCT h | mean wait h | util % |",
-         "|---|---|---:|---:|---:|---:|---:|"]
+    L = ["All under sched/backfill (Slurm's default). `x LP bound`: makespan over the LP lower bound "
+         "(msched.policy.bound), per seed then averaged; `finished`: jobs finished / submitted, summed over the five policies and all seeds.",
+         "",
+         "| workload | policy | makespan h | mean JCT h | p99 JCT h | mean wait h | util % | x LP bound |",
+         "|---|---|---:|---:|---:|---:|---:|---:|"]
 
     def cell(stats: dict, key: str, unit: float) -> str:
         mean, sd = stats.get(key, (math.nan, math.nan))
@@ -317,11 +323,17 @@ def quality_markdown(data: dict) -> list[str]:
             st = entry["policies"].get(pol)
             if not st:
                 continue
-            label = f"{name} ({jobs.get(name, '?')} jobs, {entry['seeds']} seeds)" if pol == "fifo" else ""
+            label = ""
+            if pol == "fifo":
+                lb = entry.get("lower_bound_s", (math.nan, 0))
+                label = (f"{name} ({jobs.get(name, '?')} jobs, seeds 1-{entry['seeds']}; LP bound "
+                         f"{cell({'lb': lb}, 'lb', 3600)} h; finished {entry.get('finished', '?')}/"
+                         f"{entry.get('submitted', '?')})")
             bold = "**" if pol == "msched" else ""
-            L.append(f"| {label} | {bold}{pol}{bold} | {cell(st, 'makespan_s', 3600)} | {cell(st, 'mean_jct_s', 3600)} | "
-                     f"{cell(st, 'p99_jct_s', 3600)} | {cell(st, 'mean_wait_s', 3600)} | "
-                     f"{cell(st, 'gpu_utilization', 0.01)} |")
+            name_cell = f"backfill {pol}" if pol == "fifo" else pol
+            L.append(f"| {label} | {bold}{name_cell}{bold} | {cell(st, 'makespan_s', 3600)} | "
+                     f"{cell(st, 'mean_jct_s', 3600)} | {cell(st, 'p99_jct_s', 3600)} | {cell(st, 'mean_wait_s', 3600)} | "
+                     f"{cell(st, 'gpu_utilization', 0.01)} | {cell(st, 'ratio_to_lower_bound', 1)} |")
     L.append("")
     L.append("Ratios, per seed on the same trace, then mean ±sd (below 1 = the first policy is better):")
     L.append("")
@@ -346,7 +358,8 @@ def quality_findings(data: dict) -> list[str]:
     for name, entry in (data.get("summary") or {}).items():
         r = entry.get("ratios", {})
         parts = []
-        for key, label in (("msched/fifo", "fifo"), ("msched/oracle", "oracle"), ("msched/msched-once", "msched-once")):
+        for key, label in (("msched/fifo", "backfill fifo"), ("msched/oracle", "oracle"),
+                           ("msched/msched-once", "msched-once")):
             if key in r:
                 mk, sd = r[key]["makespan_s"]
                 jct = r[key]["mean_jct_s"][0]
@@ -354,8 +367,13 @@ def quality_findings(data: dict) -> list[str]:
                     continue
                 verdict = "beats" if mk < 0.995 else ("loses to" if mk > 1.005 else "ties")
                 parts.append(f"{verdict} {label} on makespan ({mk:.3f} ±{sd:.3f}; mean JCT ratio {jct:.3f})")
+        lb = entry.get("policies", {}).get("msched", {}).get("ratio_to_lower_bound")
+        if lb and not math.isnan(lb[0]):
+            parts.append(f"makespan {lb[0]:.3f} ±{lb[1]:.3f} x the LP lower bound")
         if parts:
-            out.append(f"- **{name}** ({entry['seeds']} seeds): msched " + "; ".join(parts) + ".")
+            out.append(f"- **{name}** ({entry['seeds']} seeds): msched " + "; ".join(parts) + "; "
+                       f"{entry.get('finished', '?')}/{entry.get('submitted', '?')} jobs finished, "
+                       f"{entry.get('below_bound', '?')} makespan(s) below the bound.")
     return out
 
 
@@ -405,6 +423,13 @@ def workloads_section() -> list[str]:
              "work (GPUs x runtime averaged over the types that can run the job) is 0.9 of the cluster's "
              "capacity over the arrival window. Philly's own cluster was far larger than 96 GPUs, so its raw "
              "timestamps would leave these clusters nearly idle.")
+    L.append("- Time limits: every job gets one as users set them (`slurm_sim.trace.user_time_limit`, after "
+             "Mu'alem & Feitelson 2001 and Tsafrir, Etsion & Feitelson 2005): runtime on the slowest type that "
+             "can hold it / U(0.02, 1], rounded up to a popular value (5 min ... 7 days), 10% at the maximum. "
+             "Backfill plans with these, not with the true runtimes.")
+    L.append("- No job is lost: a job's model always has truth rows on every type that can hold it (models "
+             "without are redrawn: `redrawn_for_truth_gaps` in `python bench/workloads.py`), so `msched sim` "
+             "never refuses a workload and every policy can run every job wherever it sends it.")
     L.append("- References never appear among the jobs of (a)-(c) (msched's default reference set is read as "
              "msched reads it); in (d) every job's model is its own reference, so (d) judges the planner on a "
              "second, independent set of measurements with perfect model knowledge, and msched and oracle "
@@ -433,7 +458,11 @@ MEANING = """## What the figures mean
 - **makespan**: last job end minus first submit (simulated); the papers' headline metric, most telling on
   the static batch. **mean / p99 JCT**: job completion time, end minus submit. **mean wait**: start minus
   submit. **util %**: busy GPU-seconds over (GPUs x makespan).
-- **fifo**: Slurm's default, untyped requests take whatever type frees first. **fastest**: every job asks
+- Every run simulates Slurm's default scheduler, **sched/backfill** (docs/backfill.md says what is
+  modelled), with each job's time limit as a user would set it (an overestimate of its runtime,
+  heavy-tailed, rounded to popular values); msched's planner is told Slurm backfills.
+- **fifo** (backfill fifo): Slurm as sites run it, priority by submit order with backfill; untyped requests
+  take whatever type frees first. **fastest**: every job asks
   for the type fastest on average (what users do by hand). **msched-once**: the similarity-based choice made
   at submit, never revised. **msched**: re-planned every round (60 s). **oracle**: msched's planner fed the
   true runtimes: the same heuristic with perfect knowledge, so msched/oracle isolates the cost of estimating
@@ -445,9 +474,29 @@ MEANING = """## What the figures mean
 """
 
 
+def _old_sections(old: str) -> tuple[dict[str, str], dict[str, str]]:
+    """From an earlier BENCHMARKS.md: each benchmark's section (by title) and its summary-table row."""
+    sections, rows = {}, {}
+    for b in BENCHES:
+        for head in (f"## {b.title}\n", f"## {b.title} (earlier run)\n"):
+            if head in old:
+                body = old.split(head, 1)[1]
+                nxt = body.find("\n## ")
+                sections[b.title] = f"## {b.title}\n" + (body if nxt < 0 else body[:nxt + 1])
+        row = next((ln for ln in old.splitlines() if ln.startswith(f"| {b.title} |")), None)
+        if row:
+            rows[b.title] = row
+    return sections, rows
+
+
 def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], path: Path, argv: list[str],
-                   slurm_note: str = "") -> None:
+                   slurm_note: str = "", keep_others: bool = False) -> None:
+    """The whole BENCHMARKS.md from this run. `keep_others` (with --only): the benchmarks not run keep
+    their sections from the earlier file, marked as from the earlier run."""
     old = path.read_text() if path.exists() else ""
+    old_sections, old_rows = _old_sections(old) if keep_others else ({}, {})
+    ran = {o.bench.title for o in outcomes}
+    kept = [b for b in BENCHES if b.title not in ran and b.title in old_sections]
     analysis = ""
     if MARK_START in old and MARK_END in old:
         analysis = old.split(MARK_START, 1)[1].split(MARK_END, 1)[0].strip("\n")
@@ -483,6 +532,16 @@ def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], 
         cmd = "<br>".join("`" + " ".join(a) + "`" for a in o.argv) or "-"
         status = o.status + (f" ({o.note})" if o.note else "")
         L.append(f"| {o.bench.title} | {status} | {o.seconds:.0f} | {cmd} |")
+    for b in kept:
+        row = old_rows.get(b.title)
+        if row:
+            cells = row.split(" | ")
+            cells[1] = cells[1].replace(" (earlier run, not re-run)", "") + " (earlier run, not re-run)"
+            L.append(" | ".join(cells))
+    if kept:
+        L.append("")
+        L.append("Not re-run this time (`--only`): " + ", ".join(b.title for b in kept) + "; their sections below "
+                 "are copied from the earlier file as they were.")
     L.append("")
     L.extend(workloads_section())
     L.extend(MEANING.splitlines())
@@ -533,6 +592,9 @@ def write_markdown(outcomes: list[Outcome], mode: str, figures: dict[str, str], 
             L.append(text[-12000:])
             L.append("```")
             L.append("")
+    for b in kept:
+        L.append(old_sections[b.title].rstrip("\n").replace(f"## {b.title}", f"## {b.title} (earlier run)", 1))
+        L.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(L).rstrip() + "\n")
 
@@ -588,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
             if drawn:
                 figures[o.bench.key] = str(target.relative_to(args.out.resolve().parent)) \
                     if target.is_relative_to(args.out.resolve().parent) else str(target)
-        write_markdown(outcomes, run_mode, figures, args.out, raw, slurm_note)
+        write_markdown(outcomes, run_mode, figures, args.out, raw, slurm_note, keep_others=bool(args.only))
         print(f"\nwrote {args.out}" + (f" and {len(figures)} figure(s) under bench/figures/" if figures else ""))
 
     print("\n=== summary ===")

@@ -49,8 +49,14 @@ class SimClient(SlurmClient):
         return cls(Simulator(cluster, truth, backfill=backfill, **kwargs))
 
     def scheduler(self) -> SchedulerSettings:
-        """What `scontrol show config` would say of the simulated Slurm: its scheduler setting."""
-        return SchedulerSettings("sched/backfill" if self.sim.backfill else "sched/builtin")
+        """What `scontrol show config` would say of the simulated Slurm: SchedulerType and, for backfill,
+        the SchedulerParameters it models (bf_window in minutes, as slurm.conf writes it)."""
+        sim = self.sim
+        if not sim.backfill:
+            return SchedulerSettings("sched/builtin")
+        return SchedulerSettings("sched/backfill", (
+            ("bf_interval", f"{sim.bf_interval:g}"), ("bf_window", f"{sim.bf_window / 60:g}"),
+            ("bf_max_job_test", str(sim.bf_max_job_test))))
 
     # ------------------------------------------------------------------ clock
     def now(self) -> float:

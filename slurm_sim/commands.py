@@ -293,3 +293,9 @@ def _print_table(results, cluster, n_jobs: int, scheduler: str) -> None:
     simple = results[0].metrics.get("simple_lower_bound_s") if results else None
     click.echo(f"lower bound on the makespan: {_fmt_s(lb)} (LP relaxation over GPU types; the simple bound, "
                f"longest job vs all work over all GPUs, is {_fmt_s(simple)})")
+    runs = [(m["longest_job_s"] / m["makespan_s"], m["longest_job_s"], r.policy) for r in results
+            if (m := r.metrics).get("makespan_s") and m.get("longest_job_s") is not None]
+    if runs:
+        share, longest, policy = max(runs)
+        click.echo(f"longest job as run: {_fmt_s(longest)} ({policy}), at most {share:.2f} of a policy's makespan"
+                   + (" (one job sets the makespan: the schedule matters little)" if share > 0.5 else ""))

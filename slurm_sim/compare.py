@@ -186,7 +186,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     i = 0
     inf = float("inf")
 
-    sizes = cluster_node_gpus(setup.cluster)
+    sizes: dict[str, dict[str, tuple[int, ...]]] = {}      # per partition list: the nodes the job may use
 
     def submit(tj: TraceJob) -> None:
         free: dict[str, float] = {}
@@ -195,7 +195,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
-                                   ClusterView(node_gpus=sizes, free_at=free, fresh=True), sim.now)
+                                   ClusterView(node_gpus=sizes.setdefault(tj.partition, cluster_node_gpus(
+                                       setup.cluster, tj.partition)), free_at=free, fresh=True), sim.now)
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
@@ -298,10 +299,14 @@ def _canonical(name: str) -> str:
     """GPU type names in the simulator are canonical already (cluster specs are lowercased)."""
     return name
 
-def cluster_node_gpus(cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
-    """GPUs per node of each type: the node shapes msub reads from sinfo."""
+def cluster_node_gpus(cluster: ClusterSpec, partition: str = "") -> dict[str, tuple[int, ...]]:
+    """GPUs per node of each type: the node shapes msub reads from sinfo, of the nodes in the job's
+    partitions (comma-separated; "" = the default partition), as sbatch -p limits them."""
+    parts = set(partition.split(",")) if partition else {cluster.default_partition}
     out: dict[str, list[int]] = {}
     for n in cluster.nodes:
+        if not parts & set(n.partitions):
+            continue
         out.setdefault(n.gpu_type, []).append(n.gpus)
     return {t: tuple(sorted(v)) for t, v in out.items()}
 

@@ -2,7 +2,8 @@
 
 - makespan_s: last end minus first submit; mean_jct_s / p99_jct_s: end minus submit (p99 by the
   nearest-rank method: the ceil(0.99 n)-th smallest); mean_wait_s: start minus submit;
-  gpu_utilization: busy GPU-seconds / (all GPUs x makespan).
+  gpu_utilization: busy GPU-seconds / (all GPUs x makespan); longest_job_s: the longest run (end minus
+  start): a makespan close to it says one job, not the schedule, decided the result.
 - lower_bound_s: no schedule can finish sooner, whatever the policy: the LP relaxation over GPU types
   of `msched.policy.bound` (each job fractionally assigned to the types that can hold it and have a
   truth row, its runtime there capped at its time limit, where Slurm would kill it; per-type capacity
@@ -47,12 +48,11 @@ def percentile_nearest_rank(values: Sequence[float], q: float) -> float:
 
 
 def true_runtimes(job: TraceJob, truth: PerfTable, cluster: ClusterSpec) -> dict[str, float]:
-    """A job's true runtime on each type that can hold it and has a truth row (capped at its time limit)."""
-    types = [job.gpu_type] if job.gpu_type else cluster.gpu_types
+    """A job's true runtime on each type that can hold it (its pin, size and partitions) and has a truth row
+    (capped at its time limit)."""
+    from slurm_sim.trace import candidate_types
     out: dict[str, float] = {}
-    for t in types:
-        if not cluster.fits(t, job.num_gpus):
-            continue
+    for t in candidate_types(job, cluster):
         ms = truth.iter_ms(job.model, t, job.num_gpus, job.batch_size)
         if ms is None:
             continue
@@ -99,6 +99,7 @@ def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: 
     busy = sum((o.end - o.start) * o.num_gpus for o in done)
     out.update({
         "makespan_s": makespan,
+        "longest_job_s": max((o.end - o.start for o in done), default=0.0),
         "mean_jct_s": sum(jct) / len(jct) if jct else 0.0,
         "p99_jct_s": percentile_nearest_rank(jct, 99),
         "mean_wait_s": sum(wait) / len(wait) if wait else 0.0,

@@ -239,7 +239,7 @@ def _resolve_dependency(job: TraceJob, seen: dict[str, tuple[str, ...]], submitt
     return replace(job, dependency=f"{kind}:{':'.join(out)}")
 
 
-def _candidate_types(job: TraceJob, cluster: ClusterSpec) -> list[str]:
+def candidate_types(job: TraceJob, cluster: ClusterSpec) -> list[str]:
     """GPU types a job may be sent to: its pin, else every type of its partitions whose nodes hold its size."""
     parts = set(job.partition.split(",")) if job.partition else {cluster.default_partition}
     types = [job.gpu_type] if job.gpu_type else cluster.gpu_types
@@ -259,7 +259,7 @@ def _check_runnable(job: TraceJob, truth: PerfTable, cluster: ClusterSpec | None
     if unknown:
         raise TraceError(f"{where}: partition {', '.join(unknown)} is not in the cluster "
                          f"(partitions: {', '.join(cluster.partition)})")
-    fitting = _candidate_types(job, cluster)
+    fitting = candidate_types(job, cluster)
     if not fitting:
         allowed = [job.gpu_type] if job.gpu_type else types
         most = max(cluster.max_gpus(t) for t in allowed)
@@ -277,7 +277,7 @@ def truth_gaps(jobs: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec)
         key = (j.model, j.num_gpus, j.batch_size, j.gpu_type, j.partition)
         missing = memo.get(key)
         if missing is None:
-            missing = memo[key] = [t for t in _candidate_types(j, cluster)
+            missing = memo[key] = [t for t in candidate_types(j, cluster)
                                    if truth.iter_ms(j.model, t, j.num_gpus, j.batch_size) is None]
         for t in missing:
             gaps[j.model, t] += 1

@@ -320,6 +320,9 @@ def test_default_scheduler_is_backfill_as_slurms_and_the_spec_can_say_builtin(tm
     spec = toml(tmp_path, '[scheduler]\ntype = "builtin"\n[[nodes]]\ntype = "a100"\ngpus = 2\n')
     assert SimClient.from_spec(spec).sim.scheduler == "builtin"
     assert SimClient.from_spec(spec, scheduler="backfill").sim.backfill
+    settings = SimClient.from_spec(spec, scheduler="backfill", bf_window=7200).scheduler()
+    assert settings.backfill and settings.parameter("bf_window") == "120" and settings.parameter("bf_interval") == "30"
+    assert not SimClient.from_spec(spec).scheduler().backfill
     with pytest.raises(ClusterSpecError, match="choose from backfill, builtin"):
         parse_cluster(toml(tmp_path, '[scheduler]\ntype = "gang"\n[[nodes]]\ntype = "a100"\ngpus = 2\n'))
 

@@ -297,3 +297,60 @@ def test_truth_gaps_refused_up_front_unless_filled_and_unfinished_jobs_fail_the_
     assert r.exit_code == 1 and "unfinished jobs: fifo: 1 (2)" in r.output
     m = json.loads(out.read_text())[0]
     assert (m["submitted"], m["finished"], m["unfinished"], m["makespan_s"]) == (2, 1, 1, None)
+
+
+def test_truth_rows_stopping_below_the_gpu_count_and_small_nodes_lose_no_job(tmp_path):
+    """vgg16's rows stop at 4 GPUs on every type; 8-GPU jobs run by the table's fill rule (the nearest
+    count below), never parked. The titanv node has 4 GPUs, so no policy may put an 8-GPU job there:
+    every policy finishes every job, and every 8-GPU job ran on a100."""
+    rows = [PerfRow(m, t, g, 12, "float", ms * slow * (1 + 0.05 * (g - 1)), "test")
+            for m, ms in (("vgg16", 120.0), ("resnet50", 90.0)) for t, slow in (("a100", 1.0), ("titanv", 1.5))
+            for g in (1, 2, 4)]
+    truth = tmp_path / "truth.csv"
+    PerfTable(rows).write(truth)
+    trace = write(tmp_path, HEADER + "".join(f"{i},{i * 10},u,{m},{g},12,{it}\n" for i, (m, g, it) in enumerate(
+        [("vgg16", 8, 4000), ("resnet50", 4, 9000), ("vgg16", 8, 3000), ("resnet50", 1, 20000), ("vgg16", 2, 5000),
+         ("vgg16", 8, 2000)], start=1)))
+    out, res = tmp_path / "jobs.csv", tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", "a100:8x1,titanv:4x1", "--trace", str(trace), "--truth", str(truth),
+                                 "--perf", str(truth), "--references", "resnet50,vgg16",
+                                 "--policy", "fifo,fastest,msched-once,msched,oracle", "--jobs-csv", str(out),
+                                 "--json", str(res)])
+    assert r.exit_code == 0, r.output
+    for m in json.loads(res.read_text()):
+        assert (m["submitted"], m["finished"], m["unfinished"]) == (6, 6, 0), m["policy"]
+    with open(out) as fh:
+        ran = list(csv.DictReader(fh))
+    assert len(ran) == 30
+    assert {x["gpu_type"] for x in ran if x["job_id"] in ("1", "3", "6")} == {"a100"}
+
+
+def test_a_per_partition_cluster_is_planned_through_partitions(tmp_path, truth_csv):
+    """A site that splits GPU types by partition: `a100` holds the a100 nodes, `rtx` the rtx2080ti ones,
+    `all` (the default) both. Jobs that name `rtx` run only there under every policy (msched's plan and
+    its constraint stay inside the job's partitions), every job finishes, and the `a100` partition's
+    DefaultTime is what a limitless job there runs under."""
+    spec = tmp_path / "cluster.toml"
+    spec.write_text('[[partitions]]\nname = "all"\ndefault = true\n'
+                    '[[partitions]]\nname = "a100"\nnodes = ["a100"]\ndefault_time_s = 86400\n'
+                    '[[partitions]]\nname = "rtx"\nnodes = ["rtx2080ti"]\n'
+                    '[[nodes]]\ntype = "a100"\ngpus = 4\n[[nodes]]\ntype = "rtx2080ti"\ngpus = 4\n')
+    trace = write(tmp_path, HEADER.strip() + ",time_limit_s,partition\n" + "".join(
+        f"{i},{i * 20},u,{m},{g},12,{it},{lim},{part}\n" for i, (m, g, it, lim, part) in enumerate([
+            ("vgg16", 2, 20000, 36000, "rtx"), ("resnet50", 4, 20000, "", "a100"), ("vgg19", 1, 30000, 36000, ""),
+            ("densenet121", 2, 20000, 36000, "rtx"), ("mobilenet_v2", 4, 30000, 36000, "\"a100,rtx\""),
+            ("resnet101", 1, 10000, 36000, "")], start=1)))
+    out, res = tmp_path / "jobs.csv", tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["sim", "--cluster", str(spec), "--trace", str(trace), "--truth", str(truth_csv),
+                                 "--perf", str(truth_csv), "--references", "resnet50,vgg16",
+                                 "--policy", "fifo,msched-once,msched,oracle", "--jobs-csv", str(out),
+                                 "--json", str(res)])
+    assert r.exit_code == 0, r.output
+    assert all(m["finished"] == m["submitted"] == 6 for m in json.loads(res.read_text()))
+    with open(out) as fh:
+        ran = list(csv.DictReader(fh))
+    assert {x["gpu_type"] for x in ran if x["job_id"] in ("1", "4")} == {"rtx2080ti"}
+    assert {x["gpu_type"] for x in ran if x["job_id"] == "2"} == {"a100"}
+    with pytest.raises(TraceError, match="partition gpu is not in the cluster"):
+        load_trace(write(tmp_path, HEADER.strip() + ",partition\n1,0,u,vgg16,1,12,10,gpu\n"),
+                   PerfTable.load(truth_csv), parse_cluster(str(spec)))
