@@ -7,11 +7,15 @@ with it (the same timeline, backfill or not, unmanaged jobs in their places). Th
 order and the types and keeps the plan whose decoded schedule scores best:
 
 1. Start points: the greedy plan for the objective (always computed first: it is the fallback), the
-   longest-first and shortest-first orders, and both with each job's type fixed to the one the LP
-   relaxation (msched.policy.bound) gives most of it.
-2. Local search, first improvement: move the job that ends last (it sets the makespan) earlier in the
-   order; move a job to the position its length deserves among its neighbours; random insertions. Each
-   candidate is decoded and scored; the best is kept.
+   last round's plan (the queue's current priorities: a warm start that needs no state), the opposite
+   greedy order, and the greedy order with each job's type fixed to the one the LP relaxation
+   (msched.policy.bound) gives most of it.
+2. Local search from each start point, best first, within the budget (`SEARCH_WORK`): insertion moves
+   (a job taken out of the order and put elsewhere: the job that ends last to the front, half way up,
+   one place up; each job to the front and to the end; random ones) and retyping moves (a job fixed to
+   another type it may use). A small head takes the best move of its whole neighbourhood each step, a
+   larger one the first move that helps. Each candidate is decoded and scored; the best is kept.
+   Starving jobs stay first and are widened only to types within `slack` of their fastest.
 3. Objectives (`objective`): "makespan" = (last end, then the sum of ends); "jct" = (sum of ends, then
    the last end); "balanced" (the default) = the smallest sum of ends among plans whose last end is
    within `tolerance` (5%) of the shortest makespan the search found (measured from the oldest planned
