@@ -146,18 +146,20 @@ class MschedPolicy(MschedOncePolicy):
         return self.plan_from(snapshot, order, starving, placed, chosen, tl)
 
     def construct(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
-                  fixed: Mapping[str, str] | None = None,
-                  relative: Mapping[str, float] | None = None):  # noqa: ANN201 - (placed, chosen, Timeline)
+                  fixed: Mapping[str, str] | None = None, relative: Mapping[str, float] | None = None,
+                  timeline: Timeline | None = None):  # noqa: ANN201 - (placed, chosen, Timeline)
         """Step 1-2: the queue as Slurm holds it, managed places filled in `order`; each job placed at its
         earliest start (managed ones on their earliest-completion type, or on `fixed[job]` when given and
-        possible; `relative`: `type_demand` of the order when the caller has it). Returns the placements,
-        the chosen type constraints and the booked timeline."""
+        possible; `relative`: `type_demand` of the order when the caller has it; `timeline`: the snapshot's
+        timeline, copied rather than rebuilt). Returns the placements, the chosen type constraints and the
+        booked timeline."""
         types = snapshot.gpu_types
         now = snapshot.now
         slots = iter(order)
         construct = [next(slots) if j.managed else j for j in sorted(snapshot.pending, key=queue_key)]
-        tl = Timeline(now, snapshot.nodes, snapshot.running)
-        self._possible = PossibleTypes(snapshot)
+        tl = timeline.copy() if timeline is not None else Timeline(now, snapshot.nodes, snapshot.running)
+        if getattr(self, "_possible_of", None) is not snapshot:
+            self._possible, self._possible_of = PossibleTypes(snapshot), snapshot
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}

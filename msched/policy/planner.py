@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from msched.policy.base import Placed, queue_key
 from msched.policy.msched import MschedPolicy, OraclePolicy, type_demand
 from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan
+from msched.policy.timeline import Timeline
 
 log = logging.getLogger("msched.policy.planner")
 
@@ -48,10 +49,13 @@ PLANNERS = ("optimize", "greedy")
 DEFAULT_TIME_BOX_S = 2.0
 DEFAULT_HEAD_JOBS = 200
 DEFAULT_TOLERANCE = 0.05
-SEARCH_WORK = 6000           # job placements per round at most (decodes x head jobs: 30 decodes of a
-                             # 200-job head, 1,200 of a 5-job one): a round starts from the last round's
-                             # plan (the queue's priorities), so the search carries on across rounds
+SEARCH_WORK = 6000           # decode steps per round at most (decodes x (head jobs + running jobs + nodes):
+                             # ~25 decodes of a 200-job head on a small cluster, ~250 of a 16-job batch on
+                             # 8 idle nodes, the minimum on a busy 1,000-GPU cluster): a round starts from
+                             # the last round's plan (the queue's priorities), so the search carries on
+                             # across rounds
 MIN_EVALS = 8
+LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 
 
@@ -121,7 +125,10 @@ class OptimizingPolicy(MschedPolicy):
         placed, chosen, tl = self.construct(snapshot, order, starving)
         greedy = self.plan_from(snapshot, order, starving, placed, chosen, tl)
         free = [j for j in order if j.job_id not in starving]
-        if len(free) < 2:
+        now = snapshot.now
+        if len(free) < 2 or all(j.job_id in placed and placed[j.job_id].start <= now for j in free):
+            # nothing to search: one job, or every job starts now on its earliest-completion type (an
+            # online queue that keeps up); no order or retyping can end any of them sooner
             self.last_search = {"planner": "optimize", "evals": 1, "improved": False, "timed_out": False}
             return greedy
         head, tail = self._split(free, placed)
@@ -194,10 +201,13 @@ class _Search:
         # sets the makespan later and later (a share of the time from *now* would, by 5% each round)
         self.anchor = min((j.submit_time for j in head), default=snapshot.now)
         self.rng = random.Random(len(head))
-        self.max_evals = max(MIN_EVALS, policy.search_work // max(1, len(head)))
+        # a decode costs about one step per head job, running job and node (the timeline is rebuilt)
+        per_eval = len(head) + len(snapshot.running) + len(snapshot.nodes)
+        self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
         self.types = snapshot.gpu_types
+        self.timeline = Timeline(snapshot.now, snapshot.nodes, snapshot.running)   # copied by each decode
         # the affinity rule's queue-wide type demand depends on the set of jobs only: once per search
         self.relative = type_demand([*starving_first, *head], snapshot.gpu_types) if policy.affinity > 0 else {}
 
@@ -214,7 +224,8 @@ class _Search:
         return (-s.placed, over, s.sum_end)
 
     def evaluate(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None = None) -> tuple[Score, dict]:
-        placed, _, _ = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative)
+        placed, _, _ = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative,
+                                        self.timeline)
         self.evals += 1
         s = score(self.snap, placed)
         self.best_ms = min(self.best_ms, s.last_end) if s.placed == len(placed) else self.best_ms
@@ -257,8 +268,9 @@ class _Search:
         return (order, fixed, True) if improved else (greedy_order, None, False)
 
     def _lp_types(self) -> dict[str, str] | None:
-        """Each head job's type with the largest share in the LP relaxation (None: nothing to fix)."""
-        if self.out_of_time():
+        """Each head job's type with the largest share in the LP relaxation (None: nothing to fix; a
+        head of fewer than LP_MIN_JOBS jobs is left to the local search's retyping moves)."""
+        if self.out_of_time() or len(self.head) < LP_MIN_JOBS:
             return None
         from msched.policy.bound import snapshot_lower_bound
         b = snapshot_lower_bound(self.snap)
