@@ -91,6 +91,17 @@ def main() -> None:
     args = ap.parse_args()
 
     snap = snapshot(args.pending, args.gpus, args.seed)
+    # the greedy list schedule alone (goal <= 1 s), then the default optimizing planner (goal <= 3 s: the
+    # greedy plan, then the search over the head of the queue, msched.policy.planner)
+    greedy = get_policy("msched", planner="greedy")
+    g_times, g_cpu = [], []
+    for _ in range(args.repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        greedy.plan(snap)
+        g_times.append(time.perf_counter() - t0)
+        g_cpu.append(time.process_time() - c0)
+    print(f"greedy plan: {len(snap.pending)} pending: {min(g_times):.3f} s wall, {min(g_cpu):.3f} s CPU "
+          f"(best of {args.repeat})")
     policy = get_policy("msched")
     times, cpu = [], []
     for _ in range(args.repeat):
@@ -103,6 +114,9 @@ def main() -> None:
     print(f"round 1: {len(snap.pending)} pending, {gpus} GPUs of {len(snap.gpu_types)} types: "
           f"plan {min(times):.3f} s wall, {min(cpu):.3f} s CPU (best of {args.repeat}), update calls {calls}, fewest possible {fewest} "
           f"({retyped} retyped), ratio {calls / max(1, fewest):.2f}")
+    s = policy.last_search
+    print(f"  optimizer: head {s.get('head')} jobs searched, tail {s.get('tail')} greedy; {s.get('evals')} plans "
+          f"scored, improved {s.get('improved')}, timed out {s.get('timed_out')}")
 
     # round 2: the plan written, a minute later, 50 new jobs at the bottom of the queue
     by = plan.by_job()

@@ -93,6 +93,13 @@ BENCHES = (
           "scheduler sched/backfill (so fifo is backfill fifo), jobs carrying users' time limits. Each run is "
           "checked: every policy finishes every submitted job, no makespan below the LP lower bound.",
           json_flag=True, timeout_quick=420.0, timeout_full=5400.0),
+    Bench("planner", "bench_planner.py", "Planner: distance to optimal",
+          "Small static batches (16 and 30 one-GPU jobs on 8 one-GPU nodes of 4 types, 5 seeds): the greedy plan "
+          "and the time-boxed optimizing planner against the CP-SAT optimum or its best proven bound; and the "
+          "Gavel-shaped static batch (100 jobs at t=0 on k80:1x8,p100:1x8,v100:1x8) under backfill: fifo, msched "
+          "and oracle against the LP bound and CP-SAT's bound.",
+          quick=(("--seeds", "2", "--jobs", "16", "--exact-s", "10", "--gavel-cp-s", "10"),),
+          full=(("--exact-s", "60", "--gavel-cp-s", "60"),), timeout_quick=600.0, timeout_full=3600.0),
 )
 
 

@@ -8,7 +8,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     references     = "msched/data/reference_models.json"   # or a list of model names
     performance    = "msched/data/gpu_performance.csv"
     starvation_age_s = 86400
-    objective      = "makespan"            # or "jct"
+    objective      = "balanced"            # or "makespan", "jct" (msched.policy.planner)
+    plan_time_s    = 2.0                   # the optimizing planner's time box per round
     metric         = "cosine"              # or "euclidean", "manhattan"
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
@@ -48,7 +49,7 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # every submission and importlib.resources costs pathlib and more; wheels are never imported zipped.
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
-OBJECTIVES = ("makespan", "jct")
+OBJECTIVES = ("balanced", "makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
 ESTIMATORS = ("table", "predictor")
@@ -76,7 +77,8 @@ class Config:
     references: str | tuple[str, ...] = os.path.join(DATA_DIR, "reference_models.json")
     performance: str = os.path.join(DATA_DIR, "gpu_performance.csv")
     starvation_age_s: float = 86400.0
-    objective: str = "makespan"
+    objective: str = "balanced"
+    plan_time_s: float = 2.0
     metric: str = "cosine"
     backend: str = "auto"
     cluster_name: str = "local"
@@ -95,6 +97,8 @@ class Config:
     def _checked(self) -> Config:
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
+        if not (isinstance(self.plan_time_s, int | float) and self.plan_time_s > 0):
+            raise ConfigError(f"plan_time_s must be a positive number of seconds (got {self.plan_time_s!r})")
         if self.metric not in METRICS:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:

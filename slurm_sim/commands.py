@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from msched.config import DATA_DIR, ConfigError, load_config
+from msched.config import DATA_DIR, OBJECTIVES, ConfigError, load_config
 from msched.estimate.perf_table import PerfTable, PerfTableError
 
 SHARED_TABLE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gpu-train-benchmarks" / "perf_table.csv"
@@ -165,7 +165,7 @@ def _fmt_r(v: float | None) -> str:
               help="Comma-separated policies to compare.")
 @click.option("--round", "round_s", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="Seconds between reorder rounds.")
-@click.option("--objective", type=click.Choice(["makespan", "jct"]), default=None,
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=None,
               help="What msched/oracle optimise [default: the config's objective].")
 @click.option("--scheduler", type=click.Choice(["backfill", "builtin"]), default=None,
               help="Slurm's SchedulerType: backfill (sched/backfill, Slurm's default) or builtin (strict "

@@ -110,7 +110,7 @@ class SimSetup:
     perf: PerfTable
     classifier: Classifier
     round_s: float = 60.0
-    objective: str = "makespan"
+    objective: str = "balanced"
     scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"

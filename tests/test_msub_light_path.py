@@ -167,7 +167,7 @@ def test_config_normalises_and_validates():
     assert c.canonical_gpu_type(" a100-sxm4 ") == "a100" and c.free_time_path == "/srv/msched/gpu_free_time.json"
     assert c.database_url == "sqlite:////srv/msched/msched.db"
     assert pickle.loads(pickle.dumps(c)) == c            # e.g. handed to a worker process
-    with pytest.raises(ConfigError, match="objective 'fastest' is not one of makespan, jct"):
+    with pytest.raises(ConfigError, match="objective 'fastest' is not one of balanced, makespan, jct"):
         Config(objective="fastest")
 
 

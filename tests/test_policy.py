@@ -47,7 +47,7 @@ def test_registry_builds_every_policy_and_names_the_valid_ones():
         get_policy("sjf")
     with pytest.raises(UnknownPolicy, match="valid:"):
         get_policy("msched", objectiv="jct")
-    with pytest.raises(ValueError, match="makespan, jct"):
+    with pytest.raises(ValueError, match="balanced, makespan, jct"):
         get_policy("msched", objective="fast")
 
 
@@ -56,12 +56,12 @@ def test_makespan_orders_longest_first_and_jct_shortest_first():
     nodes = [node("n1", "a100")]
     pend = [job("1", {"a100": 1 * H}, prio=300), job("2", {"a100": 3 * H}, prio=200),
             job("3", {"a100": 2 * H}, prio=100)]
-    assert order_of(get_policy("msched").plan(snap(nodes, pend))) == ["2", "3", "1"]
-    assert order_of(get_policy("msched", objective="jct").plan(snap(nodes, pend))) == ["1", "3", "2"]
+    assert order_of(get_policy("msched", objective="makespan", planner="greedy").plan(snap(nodes, pend))) == ["2", "3", "1"]
+    assert order_of(get_policy("msched", objective="jct", planner="greedy").plan(snap(nodes, pend))) == ["1", "3", "2"]
 
 
 def test_planned_schedule_on_one_gpu_is_back_to_back():
-    plan = get_policy("msched").plan(snap([node("n1", "a100")],
+    plan = get_policy("msched", objective="makespan", planner="greedy").plan(snap([node("n1", "a100")],
                                           [job("1", {"a100": 1 * H}), job("2", {"a100": 3 * H})]))
     d = plan.by_job()
     assert (d["2"].est_start, d["2"].est_end) == (0.0, 3 * H)
@@ -135,16 +135,18 @@ def test_starving_job_goes_first_with_every_feasible_type():
     nodes = [node("a", "a100"), node("t", "titanv"), node("x", "titanxp")]
     pend = [job("old", {"a100": 1 * H, "titanv": 2 * H}, submit=0.0, prio=10),
             job("big", {"a100": 9 * H, "titanv": 9 * H, "titanxp": 9 * H}, submit=90_000.0, prio=20)]
-    plan = get_policy("msched").plan(snap(nodes, pend, now=100_000.0, starvation=86_400.0))
+    lpt = get_policy("msched", objective="makespan", planner="greedy")
+    plan = lpt.plan(snap(nodes, pend, now=100_000.0, starvation=86_400.0))
     assert order_of(plan) == ["old", "big"]
     assert plan.by_job()["old"].gpu_types == ("a100", "titanv")   # widened, titanxp has no estimate
-    no_guard = get_policy("msched").plan(snap(nodes, pend, now=100_000.0, starvation=None))
+    no_guard = lpt.plan(snap(nodes, pend, now=100_000.0, starvation=None))
     assert order_of(no_guard) == ["big", "old"]
     # big runs 9 h anywhere: it leaves a100 (the type the queue needs most) to old, which runs 2x
     # slower elsewhere (the relative-speed rule, `affinity`)
     assert no_guard.by_job()["big"].gpu_types in {("titanv",), ("titanxp",)}
     assert no_guard.by_job()["old"].gpu_types == ("a100",)
-    greedy = get_policy("msched", affinity=0).plan(snap(nodes, pend, now=100_000.0)).by_job()
+    greedy = get_policy("msched", affinity=0, objective="makespan", planner="greedy").plan(
+        snap(nodes, pend, now=100_000.0)).by_job()
     assert greedy["big"].gpu_types == ("a100",)                  # plain earliest completion, ties by name
     assert greedy["old"].gpu_types == ("titanv",)                # a100 busy for 9 h: titanv ends at 2 h
 
@@ -280,7 +282,7 @@ def test_priorities_stay_valid_at_the_edges():
 def test_plan_reverses_a_queue_with_few_writes_and_keeps_values_in_range():
     nodes = [node("n1", "a100")]
     pend = [job(str(i), {"a100": (i + 1) * H}, prio=10_000 * (5 - i)) for i in range(5)]   # shortest on top
-    plan = get_policy("msched").plan(snap(nodes, pend))
+    plan = get_policy("msched", objective="makespan", planner="greedy").plan(snap(nodes, pend))
     assert order_of(plan) == ["4", "3", "2", "1", "0"]
     cur = {p.job_id: p.priority for p in pend}
     new = {d.job_id: d.priority for d in plan.decisions}

@@ -12,7 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 _COMMON = frozenset({"slack", "backfill", "unknown_runtime_s"})
-_REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity", "managed_first"}
+_REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity", "managed_first", "planner",
+                         "time_box_s", "head_jobs", "tolerance"}
 # the policies, in listing order, and the options each takes (options a policy does not know are
 # ignored for the ones listed here)
 _OPTIONS = {"fifo": _COMMON, "fastest": _COMMON | {"perf", "ranking"}, "msched-once": _COMMON,
@@ -30,15 +31,18 @@ def policy_classes() -> dict[str, type]:
     """Name -> policy class, in POLICY_NAMES order."""
     from msched.policy.fastest import FastestPolicy
     from msched.policy.fifo import FifoPolicy
-    from msched.policy.msched import MschedOncePolicy, MschedPolicy, OraclePolicy
+    from msched.policy.msched import MschedOncePolicy
+    from msched.policy.planner import OptimizingOraclePolicy, OptimizingPolicy
 
     return {"fifo": FifoPolicy, "fastest": FastestPolicy, "msched-once": MschedOncePolicy,
-            "msched": MschedPolicy, "oracle": OraclePolicy}
+            "msched": OptimizingPolicy, "oracle": OptimizingOraclePolicy}
 
 
 def get_policy(name: str, **opts):  # noqa: ANN201 - a Policy (msched.policy.base), imported lazily
     """A fresh policy object. Options: slack, backfill, unknown_runtime_s (all); objective,
-    starvation_age_s, hysteresis, affinity, managed_first (msched, oracle); perf or ranking (fastest). Options a policy does not know are
+    starvation_age_s, hysteresis, affinity, managed_first, planner ("optimize" or "greedy"), time_box_s,
+    head_jobs, tolerance (msched, oracle: msched.policy.planner); perf or ranking (fastest). Options a
+    policy does not know are
     ignored for the ones listed here, so one option set can build every policy of a comparison."""
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in _OPTIONS:

@@ -228,18 +228,19 @@ def snapshot_lower_bound(snapshot, default_runtime_s: float | None = None) -> Lo
     estimated runtimes per feasible type (released now), running jobs holding their GPUs until their
     estimated end. A pending job with no estimate counts with `default_runtime_s` on every type it may
     use (its time limit when it has one), or is left out when that is None."""
-    from msched.policy.base import feasible_types, runtime_guess
+    from msched.policy.base import PossibleTypes, feasible_types, runtime_guess
 
     now = snapshot.now
     cap = snapshot.gpus_total
     types = snapshot.gpu_types
+    possible = PossibleTypes(snapshot)
     jobs = []
     for p in snapshot.pending:
-        feas = feasible_types(p, types)
+        feas = feasible_types(p, types, possible)
         rt = {t: p.est_runtime_s[t] for t in feas}
         if not rt and (default_runtime_s is not None or p.time_limit_s):
             guess = runtime_guess(p, default_runtime_s or 0.0)
-            rt = {t: guess for t in (p.allowed_types or types) if t in cap}
+            rt = {t: guess for t in (p.allowed_types or types) if t in cap and t in possible(p)}
         jobs.append(BoundJob(p.job_id, now, p.num_gpus, rt))
     busy = [Busy(r.gpu_type, r.num_gpus, max(now, r.est_end)) for r in snapshot.running]
     return lp_lower_bound(jobs, cap, origin=now, busy=busy)

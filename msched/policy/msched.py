@@ -166,16 +166,31 @@ class MschedPolicy(MschedOncePolicy):
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
         order, starving = self.order(snapshot)
+        return self.plan_for_order(snapshot, order, starving)
+
+    def plan_for_order(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
+                       fixed: Mapping[str, str] | None = None) -> Plan:
+        """Steps 1-3 for a given planned order of the managed jobs (`fixed`: job -> the one type to give it)."""
+        placed, chosen, tl = self.construct(snapshot, order, starving, fixed)
+        return self.plan_from(snapshot, order, starving, placed, chosen, tl)
+
+    def construct(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
+                  fixed: Mapping[str, str] | None = None, relative: Mapping[str, float] | None = None,
+                  timeline: Timeline | None = None):  # noqa: ANN201 - (placed, chosen, Timeline)
+        """Step 1-2: the queue as Slurm holds it, managed places filled in `order`; each job placed at its
+        earliest start (managed ones on their earliest-completion type, or on `fixed[job]` when given and
+        possible; `relative`: `type_demand` of the order when the caller has it; `timeline`: the snapshot's
+        timeline, copied rather than rebuilt). Returns the placements, the chosen type constraints and the
+        booked timeline."""
         types = snapshot.gpu_types
         now = snapshot.now
-        # 1. construct: the queue as Slurm holds it, managed places filled in planned order; each job
-        #    placed at its earliest start (managed ones on their earliest-completion type)
         construct = construct_order(snapshot.pending, order)
-        tl = Timeline(now, snapshot.nodes, snapshot.running)
-        self._possible = PossibleTypes(snapshot)
-        relative = type_demand(order, types) if self.affinity > 0 else {}
+        tl = timeline.copy() if timeline is not None else Timeline(now, snapshot.nodes, snapshot.running)
+        if getattr(self, "_possible_of", None) is not snapshot:
+            self._possible, self._possible_of = PossibleTypes(snapshot), snapshot
+        if relative is None:
+            relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
-        start: dict[str, float] = {}
         placed: dict[str, Placed] = {}
         start_time = tl.start_time
         for job in construct:
@@ -184,6 +199,7 @@ class MschedPolicy(MschedOncePolicy):
             g = job.num_gpus
             best_t = None
             best_done = best_rt = best_s = 0.0
+            want = fixed.get(job.job_id) if fixed and by_completion else None
             done: dict[str, float] = {}
             for t in cand:
                 rt = runtime.get(t)
@@ -204,19 +220,26 @@ class MschedPolicy(MschedOncePolicy):
                     best_t, best_done, best_rt, best_s = t, d, rt, s0
             if best_t is None:
                 continue
-            if by_completion and self.affinity > 0 and len(done) > 1:
+            if want is not None and want in done:
+                best_t = want
+            elif by_completion and self.affinity > 0 and len(done) > 1:
                 best_t = self._affine(runtime, done, best_done, now, relative)
             p = tl.place(best_t, g)
             rt = runtime[best_t]
             tl.commit(p, p.start + rt)
-            start[job.job_id] = p.start
             placed[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
             if job.managed and not job.pinned_type and runtime is job.est_runtime_s:
                 chosen[job.job_id] = cand if job.job_id in starving else (p.gpu_type,)
-        # 2. priorities: starving first, then by planned start (Slurm then starts them in that order)
+        return placed, chosen, tl
+
+    def plan_from(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
+                  placed: Mapping[str, Placed], chosen: Mapping[str, tuple[str, ...]], tl: Timeline) -> Plan:
+        """Step 3: priorities in order of planned start (starving first); Slurm then starts them in that
+        order, so the constructed schedule is what Slurm will do with the queue."""
         rank = {j.job_id: k for k, j in enumerate(order)}
         inf = float("inf")
-        prio_order = sorted(order, key=lambda j: (j.job_id not in starving, start.get(j.job_id, inf),
+        prio_order = sorted(order, key=lambda j: (j.job_id not in starving,
+                                                  placed[j.job_id].start if j.job_id in placed else inf,
                                                   rank[j.job_id]))
         # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
         # opted in to "managed jobs first" (README: Security model)

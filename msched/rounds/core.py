@@ -491,7 +491,7 @@ def round_due(stable_until: float, now: float, changed: bool) -> bool:
     return changed or now >= stable_until
 
 
-def round_policy(name: str = "msched", *, objective: str = "makespan", starvation_age_s: float | None = 86400.0,
+def round_policy(name: str = "msched", *, objective: str = "balanced", starvation_age_s: float | None = 86400.0,
                  backfill: bool = False, **opts):  # noqa: ANN201 - a Policy
     """The policy a round runs, built the same way for the reorderer (from the site config and Slurm's
     scheduler) and for the simulator (from its setup): one place for the objective and the guards."""

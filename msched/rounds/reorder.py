@@ -198,7 +198,8 @@ class Reorderer:
                 log.warning("cannot read Slurm's scheduler (%s); planning for sched/backfill", one_line(exc))
                 backfill = True
             self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
-                                          managed_first=self.config.managed_first)
+                                          managed_first=self.config.managed_first,
+                                          time_box_s=self.config.plan_time_s)
         return self._policy
 
     @property
@@ -421,11 +422,11 @@ class Reorderer:
 
 
 def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
-                   managed_first: bool = False):  # noqa: ANN201
+                   managed_first: bool = False, time_box_s: float = 2.0):  # noqa: ANN201
     from msched.rounds.core import round_policy
 
     return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
-                        managed_first=managed_first)
+                        managed_first=managed_first, time_box_s=time_box_s)
 
 
 def default_estimator(config: Config):  # noqa: ANN201

@@ -1,0 +1,166 @@
+"""The optimizing planner (msched.policy.planner): planner choice, objectives, time box and fallback,
+head/tail split, and a round that times out still writing a valid plan (through the simulator's client)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+from test_rounds import TRUTH, blockers, by_id, client, submit
+
+from msched.estimate.estimators import TagEstimator
+from msched.policy import get_policy
+from msched.policy.msched import MschedPolicy
+from msched.policy.planner import OptimizingPolicy
+from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
+from msched.rounds.core import run_round
+
+H = 3600.0
+
+
+def snap(nodes, pending, now=0.0) -> ClusterSnapshot:
+    return ClusterSnapshot(now, tuple(nodes), (), tuple(pending), None)
+
+
+def two_gpus_five_jobs() -> ClusterSnapshot:
+    """One type, two 1-GPU nodes; jobs of 3, 3, 2, 2, 2 h. Longest-first list scheduling (the greedy
+    plan for makespan) ends at 7 h (3|3, 2|2, then 2); the optimum is 6 h (3+3 on one GPU, 2+2+2 on
+    the other)."""
+    nodes = [NodeState("n1", "a100", 1, 1), NodeState("n2", "a100", 1, 1)]
+    hours = {"a": 3, "b": 3, "c": 2, "d": 2, "e": 2}
+    pend = [PendingJob(j, 0.0, 1, 100, {"a100": h * H}) for j, h in hours.items()]
+    return snap(nodes, pend)
+
+
+def ends(plan) -> dict[str, float]:
+    return {d.job_id: d.est_end for d in plan.decisions}
+
+
+def test_registry_gives_the_optimizing_planner_and_greedy_on_request():
+    p = get_policy("msched")
+    assert isinstance(p, OptimizingPolicy) and p.planner == "optimize" and p.objective == "balanced"
+    assert p.time_box_s == 2.0
+    assert get_policy("oracle").estimator_kind == "truth" and isinstance(get_policy("oracle"), OptimizingPolicy)
+    with pytest.raises(ValueError, match="choose one of optimize, greedy"):
+        get_policy("msched", planner="cp")
+    with pytest.raises(ValueError, match="time_box_s must be positive"):
+        get_policy("msched", time_box_s=0)
+    # planner="greedy" is exactly the greedy list schedule
+    s = two_gpus_five_jobs()
+    greedy = get_policy("msched", planner="greedy", objective="makespan").plan(s)
+    plain = MschedPolicy(objective="makespan").plan(s)
+    assert [(d.job_id, d.priority, d.gpu_types, d.est_start) for d in greedy.decisions] == \
+        [(d.job_id, d.priority, d.gpu_types, d.est_start) for d in plain.decisions]
+    assert greedy.est_makespan_end == 7 * H
+
+
+def test_optimizer_finds_the_optimum_the_greedy_plan_misses():
+    s = two_gpus_five_jobs()
+    p = get_policy("msched", objective="makespan", time_box_s=120)     # a loaded test machine: no time box
+    plan = p.plan(s)
+    assert plan.est_makespan_end == 6 * H
+    assert p.last_search["improved"] and not p.last_search["timed_out"]
+    # the plan is one Slurm can follow: priorities in order of planned start, every job decided once
+    assert sorted(d.job_id for d in plan.decisions) == list("abcde")
+    by_prio = sorted(plan.decisions, key=lambda d: -d.priority)
+    assert [d.est_start for d in by_prio] == sorted(d.est_start for d in by_prio)
+
+
+def test_objectives_rank_plans_as_documented():
+    """On the five-job instance: jct's best sum of ends is shortest-first (2,2 | 2,3 | 3 ...): ends
+    2,2,4,5,7 = 20 h, makespan 7 h; makespan's best is 6 h, and among 6 h plans the smallest sum is
+    2+4+6 | 3+6 = 21 h; balanced (5% over the best makespan at most: 6.3 h) is that same plan."""
+    s = two_gpus_five_jobs()
+    got = {}
+    for objective in ("jct", "makespan", "balanced"):
+        plan = get_policy("msched", objective=objective, time_box_s=120).plan(s)
+        e = ends(plan)
+        got[objective] = (plan.est_makespan_end / H, sum(e.values()) / H)
+    assert got["jct"] == (7.0, 20.0)
+    assert got["makespan"] == (6.0, 21.0)
+    assert got["balanced"] == (6.0, 21.0)
+    # with a 20% tolerance balanced may take 7 h for the smaller sum
+    loose = get_policy("msched", objective="balanced", tolerance=0.2, time_box_s=120).plan(s)
+    assert (loose.est_makespan_end / H, sum(ends(loose).values()) / H) == (7.0, 20.0)
+
+
+class StepClock:
+    """A clock that moves `step` seconds each time it is read (a slow machine, deterministically)."""
+
+    def __init__(self, step: float):
+        self.t = itertools.count()
+        self.step = step
+
+    def __call__(self) -> float:
+        return next(self.t) * self.step
+
+
+def test_time_box_before_any_comparison_keeps_the_greedy_plan_with_a_log_line(caplog):
+    s = two_gpus_five_jobs()
+    p = OptimizingPolicy(objective="makespan", time_box_s=1.0, clock=StepClock(10.0))
+    with caplog.at_level(logging.WARNING, logger="msched.policy.planner"):
+        plan = p.plan(s)
+    greedy = MschedPolicy(objective="makespan").plan(s)
+    assert [(d.job_id, d.priority, d.est_start) for d in plan.decisions] == \
+        [(d.job_id, d.priority, d.est_start) for d in greedy.decisions]
+    assert p.last_search["timed_out"] and not p.last_search["improved"]
+    assert "time box of 1 s reached" in caplog.text and "keeping the greedy plan" in caplog.text
+
+
+def test_time_box_mid_search_returns_the_best_plan_so_far(caplog):
+    """The clock allows a handful of decodes: the plan is never worse than the greedy one."""
+    s = two_gpus_five_jobs()
+    p = OptimizingPolicy(objective="makespan", time_box_s=6.5, clock=StepClock(1.0))
+    with caplog.at_level(logging.INFO, logger="msched.policy.planner"):
+        plan = p.plan(s)
+    assert p.last_search["timed_out"] and 1 < p.last_search["evals"] < 8
+    assert plan.est_makespan_end <= 7 * H
+    assert "time box" in caplog.text
+
+
+def test_head_is_searched_and_the_tail_keeps_its_greedy_order():
+    """head_jobs=2: only the two jobs the greedy plan starts first are searched; all five are planned."""
+    s = two_gpus_five_jobs()
+    p = get_policy("msched", objective="makespan", head_jobs=2)
+    plan = p.plan(s)
+    assert p.last_search["head"] == 2 and p.last_search["tail"] == 3
+    assert sorted(d.job_id for d in plan.decisions) == list("abcde")
+    assert all(d.est_start is not None for d in plan.decisions)
+
+
+def test_a_round_that_times_out_still_writes_a_valid_plan(caplog):
+    """Through the simulator's Slurm client: a time box that runs out at once leaves a complete, valid
+    plan written (every managed pending job typed and ranked), and the jobs then start as planned."""
+    c = client()
+    blockers(c)
+    vgg = submit(c, "vgg16")               # 900 s on a100, 3600 s on titanv
+    mob = submit(c, "mobilenet_v2")        # 1080 s on either
+    c.advance(0)
+    policy = OptimizingPolicy(time_box_s=1e-3, clock=StepClock(1.0))
+    with caplog.at_level(logging.WARNING, logger="msched.policy.planner"):
+        res = run_round(c, policy, TagEstimator(TRUTH))
+    assert "keeping the greedy plan" in caplog.text
+    d = res.plan.by_job()
+    assert set(d) == {vgg, mob}
+    assert d[vgg].gpu_types == ("a100",) and d[mob].gpu_types == ("titanv",)
+    jobs = by_id(c)
+    assert jobs[vgg].features == "a100" and jobs[mob].features == "titanv"
+    assert all(1 <= jobs[j].priority for j in (vgg, mob))
+    c.run_until(3600 + 1)
+    jobs = by_id(c)
+    assert jobs[vgg].gpu_type == "a100" and jobs[mob].gpu_type == "titanv"
+
+
+def test_starving_job_is_widened_only_to_types_near_its_fastest():
+    """A job past the starvation age goes first; the greedy plan widens it to every type with an estimate,
+    the optimizing planner only to those within `slack` (1.25x) of its fastest: titanv (1.2x) yes,
+    k80 (4x) no."""
+    nodes = [NodeState("a", "a100", 1, 0), NodeState("t", "titanv", 1, 0), NodeState("k", "k80", 1, 1)]
+    running = (RunningJob("r1", "a100", 1, 5 * H, ("a",)), RunningJob("r2", "titanv", 1, 5 * H, ("t",)))
+    old = PendingJob("old", 0.0, 1, 10, {"a100": 10 * H, "titanv": 12 * H, "k80": 40 * H})
+    s = ClusterSnapshot(100_000.0, tuple(nodes), running, (old,), 86_400.0)
+    greedy = get_policy("msched", planner="greedy").plan(s).by_job()["old"]
+    assert greedy.gpu_types == ("a100", "k80", "titanv")
+    opt = get_policy("msched", time_box_s=120).plan(s).by_job()["old"]
+    assert opt.gpu_types == ("a100", "titanv")
