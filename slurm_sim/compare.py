@@ -118,6 +118,7 @@ class SimSetup:
     # write their own tags); absent = honest. bench/bench_liar.py measures what lying buys.
     claim_factors: Mapping[str, float] = field(default_factory=dict)
     settle: Any = None                           # msched.rounds.settle.SettleOptions; None: the defaults
+    policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
 
 
     @property
@@ -131,7 +132,7 @@ def make_policy(name: str, setup: SimSetup):
     the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
     from msched.rounds.core import round_policy
     return round_policy(name, backfill=setup.backfill, objective=setup.objective,
-                        starvation_age_s=setup.starvation_age_s, perf=setup.perf)
+                        starvation_age_s=setup.starvation_age_s, perf=setup.perf, **setup.policy_options)
 
 
 def make_estimator(policy, setup: SimSetup):

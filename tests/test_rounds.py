@@ -480,9 +480,13 @@ def test_a_plan_rated_worse_than_the_incumbent_is_never_written():
     assert sum(d.gpu_types == slowest[d.job_id] for d in bad.plan.decisions) < len(slowest) / 2
 
 
-def test_online_workload_settles_with_few_writes_per_job():
+@pytest.mark.parametrize("planner", ["optimize", "greedy"])
+def test_online_workload_settles_with_few_writes_per_job(planner):
     """An online trace through the simulator's rounds: at most 3 writes per job on average, and makespan
-    and mean JCT within 5% of rounds that write every improvement they find (no margins, no budget)."""
+    and mean JCT within 5% of rounds that write every improvement they find (no margins, no budget).
+    With the greedy plan (deterministic, one plan per snapshot) the margins never write more than the
+    eager rounds; the optimizer's search may find another equally good plan in a later round, so there
+    only the per-job bound holds."""
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
     from slurm_sim.trace import synth
@@ -491,14 +495,15 @@ def test_online_workload_settles_with_few_writes_per_job():
     models = br.busy_models(perf, truth)
     trace = synth(120, models, truth, seed=1, arrival="poisson:9000", max_gpus=4)   # load below saturation
     setup = SimSetup(parse_cluster(",".join(f"{t}:4x1" for t in br.BUSY_TYPES)), truth, perf,
-                     Classifier(models, truth))
+                     Classifier(models, truth), policy_options={"planner": planner})
     settled = replay(trace, "msched", setup).metrics
     eager = replay(trace, "msched", dataclasses.replace(setup, settle=SettleOptions(
         write_budget=10**9, plan_margin=0.0, job_margin=0.0))).metrics
     assert settled["writes_per_job"] <= 3.0
     assert settled["makespan_s"] <= 1.05 * eager["makespan_s"]
     assert settled["mean_jct_s"] <= 1.05 * eager["mean_jct_s"]
-    assert settled["update_calls"] <= eager["update_calls"]
+    if planner == "greedy":
+        assert settled["update_calls"] <= eager["update_calls"]
 
 
 @pytest.mark.slurm
