@@ -44,7 +44,7 @@ demo: install
 # ruff, then pylint's duplicate-code check alone (six or more lines repeated; imports and docstrings aside)
 lint: install
 	$(VENV)/bin/ruff check msched slurm_sim tests bench scripts
-	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
+	$(PY) -m pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
 		--ignore-imports=yes --ignore-docstrings=yes --ignore-comments=yes --score=no msched slurm_sim
 
 bench: install
