@@ -40,6 +40,14 @@ from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
+# Gavel's job types written as model files from their published architectures (bench/gavel_models/):
+# Gavel's name -> (SPEC, the family it is held out with)
+GAVEL_MODEL_FILES = {"resnet18": ("bench/gavel_models/resnet18_cifar.py:resnet18_cifar", "resnet")}
+FAMILY_OVERRIDE: dict[str, str] = {}
+
+
+def family(model: str) -> str:
+    return FAMILY_OVERRIDE.get(model) or family_of(model) or model
 
 
 def shared_data() -> Path:
@@ -51,18 +59,32 @@ def roofline() -> CostModel:
     """A plain roofline: every efficiency 1, per-kind max of compute at peak and output bytes at full
     bandwidth, weights once; no fixed costs, no host, no multi-GPU terms."""
     shared = {f"e_{k}": 1.0 for k in COMPUTE_KINDS} | {f"a_{k}": 1.0 for k in COMPUTE_KINDS}
-    shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0,
+    shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0, "phi": 0.0,
                                                         "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
                                                         "dp_fixed": 0.0}
     return CostModel({"shared": shared, "gen_eff": {}, "gen_bw": {}, "default_eff": {}, "default_bw": 1.0})
 
 
 def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, str]]:
-    """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each."""
+    """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each.
+    Gavel's job types with a model file here are profiled (torch, on the meta device) and added to
+    `profiles` under the file's SPEC; Gavel's multi-GPU rows count steps summed over GPUs (another unit)
+    and are left out."""
+    from msched.models.profiler import profile_in_process
+
     specs = load_specs()
+    for spec, fam in GAVEL_MODEL_FILES.values():
+        profiles[spec] = profile_in_process(str(REPO / spec)).to_dict()
+        FAMILY_OVERRIDE[spec] = fam
     bench = rows_from_perf(PerfTable.load(data / "gpu-train-benchmarks" / "perf_table.csv").rows)
-    gavel = [r for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True)
-             if r.num_gpus == 1 and r.model in profiles]
+    gavel = []
+    for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True):
+        if r.model in GAVEL_MODEL_FILES:
+            r = r._replace(model=GAVEL_MODEL_FILES[r.model][0])
+        elif r.model not in profiles:
+            continue
+        if r.num_gpus == 1:
+            gavel.append(r)
     rows = [r for r in bench + gavel if r.model in profiles and specs.get(r.gpu_type)]
     origin = {r: ("gavel" if r.optimizer else "torchvision") for r in rows}
     return rows, origin
@@ -89,17 +111,20 @@ def flops_rule(row: FitRow, known: PerfTable, refs: list[str], profiles: dict) -
     return None
 
 
-def family_hold_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
+                    ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     by_family: dict[str, list[FitRow]] = defaultdict(list)
     for r in rows:
-        by_family[family_of(r.model) or r.model].append(r)
+        by_family[family(r.model)].append(r)
     out = {}
     plain = roofline()
     for fam, held in sorted(by_family.items()):
-        kept = [r for r in rows if (family_of(r.model) or r.model) != fam]
+        if only is not None and fam not in only:
+            continue
+        kept = [r for r in rows if family(r.model) != fam]
         cm = CostModel(fit(kept, profiles, specs))
         known = as_table(kept)
-        measured = sorted({r.model for r in kept})
+        measured = sorted({r.model for r in kept if r.model in load_table()["models"]})
         refset = ReferenceSet.from_profiles(measured, profiles=profiles, source=f"-{fam}")
         results = []
         ranked_cache: dict[str, list[str]] = {}
@@ -124,8 +149,9 @@ def family_hold_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[
     return out
 
 
-def leave_one_type_out(rows, profiles, specs, quick: bool) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
-    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows})
+def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
+                       ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
+    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows} & (only or {specs.get(r.gpu_type).gpu_type for r in rows}))
     out = {}
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
@@ -167,9 +193,30 @@ def best_type_accuracy(results, method: str) -> tuple[float, int]:
     return (right / total if total else float("nan")), total
 
 
+def type_left_out_accuracy(held, rows) -> tuple[float, int]:
+    """Best-type accuracy where the left-out type's time is predicted and the other types' are measured:
+    does the scheduler send a job to the new type exactly when it is (within 5%) the fastest?"""
+    predicted = {r: preds["cost_model"] for r, preds in held}
+    configs: dict[tuple, list[tuple[float, float, bool]]] = defaultdict(list)
+    for r in rows:
+        guess = predicted.get(r, r.iter_ms)
+        configs[(r.model, r.num_gpus, r.precision, r.batch_size, r.optimizer)].append((guess, r.iter_ms, r in predicted))
+    right = total = 0
+    for entries in configs.values():
+        if len(entries) < 2 or not any(e[2] for e in entries):
+            continue
+        pick = min(entries, key=lambda e: e[0])
+        right += pick[1] <= min(e[1] for e in entries) * (1 + BEST_SLACK)
+        total += 1
+    return (right / total if total else float("nan")), total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="three families and two types only")
+    ap.add_argument("--families", default=None,
+                    help="comma-separated families to hold out (default: all; an empty string: none)")
+    ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
     args = ap.parse_args(argv)
     data = shared_data()
@@ -180,16 +227,20 @@ def main(argv: list[str] | None = None) -> int:
     specs = load_specs()
     rows, origin = load_rows(data, profiles)
     start = time.perf_counter()
-    fam = family_hold_out(rows, profiles, specs, args.quick)
-    loto = leave_one_type_out(rows, profiles, specs, args.quick)
+    fam = family_hold_out(rows, profiles, specs, args.quick,
+                          set(args.families.split(",")) - {""} if args.families is not None else None)
+    loto = leave_one_type_out(rows, profiles, specs, args.quick, set(args.types.split(",")) if args.types else None)
     wall = time.perf_counter() - start
     pooled = [x for v in fam.values() for x in v]
+    if not pooled:
+        print("(no family held out)")
     methods = ("flops_rule", "roofline", "cost_model", "corrected")
     names = {"flops_rule": "FLOPs-scaled nearest reference (today)", "roofline": "plain roofline",
              "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual"}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
-          f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel ResNet-50), {len(fam)} families held out, "
+          f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
+          f"from a model file), {len(fam)} families held out, "
           f"{len(loto)} types left out; {wall:.0f} s for all fits.\n")
     print("### Family hold-out (the family's rows removed from the fit and the references)\n")
     print("| method | mean abs log error, all | torchvision | gavel | float | half | double | 1 GPU | 2-4 GPUs "
@@ -213,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
+    print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
+    print("| job type | rows | FLOPs rule | roofline | cost model | corrected |")
+    print("|---|---|---|---|---|---|")
+    gavel = [x for x in pooled if origin[x[0]] == "gavel"]
+    for model in sorted({r.model for r, _p in gavel}):
+        sub = [x for x in gavel if x[0].model == model]
+        vals = [log_errors(sub, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
+        print(f"| {model} | {len(sub)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
     print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -223,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
 
         def cell(d, k):
             return f"{d[k][0]:.3f}" if k in d else "-"
+        acc, n_cfg = type_left_out_accuracy(res, rows)
         print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
-              f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | - |")
+              f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} |")
     if args.json:
         dump = {"family_hold_out": {f: [[r._asdict(), p] for r, p in res] for f, res in fam.items()},
                 "leave_one_type_out": {t: [[r._asdict(), p] for r, p in res] for t, res in loto.items()}}

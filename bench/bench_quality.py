@@ -203,8 +203,10 @@ def estimate_accuracy(console: Console) -> dict | None:
     try:
         from msched.config import load_config
         from msched.estimate.perf_table import PerfTable
-        from msched.estimate.runtime import iteration_seconds
+        from msched.estimate.runtime import iteration_seconds, reference_for
         from msched.models.classify import classify
+        from msched.policy.choice import reference_fields
+        from msched.tag import JobTag
     except ImportError as exc:
         console.print(f"(estimate accuracy not measured: {exc})")
         return None
@@ -217,8 +219,7 @@ def estimate_accuracy(console: Console) -> dict | None:
         except Exception as exc:  # report and go on: one model must not hide the others
             rows.append({"model": model, "error": str(exc)[:120]})
             continue
-        ref = getattr(c, "perf_reference", c.nearest_reference)
-        ratio = getattr(c, "perf_flops_ratio", c.flops_ratio)
+        ref, ratio = reference_for(JobTag(model=model, **reference_fields(c)), knowledge.has_model)
         est = iteration_seconds(knowledge, ref, 1, wl.SHARED_BATCH, ratio)
         true = {t: ms / 1000.0 for t in truth.types_for(model)
                 if (ms := truth.iter_ms(model, t, 1, wl.SHARED_BATCH)) is not None}

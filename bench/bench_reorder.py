@@ -2,6 +2,7 @@
 
     python bench/bench_reorder.py [--pending 200] [--sim-pending 10000] [--sim-gpus 1000] [--json FILE]
                                   [--quick | --full] [--no-real] [--no-sim]
+    python bench/bench_reorder.py --settle 1000,5000 [--json FILE]    # rounds that settle (real cluster)
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
@@ -29,11 +30,14 @@ import argparse
 import json
 import os
 import random
+import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -186,6 +190,64 @@ def restore(inner: SlurmClient, original: dict[str, tuple[int, str]]) -> int:
     return sum(1 for r in results if r.ok)
 
 
+# ------------------------------------------------------------------------- the busy queue (issue 21)
+BUSY_TYPES = ("a100", "titanv", "rtx2080ti", "titanxp")      # the dev cluster: 4 nodes x 4 GPUs
+
+
+def busy_models(perf: PerfTable, truth: PerfTable | None = None, types=BUSY_TYPES) -> list[str]:  # noqa: ANN001
+    """Five tagged models: those with rows for every type (and in the truth table when one is given)."""
+    return [m for m in models_of(perf, types) if truth is None or truth.has_model(m)][:5]
+
+
+def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=BUSY_TYPES,  # noqa: ANN001
+                        plain_share: float = 0.2, sim: bool = False) -> list[JobRequest]:
+    """The queue of issue 21: `n_pending` jobs, `plain_share` of them plain (no tag, never written), the
+    rest tagged as msub tags them (untyped gres, a GPU-type constraint msub picked, the tag) from
+    `models`. `sim=True` adds what the simulator needs to know each job's true runtime."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_pending):
+        if rng.random() < plain_share:
+            secs = rng.uniform(600, 7200)
+            out.append(JobRequest(name=f"plain-{i}", num_gpus=rng.choice((1, 1, 2)), time_limit_s=4 * 3600,
+                                  wrap="sleep 1", extra={"runtime_s": secs} if sim else {"--output": "/dev/null"}))
+            continue
+        m = rng.choice(models)
+        first = rng.choice(types)
+        iters = int(10 ** rng.uniform(3, 4.5))
+        tag = JobTag(model=m, ref=m, group=m, sim=1.0, flops=1.0, iters=iters, bs=12, added=first, ver="bench")
+        extra = {"model": m, "iterations": iters, "batch_size": 12} if sim else {"--output": "/dev/null"}
+        out.append(JobRequest(name=f"bench-{i}", num_gpus=rng.choice((1, 1, 2, 4)), constraint=first,
+                              comment=with_tag(tag, None), wrap="sleep 1", time_limit_s=4 * 3600, extra=extra))
+    return out
+
+
+def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plain_share: float = 0.2):  # noqa: ANN201
+    """The dev cluster's shape in the simulator (4 types x 4 GPUs, one node each), every GPU held by a
+    single-GPU plain blocker (1-2 h; time limit 2 h), `n_pending` jobs behind them. `equal_priority`:
+    every pending job at priority 1, as the dev cluster's multifactor with zero weights gives them.
+    Returns (client, blocker ids, the estimator's table)."""
+    from slurm_sim.client import SimClient
+
+    truth = PerfTable.load(TRUTH)
+    perf = PerfTable.load(PERF)
+    c = SimClient.from_spec(",".join(f"{t}:4x1" for t in BUSY_TYPES), truth=truth)
+    rng = random.Random(seed + 1)
+    blockers = [c.submit(JobRequest(name="blocker", num_gpus=1, constraint=t, time_limit_s=7200,
+                                    extra={"runtime_s": 3600 + rng.uniform(0, 3000)}))
+                for t in BUSY_TYPES for _ in range(4)]
+    c.advance(0)
+    for req in busy_queue_requests(n_pending, busy_models(perf, truth), seed, sim=True, plain_share=plain_share):
+        c.submit(req)
+    if equal_priority:
+        for job in list(c.sim.active.values()):
+            if job.state == "PENDING":
+                c.sim.set_priority(job, 1)
+                job.writes = 0                 # setting up the queue is not msched's churn
+    c.advance(0)
+    return c, blockers, perf
+
+
 def site(tmp: Path, name: str) -> Config:
     return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli")
 
@@ -308,6 +370,141 @@ def sim_round(n_pending: int, n_gpus: int, tmp: Path, seed: int) -> dict:
     return {"round1": r1, "round2": r2, "gpus": gpus, "spec": spec}
 
 
+_SDIAG_UPDATE = re.compile(r"REQUEST_UPDATE_JOB\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
+
+
+def sdiag_updates() -> tuple[int, float]:
+    """(REQUEST_UPDATE_JOB RPCs so far, controller seconds spent in them), from `sdiag`: the honest count
+    of what rounds cost slurmctld (every scontrol update is one such RPC under the job write lock)."""
+    out = subprocess.run(["sdiag"], capture_output=True, text=True, timeout=60).stdout
+    m = _SDIAG_UPDATE.search(out)
+    return (int(m.group(1)), int(m.group(2)) / 1e6) if m else (0, 0.0)
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print) -> dict | None:  # noqa: ANN001
+    """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
+    behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
+    the burst's first round, two rounds on the unchanged queue, a round after `ends` blockers end (one
+    per node in turn), a round after one arrival. Each round: REQUEST_UPDATE_JOB RPCs counted by sdiag
+    (and their controller time), wall time, the held plan's estimated makespan, moves and what they buy.
+    Every job is cancelled at the end. None (with a line) when no cluster answers."""
+    from msched.slurm.cli import CliClient
+
+    why = slurm_available()
+    if why:
+        log(f"real cluster: skipped ({why})")
+        return None
+    cfg = site(tmp, f"settle-{n_pending}")
+    client = CliClient(cfg)
+    nodes = [n for n in client.nodes() if n.gpu_type and n.usable]
+    types = tuple(sorted({n.gpu_type for n in nodes}))
+    perf = PerfTable.load(cfg.performance)
+    models = busy_models(perf, types=types)
+    ids: list[str] = []
+    out: dict = {"pending": n_pending, "rounds": []}
+    try:
+        blockers = [client.submit(JobRequest(name="settle-blocker", num_gpus=1, wrap="sleep 3600", time_limit_s=7200,
+                                             extra={"--nodelist": n.name, "--output": "/dev/null"}))
+                    for n in nodes for _ in range(n.gpus)]
+        ids += blockers
+        _wait(lambda: sum(j.is_running for j in client.jobs() if j.job_id in set(blockers)) == len(blockers),
+              120, "the blockers to run")
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:         # sbatch processes, four at a time
+            ids += list(pool.map(client.submit, busy_queue_requests(n_pending, models, seed, types)))
+        out["submit_s"] = time.perf_counter() - t0
+        log(f"real cluster: {len(blockers)} blockers + {n_pending} jobs submitted in {out['submit_s']:.0f} s")
+        store = open_site_store(cfg)
+        reorderer = Reorderer(cfg, client, store, publish=False)
+
+        def measured(label: str) -> dict:
+            c0, s0 = sdiag_updates()
+            w0, cpu0 = time.perf_counter(), time.process_time()
+            o = reorderer.round()
+            wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
+            c1, s1 = sdiag_updates()
+            r = o.result
+            st = r.settle
+            m = {"label": label, "pending": len(r.snapshot.pending), "writes": c1 - c0, "controller_s": s1 - s0,
+                 "update_calls": r.update_calls, "wall_s": wall, "cpu_s": cpu, "plan_s": r.plan_seconds,
+                 "est_makespan_s": r.plan.est_makespan_end - r.time, "moved": st.moved, "kept": st.kept,
+                 "held_back": st.held_back, "buys": st.buys(),
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            out["rounds"].append(m)
+            log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
+                f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, plan {r.plan_seconds:.2f} s), est. makespan "
+                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}")
+            return m
+
+        measured("round 1 (the burst)")
+        measured("round 2 (nothing changed)")
+        measured("round 3 (nothing changed)")
+        ended = [blockers[(k * (len(blockers) // max(1, len(nodes)))) % len(blockers)] for k in range(ends)]
+        subprocess.run(["scancel", *ended], capture_output=True, timeout=60)
+        gone = set(ended)
+        _wait(lambda: not gone & {j.job_id for j in client.jobs()}, 60, "the ended blockers to leave")
+        time.sleep(2)                               # Slurm starts what the freed GPUs take
+        measured(f"after {ends} running jobs end")
+        measured("again (nothing changed)")
+        arrival = busy_queue_requests(1, models, seed + 99, types, plain_share=0.0)[0]
+        ids.append(client.submit(arrival))
+        measured("after one arrival")
+        store.dispose()
+        return out
+    finally:
+        for k in range(0, len(ids), 500):
+            subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
+
+
+def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print) -> dict:  # noqa: ANN001
+    """`real_settle`'s rounds on the simulator (`busy_sim`: the dev cluster's shape, the same queue),
+    through the round core with the incumbent carried from round to round; writes are the round's
+    Slurm update calls. For sizes the dev cluster cannot take (MaxJobCount) and a machine without Slurm."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.policy import get_policy
+    from msched.rounds.core import run_round
+
+    c, blockers, perf = busy_sim(n_pending, seed)
+    est = TagEstimator(perf)
+    policy = get_policy("msched")
+    out: dict = {"pending": n_pending, "rounds": []}
+    state = {"incumbent": None}
+
+    def measured(label: str) -> dict:
+        w0, cpu0 = time.perf_counter(), time.process_time()
+        r = run_round(c, policy, est, incumbent=state["incumbent"])
+        wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
+        state["incumbent"] = r.incumbent
+        st = r.settle
+        m = {"label": label, "pending": len(r.snapshot.pending), "writes": r.update_calls, "wall_s": wall,
+             "cpu_s": cpu, "plan_s": r.plan_seconds, "est_makespan_s": r.plan.est_makespan_end - r.time,
+             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys()}
+        out["rounds"].append(m)
+        log(f"  {label}: {m['pending']} pending, {m['writes']} writes, round {wall:.2f} s (CPU {cpu:.2f} s, plan "
+            f"{r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, "
+            f"waiting {st.held_back}; buys {st.buys()}")
+        c.advance(1)
+        return m
+
+    log(f"simulated dev cluster (4 types x 4 GPUs, all busy), {n_pending} pending:")
+    for k in range(1, 4):
+        measured("round 1 (the burst)" if k == 1 else f"round {k}")
+    for b in blockers[::max(1, len(blockers) // ends)][:ends]:
+        c.cancel(b)
+    c.advance(0)
+    measured(f"after {ends} running jobs end")
+    measured("again")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -319,7 +516,20 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="the default sizes")
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--settle", default="", metavar="N[,N...]",
+                    help="only the rounds-settle scenario (simulated, then the real cluster unless --no-real) "
+                         "at these queue lengths (e.g. 1000,5000)")
     args = ap.parse_args()
+    if args.settle:
+        sizes = [int(x) for x in args.settle.split(",") if x.strip()]
+        res: dict = {}
+        with tempfile.TemporaryDirectory(prefix="bench-settle-") as d:
+            for n in sizes:
+                res[str(n)] = {"sim": sim_settle(n, args.seed) if not args.no_sim else None,
+                               "real": real_settle(n, Path(d), args.seed) if not args.no_real else None}
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return
     if args.quick:
         args.pending, args.sim_pending = min(args.pending, 50), min(args.sim_pending, 2000)
     out: dict = {}

@@ -56,6 +56,11 @@ BENCHES = (
           "median added time for a cached torchvision model (goal: under 100 ms, and torch never imported) and "
           "for a first-time profile of a user's model file.",
           quick=(("--runs", "7", "--user-runs", "1"),), full=((),), slurm=True),
+    Bench("plugin", "bench_plugin.py", "msched as a Slurm plugin: per-submit overhead",
+          "Interleaved plain `sbatch`, `sbatch` through msched's cli_filter.lua, and `msub`, on the dev cluster "
+          "started with `--plugins` (budget: the plugin adds at most 50 ms median per sbatch), for a tagged and "
+          "an untagged job; and job_submit.lua's time per tagged submission in Lua 5.1.",
+          quick=(("--quick",),), full=((),), slurm=True),
     Bench("profiler", "bench_profiler.py", "Profiler speed",
           "Time to profile each torchvision classification model on the meta device (in one process, torch "
           "already imported), median and max, and one cold `python -m msched.models.profiler resnet50`.",
@@ -76,6 +81,12 @@ BENCHES = (
           "on 1,000 GPUs of 6 types (and 100k jobs in --full); --quick runs 5k jobs. Then the cost of loading a "
           "valid trace per line (100k lines; 1M in --full; goal for 1M lines: under 120 s and 2 GB).",
           quick=(("--jobs", "5000"),), full=(("--full", "--fifo"),), timeout_full=3600.0),
+    Bench("liar", "bench_liar.py", "Lying about a job's size (one user's claims x10 and x0.1)",
+          "One online workload (1,200 jobs, 4 users with 300 each, 64 GPUs of 4 types, 90% offered load, users' "
+          "time limits) under msched, replayed with everyone honest and with one user inflating or deflating every "
+          "claim (iterations) 10x: that user's gain and the honest users' loss in mean JCT, 5 seeds, both "
+          "objectives.",
+          quick=(("--jobs", "300", "--seeds", "1,2"),), full=((),), timeout_quick=420.0, timeout_full=3600.0),
     Bench("quality", "bench_quality.py", "Scheduling quality",
           "fifo, fastest, msched-once, msched and oracle on the four workloads (bench/workloads.py), seeds 1-5 "
           "(1-3 in --quick), every policy on the same trace in one `msched sim` call, under Slurm's default "

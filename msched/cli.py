@@ -14,6 +14,7 @@ from msched import __version__
 COMMANDS: dict[str, str] = {
     "profile": "msched.commands.profile_cmd:profile",
     "classify": "msched.commands.classify_cmd:classify",
+    "estimate": "msched.commands.estimate_cmd:estimate",
     "references": "msched.commands.references_cmd:references",
     "jobs": "msched.commands.jobs_cmd:jobs",
     "reorder": "msched.commands.reorder_cmd:reorder",
@@ -27,6 +28,7 @@ COMMANDS: dict[str, str] = {
 HELP = {
     "profile": "Profile a model layer by layer on the meta device.",
     "classify": "Find a model's similarity group and nearest reference.",
+    "estimate": "Predict a model's iteration time and memory fit per GPU type.",
     "references": "List and evaluate the reference model set.",
     "jobs": "Tagged jobs in Slurm's queue, joined with the database.",
     "reorder": "Re-plan the pending queue: priorities and GPU types (run from cron).",

@@ -14,6 +14,9 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
+    retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
@@ -21,6 +24,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
     gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
+    estimator      = "table"               # iteration times: "table" (measured + FLOPs-scaled reference) or
+                                           # "predictor" (per-layer cost model, reference-corrected, memory check)
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -47,6 +52,7 @@ DEFAULT_CONFIG_PATH = "/etc/msched/msched.toml"
 OBJECTIVES = ("balanced", "makespan", "jct")
 METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
+ESTIMATORS = ("table", "predictor")
 TYPE_LEVERS = ("feature", "partition")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
@@ -77,11 +83,15 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
+    retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
+    estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -93,6 +103,14 @@ class Config:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        if not isinstance(self.write_budget, int) or self.write_budget < 0:
+            raise ConfigError(f"write_budget {self.write_budget!r} must be a whole number >= 0")
+        if not 0 <= float(self.settle_margin) < 1:
+            raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
+        if not float(self.retention_days) > 0:
+            raise ConfigError(f"retention_days {self.retention_days!r} must be positive")
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError(f"estimator {self.estimator!r} is not one of {', '.join(ESTIMATORS)}")
         if self.type_lever not in TYPE_LEVERS:
             raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
         if self.type_lever == "partition" and not self.type_partitions:

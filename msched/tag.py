@@ -13,6 +13,9 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
     iters   iterations (work), if known        bs      per-GPU batch size
     added   the constraint msched added ("" = none), e.g. `a100|titanv`
     pinned  the GPU type the user pinned, if any
+    why     why msub added no constraint (e.g. "claim longer than the time limit"), for the job's owner
+            (`msched jobs`); a head with `why` and no `model` (`msched:v1;why=unknown%20model%20x`)
+            is how msub records why a job went untagged: it is not a tag (no warning), see `why_of`
 
 Trust (README "Security model"): a tag is whatever the job's owner put in their comment, so every
 field is checked when read against the declarative table TAG_FIELDS (type, numeric bounds, length,
@@ -56,6 +59,7 @@ FLOAT_CHARS = "0123456789.eE+-"
 TAG_MAX_LEN = 1024          # the tag part of a comment (Slurm's comment is far longer; msub checks that)
 MAX_OTHER_LEN = 256         # a field this version does not know
 INT_MAX_DIGITS = 13
+WHY_MAX_LEN = 160           # msub's reason for no tag or no constraint (printable ASCII)
 
 
 @record
@@ -86,6 +90,7 @@ TAG_FIELDS: tuple[TagField, ...] = (
     TagField("ver", "str", max_len=32, charset=NAME_CHARS),
     TagField("pref", "str", max_len=128, charset=NAME_CHARS),
     TagField("pflops", "float", lo=1e-6, hi=1e6),
+    TagField("why", "str", max_len=WHY_MAX_LEN, charset=MODEL_CHARS),   # msub's reason, shown to the owner
 )
 FIELDS_BY_NAME = {f.name: f for f in TAG_FIELDS}
 _CHARSETS = {f.name: frozenset(f.charset) for f in TAG_FIELDS if f.kind == "str"}
@@ -100,6 +105,8 @@ def _quote(text: str) -> str:
     urllib.parse (~5 ms of its budget, see msched.util.record)."""
     if _UNQUOTED.issuperset(text):
         return text
+    if text.isascii():          # what quote() does for ASCII (msub's reasons: words and spaces)
+        return "".join(c if c in _UNQUOTED else f"%{ord(c):02X}" for c in text)
     from urllib.parse import quote
 
     return quote(text, safe=_SAFE)
@@ -132,6 +139,7 @@ class JobTag:
     ver: str = ""
     pref: str = ""
     pflops: float | None = None
+    why: str = ""
 
     @property
     def perf_flops_ratio(self) -> float:
@@ -231,8 +239,42 @@ def parse_tag(comment: str | None) -> tuple[JobTag | None, str, str]:
         if value is not None and value != "":
             values[key] = value
     if "model" not in values:
-        return None, user, "no model"
+        # msub's record of why a job went untagged is no tag, and nothing to warn about
+        return None, user, "" if values.get("why") else "no model"
     return JobTag(**values), user, ""
+
+
+def untagged_record(why: str) -> str:
+    """The comment head msub writes on a job it leaves untagged: only why (see `why_of`)."""
+    return f"{PREFIX}why={_quote(short_why(why))}"
+
+
+def short_why(text: str) -> str:
+    """A reason as the tag's `why` field holds it: one line of printable ASCII, at most WHY_MAX_LEN."""
+    flat = " ".join(str(text).split())
+    flat = "".join(c if " " <= c <= "~" else "?" for c in flat)
+    return flat if len(flat) <= WHY_MAX_LEN else flat[:WHY_MAX_LEN - 3] + "..."
+
+
+def why_of(comment: str | None) -> str:
+    """msub's reason recorded in a job's comment: a tag's `why`, or that of an untagged record; ""
+    when there is none (or the head is refused)."""
+    tag, _, problem = parse_tag(comment)
+    if tag is not None:
+        return tag.why
+    if problem or not comment:
+        return ""
+    head = comment.partition(" ")[0]
+    for item in head[len(PREFIX):].split(";"):
+        key, _, raw = item.partition("=")
+        if key == "why":
+            try:
+                text = _unquote(raw)
+            except ValueError:
+                return ""
+            value, problem = check_value(FIELDS_BY_NAME["why"], text)   # printable, bounded: safe to print
+            return "" if problem else str(value)
+    return ""
 
 
 def parse_comment(comment: str | None) -> tuple[JobTag | None, str]:

@@ -3,7 +3,7 @@
 
 Rows: every row of ../shared/data/gpu-train-benchmarks/perf_table.csv (github.com/ryujaehun/pytorch-gpu-benchmark,
 MIT: torchvision models, forward + backward, no optimizer step, batch 12 per GPU, float/half/double, 1-4 GPUs)
-and the 1-GPU torchvision rows of ../shared/data/gavel/perf_table.csv (github.com/stanford-futuredata/gavel
+and the 1-GPU ResNet-50 rows of ../shared/data/gavel/perf_table.csv (github.com/stanford-futuredata/gavel
 simulation_throughputs.json, MIT: ResNet-50 on ImageNet with its SGD step, K80/P100/V100; Gavel's multi-GPU
 rows count steps summed over GPUs, a different unit, so they are left out). Gavel's types are read as the
 spec rows its aliases name (k80, p100 = P100 PCIe, v100 = V100 SXM2 16 GB). Profiles: msched/data/torchvision_features.json.
@@ -28,6 +28,10 @@ from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfTable  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
+# Gavel's job types that are the torchvision model of the same name (its "ResNet-18" is the CIFAR-10 variant,
+# a different network: bench/gavel_models/resnet18_cifar.py)
+GAVEL_TORCHVISION = ("resnet50",)
+
 
 def training_rows(data: Path, profiles: dict) -> list[FitRow]:
     """The rows the shipped parameters are fitted on (see the module docstring)."""
@@ -35,7 +39,7 @@ def training_rows(data: Path, profiles: dict) -> list[FitRow]:
     gavel = data / "gavel" / "perf_table.csv"
     if gavel.exists():
         rows += [r for r in rows_from_perf(PerfTable.load(gavel).rows, optimizer=True)
-                 if r.num_gpus == 1 and r.model in profiles]
+                 if r.num_gpus == 1 and r.model in GAVEL_TORCHVISION]
     return rows
 
 

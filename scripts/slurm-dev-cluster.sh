@@ -2,7 +2,9 @@
 # A real Slurm cluster on one machine, for development and tests (facts: ../shared/SLURM-NOTES.md).
 #
 #   scripts/slurm-dev-cluster.sh up     [--dir DIR]   install (apt) if missing, start, wait until idle
-#   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files)
+#   scripts/slurm-dev-cluster.sh down   [--dir DIR]   stop exactly the daemons `up` started (pid files),
+#                                                     waiting for each to exit; the munged a dev cluster
+#                                                     started goes with the last cluster on the host
 #   scripts/slurm-dev-cluster.sh status [--dir DIR]   exit 0 when every daemon runs and Slurm answers
 #
 # `up --plugins` turns on msched's Slurm plugins: `msched plugin install --dir DIR` writes cli_filter.lua
@@ -25,7 +27,7 @@
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
 
-usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...] [--shards NODE=K ...]" >&2; exit 2; }
+usage() { echo "usage: $0 up|down|status [--dir DIR] [--accounting] [--plugins] [--node-gpus NODE=N ...] [--shards NODE=K ...] [--partition-per-type]" >&2; exit 2; }
 
 ACTION="${1:-}"; [[ -n "$ACTION" ]] || usage; shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +35,7 @@ DIR="$REPO/.slurm-dev"
 ACCOUNTING=0
 PLUGINS=0
 NODE_GPUS=()
+PARTITION_PER_TYPE=0
 NODE_SHARDS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -42,6 +45,8 @@ while [[ $# -gt 0 ]]; do
         --plugins) PLUGINS=1; shift ;;
         # a node with another GPU count (e.g. --node-gpus n2=2: titanv on 2-GPU nodes), for shape tests
         --node-gpus) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_GPUS+=("$2"); shift 2 ;;
+        # each GPU type also gets a partition of its own (named as the type), as sites that split types do
+        --partition-per-type) PARTITION_PER_TYPE=1; shift ;;
         # a node whose GPUs can also be shared (gres/shard, K shards per GPU), also in partition `shared`
         --shards) [[ $# -ge 2 && "$2" =~ ^n[1-4]=[1-8]$ ]] || usage; NODE_SHARDS+=("$2"); shift 2 ;;
         *) usage ;;
@@ -227,6 +232,11 @@ write_config() {
             echo "NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$CPUS_PER_NODE RealMemory=16000 Gres=$gres Feature=$features State=UNKNOWN"
         done
         echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+        if [[ "$PARTITION_PER_TYPE" == 1 ]]; then
+            for node in "${NODES[@]}"; do
+                echo "PartitionName=${GPU_TYPE[$node]} Nodes=$node DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
+            done
+        fi
         if [[ ${#SHARDS_PER_GPU[@]} -gt 0 ]]; then
             echo "PartitionName=shared Nodes=$(IFS=,; echo "${!SHARDS_PER_GPU[*]}") DefaultTime=01:00:00 MaxTime=INFINITE State=UP"
         fi

@@ -23,7 +23,7 @@ round-less submit-time choice can know), which keeps the comparison with rounds 
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +114,11 @@ class SimSetup:
     scheduler: str | None = None                 # None: the cluster spec's SchedulerType (default backfill)
     starvation_age_s: float | None = 86400.0     # None: no starvation guard
     trace_name: str = "trace"
+    # per user, the factor by which their tags misstate iterations (a claim, not the truth: users
+    # write their own tags); absent = honest. bench/bench_liar.py measures what lying buys.
+    claim_factors: Mapping[str, float] = field(default_factory=dict)
+    settle: Any = None                           # msched.rounds.settle.SettleOptions; None: the defaults
+    policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
 
 
     @property
@@ -127,7 +132,7 @@ def make_policy(name: str, setup: SimSetup):
     the planner is told whether Slurm backfills, `fastest` ranks types by --perf."""
     from msched.rounds.core import round_policy
     return round_policy(name, backfill=setup.backfill, objective=setup.objective,
-                        starvation_age_s=setup.starvation_age_s, perf=setup.perf)
+                        starvation_age_s=setup.starvation_age_s, perf=setup.perf, **setup.policy_options)
 
 
 def make_estimator(policy, setup: SimSetup):
@@ -177,6 +182,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
     rounds = skipped = calls = 0
+    writes_per_round: list[int] = []
+    incumbent = None                     # what the last round held each job to (msched.rounds.settle)
     plan_s = 0.0
     round_s_total = 0.0                  # wall seconds inside the round core (snapshot, plan, writes)
     reported = 0
@@ -196,7 +203,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 free = _projected_free_time(client, policy, estimator, setup)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
                                    ClusterView(node_gpus=sizes.setdefault(tj.partition, cluster_node_gpus(
-                                       setup.cluster, tj.partition)), free_at=free, fresh=True), sim.now)
+                                       setup.cluster, tj.partition)), free_at=free, fresh=True), sim.now,
+                                   claim=setup.claim_factors.get(tj.user, 1.0))
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
@@ -234,10 +242,13 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 seen = sim.version       # the snapshot this round reads
                 r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
-                                   starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical)
+                                   starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
+                                   incumbent=incumbent, settle_options=setup.settle)
                 round_s_total += _time.perf_counter() - r0
+                incumbent = result.incumbent
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
+                writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
                 stable_until = result.stable_until
@@ -265,13 +276,15 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
-                           state=j.state, model=j.model)
+                           state=j.state, model=j.model, writes=j.writes)
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     if bound is None:
         bound = trace_bound(trace, setup.truth, setup.cluster)
     metrics = summarize(policy_name, outcomes, setup.cluster.total_gpus, bound.value_s, submitted=n,
                         simple_lb=bound.simple_s)
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
+                    "writes_per_round": calls / rounds if rounds else 0.0,
+                    "max_writes_per_round": max(writes_per_round, default=0),
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
         recorder.finish(client, sim.now)
@@ -312,9 +325,10 @@ def cluster_node_gpus(cluster: ClusterSpec, partition: str = "") -> dict[str, tu
 
 
 def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, cluster: ClusterView,  # noqa: ANN001
-                    now: float) -> SubmitDecision:
-    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`)."""
-    tag = classifier(tj.model)._replace(iters=int(tj.iterations) if tj.iterations else None,
+                    now: float, claim: float = 1.0) -> SubmitDecision:
+    """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`);
+    CLAIM scales the iterations the tag states (the job's true work stays the trace's)."""
+    tag = classifier(tj.model)._replace(iters=max(1, round(tj.iterations * claim)) if tj.iterations else None,
                                         bs=int(tj.batch_size) if tj.batch_size else None,
                                         pinned=tj.gpu_type or "", ver=__version__)
     job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s)

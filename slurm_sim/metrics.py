@@ -34,6 +34,7 @@ class JobOutcome:
     num_gpus: int
     state: str
     model: str = ""
+    writes: int = 0            # Slurm updates msched made to the job over its life (churn)
 
 
 ENDED_OK = ("COMPLETED", "TIMEOUT")      # a job that ran to its end or to its limit; CANCELLED is not finished
@@ -105,5 +106,7 @@ def summarize(policy: str, outcomes: Sequence[JobOutcome], total_gpus: int, lb: 
         "mean_wait_s": sum(wait) / len(wait) if wait else 0.0,
         "gpu_utilization": busy / (total_gpus * makespan) if makespan > 0 and total_gpus else 0.0,
         "ratio_to_lower_bound": makespan / lb if lb > 0 else None,
+        "writes_per_job": sum(o.writes for o in outcomes) / len(outcomes),
+        "max_writes_per_job": max(o.writes for o in outcomes),
     })
     return out

@@ -114,6 +114,7 @@ class SimJob:
     nodes: tuple[int, ...] = ()
     gpu_type: str | None = None
     classes: tuple[int, ...] = ()            # node classes the request allows now
+    writes: int = 0                          # scontrol updates of this job (priority, features, hold, release)
     view: SlurmJob | None = field(default=None, repr=False)
     key: tuple = ()
 
@@ -327,6 +328,7 @@ class Simulator:
         self._queue_dirty = True
         self._needs_pass = True
         self._updates += 1
+        job.writes += 1
 
     def set_features(self, job: SimJob, features: str) -> None:
         self._check_features(features)
@@ -335,18 +337,21 @@ class Simulator:
         job.view = None
         self._needs_pass = True
         self._updates += 1
+        job.writes += 1
 
     def hold(self, job: SimJob) -> None:
         job.held = True
         job.view = None
         self._needs_pass = True
         self._updates += 1
+        job.writes += 1
 
     def release(self, job: SimJob) -> None:
         job.held = False
         job.view = None
         self._needs_pass = True
         self._updates += 1
+        job.writes += 1
 
     def cancel(self, job: SimJob) -> None:
         if job.state == RUNNING:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from msched.msub.directives import detect_model, known_models, strip_msched_lines
+from msched.msub.directives import detect_model, known_models
 from msched.msub.main import MSUB_OPTIONS, build_submission
-from msched.tag import parse_comment
+from msched.tag import parse_comment, why_of
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH = "/usr/bin/sbatch"
@@ -109,17 +109,16 @@ def test_model_option_removed_and_tag_added_before_script(site):
     assert tag.added == constraint[-1]
 
 
-def test_msched_lines_removed_and_script_fed_on_stdin(site):
+def test_script_submitted_by_its_path_with_msched_lines_kept(site):
+    """Issue 20: the script reaches sbatch by its path, unchanged (#MSCHED lines are comments to the
+    shell), so Slurm records it as the job's Command; msched's additions are options before it."""
     d = _shared_dir("msub-unit-")
     body = "#!/bin/sh\n#MSCHED --model=vgg16 --iterations=50 --batch-size=32\n#SBATCH --gres=gpu:2\necho run \"$@\"\n"
     s = _script(d, "train_vgg.sh", body)
     sub, warnings = build_submission([str(s), "a1", "a2"])
-    assert not warnings
-    assert sub.stdin_data.decode() == strip_msched_lines(body)
-    assert "#MSCHED" not in sub.stdin_data.decode() and "#SBATCH --gres=gpu:2" in sub.stdin_data.decode()
-    assert sub.argv[-3:] == ["/dev/stdin", "a1", "a2"]
-    # sbatch would name a stdin script "stdin": msub keeps the file's name as the job name
-    assert "--job-name=train_vgg.sh" in sub.argv
+    assert not warnings and sub.stdin_data is None
+    assert sub.argv[-3:] == [str(s), "a1", "a2"] and s.read_text() == body
+    assert not any(w.startswith("--job-name") for w in sub.argv)
     tag, _ = _tag_of(sub.argv)
     assert (tag.model, tag.iters, tag.bs) == ("vgg16", 50, 32)
 
@@ -129,19 +128,26 @@ def test_additions_go_before_a_double_dash(site):
     s = _script(d, "dd.sh", "#!/bin/sh\n#MSCHED --model=resnet18\ntrue\n")
     sub, _ = build_submission(["--gres=gpu:1", "--model=resnet18", "--", str(s)])
     words = sub.argv[1:]
-    assert words[0] == "--gres=gpu:1" and words[-1] == "--" and sub.stdin_data is not None
-    assert all(w.startswith("--comment=") or w.startswith("--constraint=") or w.startswith("--job-name=")
-               for w in words[1:-1])
+    assert words[0] == "--gres=gpu:1" and words[-2:] == ["--", str(s)] and sub.stdin_data is None
+    assert all(w.startswith("--comment=") or w.startswith("--constraint=") for w in words[1:-2])
     sub, _ = build_submission(["--gres=gpu:1", "--", str(s), "x"])
-    assert sub.argv[-3:] == ["--", "/dev/stdin", "x"]
+    assert sub.argv[-3:] == ["--", str(s), "x"]
 
 
-def test_job_name_not_added_when_user_named_the_job(site):
+def test_environment_names_the_model_below_msched_lines_and_options(site):
+    env = {"MSCHED_MODEL": "resnet18", "MSCHED_ITERATIONS": "700", "MSCHED_BATCH_SIZE": "16"}
+    sub, warnings = build_submission(["--gres=gpu:1", "--wrap", "python -m submitit.core._submit /x"], environ=env)
+    assert not warnings
+    tag = _tag_of(sub.argv)[0]
+    assert (tag.model, tag.iters, tag.bs) == ("resnet18", 700, 16)
     d = _shared_dir("msub-unit-")
-    s = _script(d, "n.sh", "#!/bin/sh\n#SBATCH -J mine\n#MSCHED --model=resnet18\ntrue\n")
-    sub, _ = build_submission([str(s)])
-    assert not any(w.startswith("--job-name") for w in sub.argv)
-    assert sub.argv[-1] != "/dev/stdin"          # no script args: plain stdin, no positional
+    s = _script(d, "e.sh", "#!/bin/sh\n#SBATCH --gres=gpu:1\n#MSCHED --model=vgg11\ntrue\n")
+    tag = _tag_of(build_submission([str(s)], environ=env)[0].argv)[0]
+    assert (tag.model, tag.iters, tag.bs) == ("vgg11", 700, 16)           # the #MSCHED line wins the model
+    tag = _tag_of(build_submission(["--iterations=5", "--model=alexnet", str(s)], environ=env)[0].argv)[0]
+    assert (tag.model, tag.iters) == ("alexnet", 5)                        # msub's options win over both
+    _, warnings = build_submission(["--gres=gpu:1", "--wrap", "true"], environ={**env, "MSCHED_ITERATIONS": "many"})
+    assert warnings == ["MSCHED_ITERATIONS must be a positive integer, not 'many'; ignored"]
 
 
 def test_gpu_options_kept_exactly_and_pinned_types_left_alone(site):
@@ -171,8 +177,41 @@ def test_user_constraint_is_anded(site, monkeypatch):
     sub, _ = build_submission(["--gres=gpu:1", "-C", "bigmem", "--model=resnet50", "--wrap", "true"])
     c = _option(sub.argv, "constraint")[-1]
     assert c.startswith("bigmem&")
-    # the fallback (cluster rejects the features) keeps the user's own constraint word and drops ours
-    assert not _option(sub.fallback_argv, "constraint") and "bigmem" in sub.fallback_argv
+    # the fallbacks (Slurm refuses the features): ours dropped, the user's own constraint word kept,
+    # then the submission exactly as typed
+    no_types, as_typed = sub.fallbacks
+    assert not _option(no_types.argv, "constraint") and "bigmem" in no_types.argv
+    assert _tag_of(no_types.argv)[0].added == "" and no_types.drops == ("constraint",)
+    assert as_typed.argv == [SBATCH, "--gres=gpu:1", "-C", "bigmem", "--wrap", "true"]
+
+
+def test_why_no_constraint_is_in_the_tag(site):
+    tag = _tag_of(build_submission(["--model=resnet50", "--wrap", "true"])[0].argv)[0]
+    assert tag.why == "no GPU request"
+    tag = _tag_of(build_submission(["--model=resnet50", "--gres=gpu:titanv:1", "--wrap", "true"])[0].argv)[0]
+    assert tag.why == "GPU type titanv chosen by the user"
+    tag = _tag_of(build_submission(["--model=resnet50", "--gres=gpu:1", "--wrap", "true"])[0].argv)[0]
+    assert tag.added and tag.why == ""
+
+
+def test_why_untagged_is_recorded_for_gpu_jobs(site):
+    sub, _ = build_submission(["--gres=gpu:1", "--comment=mine", "--wrap", "python -m submitit.core._submit /x"])
+    comment = _option(sub.argv, "comment")[-1]
+    assert parse_comment(comment) == (None, "mine") and why_of(comment) == "no model named"
+    assert sub.fallbacks[-1].argv == [SBATCH, "--gres=gpu:1", "--comment=mine", "--wrap", "python -m submitit.core._submit /x"]
+    sub, _ = build_submission(["--wrap", "hostname"])                     # no GPUs, no model: untouched
+    assert sub.argv == [SBATCH, "--wrap", "hostname"] and not sub.fallbacks
+
+
+def test_comment_that_leaves_no_room_for_the_tag(site):
+    mine = "x" * 950
+    sub, warnings = build_submission(["--gres=gpu:1", f"--comment={mine}", "--model=resnet50", "--wrap", "true"])
+    assert sub.argv == [SBATCH, "--gres=gpu:1", f"--comment={mine}", "--wrap", "true"] and not sub.fallbacks
+    assert len(warnings) == 1 and "leaves no room for msched's tag" in warnings[0]
+    fits = "y" * 700
+    sub, warnings = build_submission(["--gres=gpu:1", f"--comment={fits}", "--model=resnet50", "--wrap", "true"])
+    assert not warnings and len(_option(sub.argv, "comment")[-1].encode()) <= 1024
+    assert _tag_of(sub.argv)[1] == fits
 
 
 def test_stdin_script_is_read_and_passed_on(site):
@@ -195,7 +234,9 @@ def test_detection_ignores_look_alikes():
 def test_unknown_model_warns_and_submits_plain(site):
     sub, warnings = build_submission(["--model", "not_a_model", "--gres=gpu:1", "--wrap", "true"])
     assert len(warnings) == 1 and "plain" in warnings[0]
-    assert sub.argv == [SBATCH, "--gres=gpu:1", "--wrap", "true"]
+    assert sub.fallbacks[-1].argv == [SBATCH, "--gres=gpu:1", "--wrap", "true"]
+    comment = _option(sub.argv, "comment")[-1]
+    assert parse_comment(comment)[0] is None and why_of(comment).startswith("unknown model 'not_a_model'")
 
 
 def test_bad_config_warns_and_submits_plain(tmp_path, monkeypatch):
@@ -203,7 +244,8 @@ def test_bad_config_warns_and_submits_plain(tmp_path, monkeypatch):
     conf.write_text(f'sbatch = "{SBATCH}"\nobjective = "fastest-ever"\n')
     monkeypatch.setenv("MSCHED_CONFIG", str(conf))
     sub, warnings = build_submission(["--model=resnet50", "--gres=gpu:1", "--wrap", "true"])
-    assert sub.argv == [SBATCH, "--gres=gpu:1", "--wrap", "true"]
+    assert sub.fallbacks[-1].argv == [SBATCH, "--gres=gpu:1", "--wrap", "true"]
+    assert parse_comment(_option(sub.argv, "comment")[-1])[0] is None
     assert warnings and "objective" in warnings[0]
 
 
@@ -221,14 +263,15 @@ def test_msub_options_are_exact_names():
     assert set(MSUB_OPTIONS) == {"model", "iterations", "batch-size", "msched-dry-run"}
 
 
-def test_dry_run_prints_command_and_diff(site):
+def test_dry_run_prints_command_and_fallbacks(site):
     d = _shared_dir("msub-unit-")
     s = _script(d, "dry.sh", "#!/bin/sh\n#MSCHED --model=resnet18\n#SBATCH --gres=gpu:1\ntrue\n")
     proc = subprocess.run([str(Path(sys.executable).with_name("msub")), "--msched-dry-run", str(s)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"sbatch command: {SBATCH} ") and "--comment=msched:v1;" in proc.stdout
-    assert "-#MSCHED --model=resnet18" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"sbatch command: {SBATCH} ") and "--comment=msched:v1;" in lines[0]
+    assert lines[-1] == f"if sbatch refuses the constraint or comment msched added: {SBATCH} {s}"
 
 
 # ----------------------------------------------------------------------------- on the real cluster
@@ -324,6 +367,9 @@ def test_sbatch_directives_survive(slurm_cluster, ordinary_user, workdir, site, 
     proc = _msub(ordinary_user, ["--hold", str(s)], workdir, site)
     assert proc.returncode == 0 and proc.stdout.startswith("Submitted batch job "), proc.stderr
     job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
+    # submitted by its path, #MSCHED line and all (issue 20): Slurm shows the script as the Command
+    shown = slurm_cluster.run(["scontrol", "show", "job", str(job["job_id"])], check=True).stdout
+    assert f"Command={s}" in shown.split()
     assert job["partition"] == "gpu" and job["name"] == "keepme" and job["time_limit"] == 7
     assert job["tres_per_node"] == "gres:gpu:2"
     assert job["features"] == "titanv|rtx2080ti"              # a constraint naming GPU types is the user's pin
@@ -333,33 +379,47 @@ def test_sbatch_directives_survive(slurm_cluster, ordinary_user, workdir, site, 
 
 @pytest.mark.slurm
 def test_untyped_request_gets_or_constraint_and_gpus_8_kept(slurm_cluster, ordinary_user, workdir, site, janitor):
+    """`--gpus=8 -N 2` on the dev cluster (one 4-GPU node per type): no single type can hold it (the
+    feasibility rule), so msub adds no constraint and Slurm takes the job as written; `--gpus=4` gets an
+    OR of types within the slack."""
     s = _script(workdir, "g8.sh", "#!/bin/sh\npython train.py --arch vgg16\n")
     proc = _msub(ordinary_user, ["--hold", "--gpus=8", "-N", "2", str(s)], workdir, site)
     assert proc.returncode == 0, proc.stderr
     job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
     assert job["tres_per_job"] == "gres:gpu:8"
     tag, _ = parse_comment(job["comment"])
-    # two whole nodes of one type are needed for a type constraint, and the dev cluster has one node of
-    # each type: no type can hold the job's shape, so msched adds none (sbatch would refuse it)
-    assert tag.model == "vgg16" and tag.added == ""
-    assert job["features"] in ("", "(null)")
+    assert tag.model == "vgg16" and tag.added == "" and tag.why and job["features"] in ("", "(null)")
+    proc = _msub(ordinary_user, ["--hold", "--gpus=4", str(s)], workdir, site)
+    assert proc.returncode == 0, proc.stderr
+    job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
+    assert job["tres_per_job"] == "gres:gpu:4"
+    tag, _ = parse_comment(job["comment"])
+    assert tag.added and set(tag.added.split("|")) <= set(TYPES)
+    assert set(job["features"].strip("[]()").split("|")) == set(tag.added.split("|"))
 
 
 @pytest.mark.slurm
 def test_constraint_the_cluster_rejects_is_dropped(slurm_cluster, ordinary_user, workdir, janitor):
-    """A published GPU type that no node carries as a feature (titanrtx): sbatch says "Invalid feature
+    """A GPU type that no node carries as a feature (titanrtx; msub's cached sinfo answer still lists a
+    titanrtx node, as after a reconfiguration within its ten minutes): sbatch says "Invalid feature
     specification", msub warns once and submits the job without msched's constraint, tag kept."""
     import time
     d = _shared_dir("msub-reject-")
     (d / "gpu_free_time.json").write_text(json.dumps({"time": time.time(), "free_at": {"titanrtx": 0}}))
     (d / "msched.toml").write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{d}"\n')
+    (d / "cluster_nodes.json").write_text(json.dumps({
+        "key": f"{os.environ.get('SLURM_CONF', '')}|{SBATCH}", "time": time.time(),
+        "nodes": [["n9", "gpu:titanrtx:4", ["titanrtx"], ["gpu"]]]}))
     for f in d.iterdir():
         f.chmod(0o644)
     s = _script(workdir, "reject.sh", "#!/bin/sh\n#SBATCH --gres=gpu:1\npython train.py --arch resnet50\n")
-    proc = _msub(ordinary_user, ["--hold", str(s)], workdir, d)
+    env = {"MSCHED_CONFIG": str(d / "msched.toml"), "PYTHONPYCACHEPREFIX": str(workdir / ".pycache"),
+           "MSCHED_CACHE_DIR": str(d)}
+    proc = ordinary_user.run([str(Path(sys.executable).with_name("msub")), "--hold", str(s)], env=env, cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("Submitted batch job ")
-    assert proc.stderr.count("msub: warning:") == 1 and "rejected msched's GPU-type constraint" in proc.stderr
+    assert proc.stderr.count("msub: warning:") == 1 and "Invalid feature specification" in proc.stderr
+    assert "submitted without msched's GPU-type constraint" in proc.stderr
     job = _squeue(slurm_cluster)[janitor.add(_job_id(proc.stdout))]
     tag, _ = parse_comment(job["comment"])
     assert tag.model == "resnet50" and tag.added == "" and job["features"] in ("", "(null)")
@@ -478,3 +538,30 @@ def test_only_the_clusters_types_are_named(tmp_path, monkeypatch):
     _site_with_free_time(tmp_path, monkeypatch, now, {"titanxp": now, "rtx2080ti": now})
     sub, _ = build_submission(["--model=resnet50", "--gres=gpu:1", "--wrap", "true"])
     assert set(_tag_of(sub.argv)[0].added.split("|")) <= {"titanxp", "rtx2080ti"}
+
+
+@pytest.mark.slurm
+def test_owner_reads_why_in_msched_jobs(slurm_cluster, ordinary_user, workdir, site, janitor):
+    """Issue 20: a client that hides sbatch's stderr on success loses msub's warnings, so the reason
+    is kept in the job: `msched jobs`, run by the job's owner, shows why one job went untagged and why
+    another got no constraint; the environment names the model of a third (MSCHED_MODEL)."""
+    unknown = _msub(ordinary_user, ["--hold", "--parsable", "--gres=gpu:1", "--model=my_transformer", "--wrap",
+                                    "true"], workdir, site)
+    late = _msub(ordinary_user, ["--hold", "--parsable", "--gres=gpu:titanv:1", "--model=resnet50",
+                                 "--wrap", "true"], workdir, site)
+    env_named = ordinary_user.run(
+        [str(Path(sys.executable).with_name("msub")), "--hold", "--parsable", "--gres=gpu:1", "--wrap",
+         "python -u -m submitit.core._submit /tmp/x"],
+        env={"MSCHED_CONFIG": str(site / "msched.toml"), "PYTHONPYCACHEPREFIX": str(workdir / ".pycache"),
+             "MSCHED_MODEL": "densenet121"}, cwd=workdir)
+    for p in (unknown, late, env_named):
+        assert p.returncode == 0, p.stderr
+    ids = [janitor.add(_job_id(p.stdout)) for p in (unknown, late, env_named)]
+    proc = ordinary_user.run([str(Path(sys.executable).with_name("msched")), "jobs", "--json"],
+                             env={"MSCHED_CONFIG": str(site / "msched.toml")}, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["job_id"]: r for r in json.loads(proc.stdout)}
+    assert not rows[ids[0]]["tagged"] and rows[ids[0]]["why"].startswith("unknown model 'my_transformer'")
+    assert rows[ids[1]]["tagged"] and rows[ids[1]]["added"] == ""
+    assert rows[ids[1]]["why"] == "GPU type titanv chosen by the user"
+    assert rows[ids[2]]["model"] == "densenet121" and rows[ids[2]]["added"] and rows[ids[2]]["why"] == ""

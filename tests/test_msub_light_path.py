@@ -172,7 +172,8 @@ def test_config_normalises_and_validates():
 
 
 # ----------------------------------------------------------------------------- the tag's quoting
-@pytest.mark.parametrize("text", ["resnet50", "/home/u/my net.py:build", "a;b=c%d", "modèle", "a100|titanv", ""])
+@pytest.mark.parametrize("text", ["resnet50", "/home/u/my net.py:build", "a;b=c%d", "modèle", "a100|titanv", "",
+                                  "sbatch refused msched's GPU-type constraint", "".join(map(chr, range(32, 127)))])
 def test_tag_quoting_is_urllib_quote(text):
     assert _quote(text) == quote(text, safe=_SAFE)
     tag = JobTag(model=text or "m", ref="resnet50", added="a100|titanv")

@@ -10,6 +10,7 @@ CliFilterPlugins, as any user can make: the controller's check is what holds eit
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -172,7 +173,7 @@ def test_sbatch_output_and_exit_code_are_the_same_with_the_plugin(plugin_cluster
 ])
 def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_line(
         plugin_cluster, user, jobs, behaviour, why):
-    model = user.home / "badnet.py"
+    model = user.home / f"badnet_{os.getpid()}_{len(behaviour)}.py"     # its own name: the account is shared
     run(user, plugin_cluster, ["tee", str(model)], input=behaviour + "def build():\n    return None\n", check=True)
     t0 = time.monotonic()
     proc = run(user, plugin_cluster, ["sbatch", "--hold", "--gres=gpu:1", "--comment=mine", "--wrap", "hostname"],
@@ -183,8 +184,38 @@ def test_a_classifier_that_hangs_or_crashes_lets_the_job_in_untagged_with_one_li
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("msched: warning: ") and why in lines[0], lines
     fields = show_job(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
-    assert fields["Comment"] == "mine" and fields["AdminComment"] == "" and fields["Features"] == "(null)"
+    assert fields["AdminComment"] == "" and fields["Features"] == "(null)"
+    assert fields["Comment"].startswith("msched:v1;why=") and fields["Comment"].endswith(" mine")   # why, for its owner
+    assert parse_tag(fields["Comment"])[0] is None
     assert elapsed < 10, elapsed
     # nothing of the submission outlives it (the profiler runs the model file in a session of its own)
-    left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", "msched.models.profiler"])
+    left = run(user, plugin_cluster, ["pgrep", "-u", user.name, "-f", str(model)])
     assert left.stdout == "", left.stdout
+
+
+def test_the_reorderers_queue_read_takes_the_stamp_over_the_comments_claim(plugin_cluster, user, jobs, bypass_conf):
+    from msched.config import Config
+    from msched.slurm.cli import CliClient
+
+    stamped = jobs.add(job_id_of(run(user, plugin_cluster, [
+        "sbatch", "--hold", "--gres=gpu:1", "--wrap", "python train.py --arch resnet50"], check=True).stdout))
+    # a claim that passes the reorderer's bounds but not the controller's (no such model): comment only
+    claim = jobs.add(job_id_of(run(user, plugin_cluster, [
+        "sbatch", "--hold", "--gres=gpu:1", f"--comment={PREFIX}model=evil_net;sim=0.5", "--wrap", "hostname"],
+        {"SLURM_CONF": str(bypass_conf)}, check=True).stdout))
+    queue = {j.job_id: j for j in CliClient(Config(), env={"SLURM_CONF": str(plugin_cluster.conf)}).jobs()}
+    assert queue[stamped].tag_verified and queue[stamped].tag == parse_tag(queue[stamped].admin_comment)[0]
+    assert queue[stamped].tag.model == "resnet50"
+    assert not queue[claim].tag_verified and queue[claim].admin_comment == ""
+    assert queue[claim].tag is not None and queue[claim].tag.model == "evil_net"    # an unverified claim
+
+
+def test_msub_on_a_plugin_cluster_is_decided_once_and_stamped(plugin_cluster, user, jobs):
+    from helpers import VENV_BIN
+
+    proc = run(user, plugin_cluster, [str(VENV_BIN / "msub"), "--hold", "--gres=gpu:1", "--wrap",
+                                      "python train.py --arch resnet50"])
+    assert proc.returncode == 0, proc.stderr
+    fields = show_job(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
+    assert_stamped(fields, "resnet50")
+    assert not parse_tag(fields["AdminComment"])[0].pinned     # msub's constraint is not read as a pin

@@ -3,6 +3,11 @@ real backends implement), plus the constraint forms checked on the real local Sl
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import sys
+from pathlib import Path
+
 import pytest
 
 from msched.estimate.estimators import TagEstimator
@@ -10,6 +15,7 @@ from msched.estimate.perf_table import PerfRow, PerfTable
 from msched.policy import get_policy
 from msched.policy.snapshot import JobDecision, Plan
 from msched.rounds.core import JobView, Update, diff_plan, expand_hostlist, release, run_round
+from msched.rounds.settle import SettleOptions
 from msched.slurm.base import JobRequest, SlurmError, SlurmUnavailable
 from msched.tag import JobTag, with_tag
 from slurm_sim.client import SimClient
@@ -334,6 +340,186 @@ def test_build_snapshot_leaves_jobs_with_unreadable_constraints_alone(caplog):
     assert len(warned) == 2 and all("\n" not in m for m in warned)
 
 
+# ------------------------------------------------------------------------ rounds that settle (issue 21)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_reorder as br  # noqa: E402
+
+
+def settled_rounds(c, policy, est, incumbent=None, options=None, n: int = 1):  # noqa: ANN001, ANN201
+    """`n` rounds one after another, each handed the previous one's incumbent; the last result."""
+    res = None
+    for _ in range(n):
+        res = run_round(c, policy, est, incumbent=incumbent, settle_options=options)
+        incumbent = res.incumbent
+        c.advance(1)
+    return res
+
+
+def test_plan_never_reads_what_msched_wrote():
+    """The plan is a function of the jobs, estimates, cluster and plain jobs' order: the same snapshot
+    with what msched may have written scrambled (the managed jobs' priorities permuted among the places
+    they hold, as its writes permute them, and random msched types) plans the same order of the managed
+    jobs and the same types. (The priority values that write the order depend on the places the managed
+    jobs hold among plain ones, which msched keeps: policy.priorities.assign_in_place.)"""
+    c, _b, perf = br.busy_sim(300, seed=3)
+    est = TagEstimator(perf)
+    first = run_round(c, get_policy("msched"), est)          # priorities and types as msched writes them
+    c.advance(1)
+    snap = run_round(c, get_policy("msched"), est, dry_run=True).snapshot
+    rng = random.Random(7)
+    types = snap.gpu_types
+    managed = [p for p in snap.pending if p.managed and not p.pinned_type]
+    values = [p.priority for p in managed]
+    rng.shuffle(values)
+    new = {p.job_id: v for p, v in zip(managed, values, strict=True)}
+    scrambled = dataclasses.replace(snap, pending=tuple(
+        dataclasses.replace(p, priority=new[p.job_id], current_types=(rng.choice(types),)) if p.job_id in new else p
+        for p in snap.pending))
+    a, b = get_policy("msched").plan(snap), get_policy("msched").plan(scrambled)
+    assert first.update_calls > 0 and len(set(values)) > 1
+    decided = lambda plan: [(d.job_id, d.gpu_types) for d in plan.decisions]  # noqa: E731
+    assert decided(a) == decided(b)
+    assert a.est_makespan_end == b.est_makespan_end
+
+
+def test_two_rounds_on_an_unchanged_queue_the_second_writes_nothing():
+    c, _b, perf = br.busy_sim(400, seed=1)
+    est = TagEstimator(perf)
+    policy = get_policy("msched")
+    first = run_round(c, policy, est)
+    assert first.update_calls > 100                 # the first round writes the plan
+    c.advance(1)
+    second = run_round(c, policy, est, incumbent=first.incumbent)
+    assert second.update_calls == 0 and second.updates == []
+    # with no incumbent at all it still writes nothing: the plan is a fixed point of its own writes
+    assert run_round(c, policy, est).update_calls == 0
+    assert second.plan.est_makespan_end <= first.plan.est_makespan_end + 2.0
+
+
+def test_a_few_ends_and_an_arrival_cost_writes_in_proportion():
+    c, blockers, perf = br.busy_sim(400, seed=2)
+    est = TagEstimator(perf)
+    policy = get_policy("msched")
+    res = settled_rounds(c, policy, est, n=2)
+    pending = len(res.snapshot.pending)
+    settled_makespan = res.plan.est_makespan_end - res.time
+    for b in blockers[::4]:                        # 4 running jobs end, one per GPU type
+        c.cancel(b)
+    c.advance(0)
+    after = run_round(c, policy, est, incumbent=res.incumbent)
+    assert after.update_calls <= 0.05 * pending
+    assert after.plan.est_makespan_end - after.time <= settled_makespan + 1.0   # never worse than holding on
+    c.advance(1)
+    tag = JobTag(model="resnet50", ref="resnet50", group="resnet50", iters=3000, bs=12, added="titanv")
+    new = c.submit(JobRequest(name="new", num_gpus=1, constraint="titanv", comment=with_tag(tag, None),
+                              time_limit_s=4 * 3600, extra={"model": "resnet50", "iterations": 3000,
+                                                            "batch_size": 12}))
+    c.sim.set_priority(c.sim.jobs[new], 1)          # what the dev cluster's multifactor gives it
+    c.advance(0)
+    arrival = run_round(c, policy, est, incumbent=after.incumbent)
+    assert arrival.settle.new_jobs == 1
+    assert {u.job_id for u in arrival.updates} <= {new} | {u.job_id for u in arrival.updates if u.field == "priority"}
+    assert arrival.update_calls <= 3
+    assert new in arrival.incumbent
+
+
+def test_write_budget_spends_on_the_largest_gains_and_the_rest_waits():
+    c, _b, perf = br.busy_sim(200, seed=4, plain_share=0.0)     # no plain job: every order can be written
+    est = TagEstimator(perf)
+    policy = get_policy("msched")
+    budget = SettleOptions(write_budget=40)
+    first = run_round(c, policy, est, settle_options=budget)
+    assert 0 < first.update_calls <= 40 and first.held_back > 0
+    gains = first.settle.gain
+    written = {u.job_id for u in first.updates}
+    waiting = [j for j in gains if j not in written and j not in first.incumbent]
+    # largest gain first: what was written is among the top gains (a cheaper move, one write instead of
+    # two, may fill what a dearer one leaves of the budget)
+    top = sorted(gains, key=lambda j: -gains[j])[:2 * len(written)]
+    assert waiting and written <= set(top)
+    incumbent, rounds, total = first.incumbent, 1, first.update_calls
+    while True:                                      # later rounds place the rest, 40 writes at a time
+        c.advance(1)
+        r = run_round(c, policy, est, incumbent=incumbent, settle_options=budget)
+        assert r.update_calls <= 40
+        incumbent, rounds, total = r.incumbent, rounds + 1, total + r.update_calls
+        if r.update_calls == 0:
+            break
+        assert rounds < 40
+    unbudgeted = run_round(br.busy_sim(200, seed=4, plain_share=0.0)[0], policy, est, dry_run=True)
+    assert len(incumbent) == len(unbudgeted.plan.decisions)       # every job placed in the end
+
+
+class WorstFirst:
+    """A policy whose plan is bad on purpose: shortest jobs first on their slowest type."""
+
+    name = "worst"
+    objective = "makespan"
+
+    def plan(self, snapshot):  # noqa: ANN001, ANN201
+        from msched.policy.priorities import assign_priorities
+        managed = [j for j in snapshot.pending if j.managed and j.est_runtime_s and not j.pinned_type]
+        managed.sort(key=lambda j: min(j.est_runtime_s.values()))
+        prio = assign_priorities([j.job_id for j in managed], {j.job_id: j.priority for j in managed})
+        return Plan("worst", [JobDecision(j.job_id, prio[j.job_id], (max(j.est_runtime_s, key=j.est_runtime_s.get),))
+                              for j in managed])
+
+
+def test_a_plan_rated_worse_than_the_incumbent_is_never_written():
+    """A plan worse than the incumbent is not written as it stands: at most the moves of it that make the
+    held plan better (by the model's estimate) are taken, and the held plan is never rated worse."""
+    c, _b, perf = br.busy_sim(200, seed=5, plain_share=0.0)    # every order writable
+    est = TagEstimator(perf)
+    good = settled_rounds(c, get_policy("msched"), est, n=1)
+    bad = run_round(c, WorstFirst(), est, incumbent=good.incumbent)
+    st = bad.settle
+    assert st.makespan_new > st.makespan_incumbent                      # the whole plan is worse
+    assert st.makespan_held <= st.makespan_incumbent + 1e-6
+    assert st.mean_end_held <= st.mean_end_incumbent + 1e-6
+    slowest = {d.job_id: d.gpu_types for d in bad.new_plan.decisions}
+    assert sum(d.gpu_types == slowest[d.job_id] for d in bad.plan.decisions) < len(slowest) / 2
+
+
+@pytest.mark.parametrize("planner", ["optimize", "greedy"])
+def test_online_workload_settles_with_few_writes_per_job(planner):
+    """An online trace through the simulator's rounds: at most 3 writes per job on average, and makespan
+    and mean JCT within 5% of rounds that write every improvement they find (no margins, no budget).
+    With the greedy plan (deterministic, one plan per snapshot) the margins never write more than the
+    eager rounds; the optimizer's search may find another equally good plan in a later round, so there
+    only the per-job bound holds."""
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import synth
+
+    truth, perf = PerfTable.load(br.TRUTH), PerfTable.load(br.PERF)
+    models = br.busy_models(perf, truth)
+    trace = synth(120, models, truth, seed=1, arrival="poisson:9000", max_gpus=4)   # load below saturation
+    setup = SimSetup(parse_cluster(",".join(f"{t}:4x1" for t in br.BUSY_TYPES)), truth, perf,
+                     Classifier(models, truth), policy_options={"planner": planner})
+    settled = replay(trace, "msched", setup).metrics
+    eager = replay(trace, "msched", dataclasses.replace(setup, settle=SettleOptions(
+        write_budget=10**9, plan_margin=0.0, job_margin=0.0))).metrics
+    assert settled["writes_per_job"] <= 3.0
+    assert settled["makespan_s"] <= 1.05 * eager["makespan_s"]
+    assert settled["mean_jct_s"] <= 1.05 * eager["mean_jct_s"]
+    if planner == "greedy":
+        assert settled["update_calls"] <= eager["update_calls"]
+
+
+@pytest.mark.slurm
+def test_rounds_settle_on_the_dev_cluster(slurm_cluster, tmp_path):
+    """1,000 pending behind 16 busy GPUs, REQUEST_UPDATE_JOB counted by sdiag: after the first round, a
+    round with nothing changed writes at most 1% of the pending jobs; after 4 running jobs end, at most
+    5%; the settled plan's estimated makespan is no worse than the first round's."""
+    res = br.real_settle(1000, tmp_path)
+    r = {m["label"].split(" (")[0]: m for m in res["rounds"]}
+    first, second, after = r["round 1"], r["round 2"], r["after 4 running jobs end"]
+    assert first["writes"] >= first["update_calls"] > 0
+    assert second["writes"] <= 0.01 * second["pending"]
+    assert after["writes"] <= 0.05 * after["pending"]
+    assert second["est_makespan_s"] <= first["est_makespan_s"] + 60.0       # a minute of clock between rounds
+    assert r["again"]["writes"] <= 0.01 * r["again"]["pending"]
+    assert r["after one arrival"]["writes"] <= 5
 # ----------------------------------------------------------------------------------- the shared entry point
 def test_a_round_says_until_when_its_plan_holds_and_what_to_publish():
     """stable_until: the earliest time the clock alone changes the plan (hand-computed below); free_time
@@ -402,3 +588,144 @@ def test_the_cli_backend_reads_the_scheduler_of_the_real_slurm(slurm_cluster):
     s = CliClient(Config()).scheduler()
     assert s.scheduler_type == "sched/backfill" and s.backfill     # the dev cluster runs Slurm's default
     assert s.parameter("bf_interval") == "1"                        # set by scripts/slurm-dev-cluster.sh
+
+
+def test_the_simulator_runs_the_round_in_which_a_job_starves_though_nothing_else_changed():
+    """a100 is busy with a long job (2000 s) until t=2000; vgg16 waits for it (900 s there, 3600 s on
+    the idle titanv: a100 finishes it first). Nothing in the simulator changes between t=0 and t=2000,
+    but at the starvation age (600 s) the plan does: the job is widened to every type and Slurm starts
+    it on titanv at the first round after 600 s (rounds every 60 s), not at 2000 s on a100."""
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import TraceJob
+
+    trace = [TraceJob("long", 0.0, "u", "vgg16", 1, 12, 80_000, None, 10_000.0),
+             TraceJob("waits", 1.0, "u", "vgg16", 1, 12, 36_000, None, 5000.0)]
+    setup = SimSetup(parse_cluster("a100:1x1,titanv:1x1"), TRUTH, TRUTH, Classifier(["vgg16"], TRUTH),
+                     round_s=60.0, starvation_age_s=600.0)
+    got = {o.job_id: (o.gpu_type, o.start) for o in replay(trace, "msched", setup).outcomes}
+    assert got["long"] == ("a100", 0.0)
+    gpu_type, start = got["waits"]
+    assert gpu_type == "titanv" and 601.0 < start <= 601.0 + 60.0 + 1.0
+
+
+def test_a_per_partition_site_is_planned_through_partitions():
+    """type_lever = partition: each GPU type is its own partition. The round reads the job's partition
+    list as msched's current types and writes the planned type as Partition=, never a feature; a job the
+    user sent to another partition is left alone; an 8-GPU job is never sent to the 4-GPU nodes."""
+    from msched.rounds.core import TypeLever, build_snapshot, diff_plan
+    from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
+
+    lever = TypeLever("partition", (("a100", "p-a100"), ("titanv", "p-titanv")))
+    nodes = [SlurmNode("n1", "a100", 8, 8, ("a100",), "ALLOCATED", ("p-a100", "all")),
+             SlurmNode("n2", "titanv", 4, 0, ("titanv",), "IDLE", ("p-titanv", "all"))]
+
+    def tagged(**kw) -> str:
+        return with_tag(JobTag(model="mobilenet_v2", ref="mobilenet_v2", iters=36_000, bs=12, **kw), None)
+
+    jobs = [SlurmJob("1", RUNNING, num_gpus=8, start_time=0.0, nodes="n1", time_limit_s=50_000.0),
+            # msched put it on a100 at submit; titanv is as fast for it and free now
+            SlurmJob("2", PENDING, priority=50, num_gpus=1, partition="p-a100", comment=tagged(added="a100")),
+            SlurmJob("3", PENDING, priority=40, num_gpus=1, partition="all", comment=tagged()),
+            SlurmJob("4", PENDING, priority=30, num_gpus=8, gpus_per_node=8, partition="p-a100,p-titanv",
+                     comment=tagged(added="a100|titanv"))]
+    snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 100.0, lever=lever)
+    pend = {p.job_id: p for p in snap.pending}
+    assert pend["2"].current_types == ("a100",) and views["2"].writable
+    assert pend["3"].pinned_type and not views["3"].writable            # the user's own partition
+    assert "titanv" not in pend["4"].est_runtime_s                      # 8 GPUs: never the 4-GPU nodes
+    plan = get_policy("msched").plan(snap)
+    ups = {(u.job_id, u.field): u.value for u in diff_plan(views, plan, lever)}
+    assert ups[("2", "partition")] == "p-titanv"
+    assert ("4", "partition") not in ups or ups[("4", "partition")] == "p-a100"
+    assert not [k for k in ups if k[1] == "features"] and ("3", "partition") not in ups
+
+
+@pytest.mark.slurm
+def test_a_per_partition_dev_cluster_is_steered_through_partitions(tmp_path, monkeypatch):
+    """A dev cluster where each GPU type is also its own partition, type_lever = partition: msub adds
+    -p, never a constraint; a round on the real Slurm moves a waiting job to the partition of the type
+    that frees first (Partition= written, Features untouched)."""
+    import os
+    import subprocess
+    import time as _time
+    from pathlib import Path
+
+    from msched.config import load_config
+    from msched.msub.main import build_submission
+    from msched.rounds.core import TypeLever
+    from msched.slurm.cli.client import CliClient
+
+    if os.geteuid() != 0:
+        pytest.skip("the dev cluster needs root")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "slurm-dev-cluster.sh"
+    sdir = tmp_path / "slurm"
+    up = subprocess.run(["bash", str(script), "up", "--dir", str(sdir), "--partition-per-type"],
+                        capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stderr
+    types = ("a100", "titanv", "rtx2080ti", "titanxp")
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(sdir / "slurm.conf"))
+        conf = tmp_path / "msched.toml"
+        conf.write_text(f'sbatch = "/usr/bin/sbatch"\nstate_dir = "{tmp_path}"\ntype_lever = "partition"\n'
+                        "[type_partitions]\n" + "".join(f'{t} = "{t}"\n' for t in types))
+        monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+        monkeypatch.setenv("MSCHED_CACHE_DIR", str(tmp_path / "cache"))
+        sub, _ = build_submission(["--model=vgg16", "--iterations=1000", "--gres=gpu:1", "--wrap", "true"])
+        assert any(w.startswith("--partition=") for w in sub.argv)
+        assert not any(w.startswith("--constraint=") for w in sub.argv)
+
+        def sbatch(*argv: str) -> str:
+            out = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip().split(";")[0]
+
+        # every GPU busy: a100 for a minute (its time limit), the others for an hour
+        for t in types:
+            sbatch("-p", t, "--gres=gpu:4", f"--time={1 if t == 'a100' else 60}", "--wrap", "sleep 3000")
+        comment = with_tag(JobTag(model="vgg16", ref="vgg16", iters=1000, bs=64, added="titanv"), None)
+        jid = sbatch("-p", "titanv", "--gres=gpu:1", "--time=60", f"--comment={comment}", "--wrap", "sleep 30")
+        client = CliClient(load_config())
+        deadline = _time.time() + 30
+        while not any(j.is_running for j in client.jobs()) or \
+                sum(j.is_running for j in client.jobs()) < len(types):
+            assert _time.time() < deadline, "the blockers did not start"
+            _time.sleep(0.5)
+        config = load_config()
+        res = run_round(client, get_policy("msched"), TagEstimator(PerfTable.load(config.performance)),
+                        lever=TypeLever.from_config(config), gpu_type_of=str.lower)
+        assert [(u.job_id, u.field) for u in res.updates if u.field != "priority"] == [(jid, "partition")]
+        job = next(j for j in client.jobs() if j.job_id == jid)
+        assert job.partition == "a100" and job.features == ""
+    finally:
+        subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=60)
+        subprocess.run(["bash", str(script), "down", "--dir", str(sdir)], capture_output=True, timeout=120)
+
+
+def test_the_report_shows_a_simulated_runs_churn_as_the_simulator_counted_it(tmp_path):
+    """`msched sim --db` then `msched report`: writes per round and per job over their life, the same
+    figures the simulator's metrics carry (each counted on its own side: the simulator's per-job update
+    counter, the store's jobs.writes and rounds.changes)."""
+    from sqlalchemy.orm import Session
+
+    from msched.report.data import build_report
+    from msched.store.db import Store
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import synth
+
+    truth, perf = PerfTable.load(br.TRUTH), PerfTable.load(br.PERF)
+    models = br.busy_models(perf, truth)
+    trace = synth(40, models, truth, seed=3, arrival="poisson:2000", max_gpus=4)
+    setup = SimSetup(parse_cluster(",".join(f"{t}:4x1" for t in br.BUSY_TYPES)), truth, perf,
+                     Classifier(models, truth))
+    store = Store(f"sqlite:///{tmp_path / 'sim.db'}")
+    m = replay(trace, "msched", setup, store=store).metrics
+    with Session(store.engine) as s:
+        (run,) = build_report(s, database="sim.db").runs
+    store.dispose()
+    assert m["update_calls"] > 0
+    assert run.rounds.total_changes == m["update_calls"]
+    assert run.rounds.max_changes == m["max_writes_per_round"]
+    assert run.rounds.mean_writes_per_job == pytest.approx(m["writes_per_job"])
+    assert run.rounds.max_writes_per_job == m["max_writes_per_job"]

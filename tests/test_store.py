@@ -6,8 +6,10 @@ import multiprocessing as mp
 import os
 import sqlite3
 import stat
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -267,3 +269,113 @@ def test_nested_write_is_refused_at_once(tmp_path):
     assert time.monotonic() - t0 < 5
     with store.read() as s:
         assert s.get(Meta, "outer").value == "1"       # the outer transaction still commits
+
+
+# ------------------------------------------------------------- what rounds leave in the store (issue 21)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_reorder as br  # noqa: E402
+import bench_store as bs  # noqa: E402
+
+
+def _sim_reorderer(tmp_path, pending: int, seed: int = 0):  # noqa: ANN001, ANN202
+    from msched.config import Config
+    from msched.rounds.reorder import Reorderer, open_site_store
+
+    c, blockers, _perf = br.busy_sim(pending, seed)
+    cfg = Config(state_dir=tmp_path / "state", performance=str(br.PERF), cluster_name="t", backend="cli")
+    store = open_site_store(cfg)
+    return c, blockers, cfg, store, Reorderer(cfg, c, store, run_kind="sim", run_name="t", publish=False)
+
+
+def _decision_rows(store, round_id: int) -> int:  # noqa: ANN001
+    with store.read() as s:
+        return s.scalar(select(func.count()).select_from(Decision).where(Decision.round_id == round_id))
+
+
+def test_only_changed_plans_get_rows_and_a_new_process_keeps_the_incumbent(tmp_path):
+    from msched.rounds.reorder import Reorderer
+    from msched.store.writes import load_incumbent
+
+    c, _b, cfg, store, reorderer = _sim_reorderer(tmp_path, 120, seed=3)
+    first = reorderer.round()
+    placed = len(first.result.incumbent)
+    assert placed > 50 and _decision_rows(store, first.round_id) == placed
+    c.advance(1)
+    # a new process (cron): the incumbent comes from the store, equal to what the last round held
+    again = Reorderer(cfg, c, store, run_kind="sim", run_name="t", publish=False)
+    with store.read() as s:
+        loaded = load_incumbent(s, again.run_id([]))
+    assert dict(loaded.priority) == dict(first.result.incumbent.priority)
+    assert dict(loaded.types) == dict(first.result.incumbent.types)
+    second = again.round()
+    assert second.result.update_calls == 0 and _decision_rows(store, second.round_id) == 0
+    with store.read() as s:
+        r = s.get(Round, second.round_id)
+        assert (r.changes, r.moved, r.decision_rows, r.gain_makespan_s) == (0, 0, 0, 0.0)
+        writes = s.scalars(select(Job.writes).where(Job.planned_priority.is_not(None))).all()
+    assert sum(writes) == first.result.update_calls
+    store.dispose()
+
+
+def test_a_round_that_changes_nothing_adds_under_16_kb_at_1000_pending(tmp_path):
+    per = bs.bytes_per_round(1000, 20, tmp_path)
+    assert per["unchanged_round_writes"] == 0
+    assert per["unchanged_round_bytes"] < 16 * 1024
+    assert per["first_round_bytes"] > 16 * 1024 * 10       # the first round did record the whole plan
+
+
+def _round_figures(path):  # noqa: ANN001, ANN202
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from msched.report.data import build_report
+
+    engine = create_engine(f"sqlite:///{path}")
+    with Session(engine) as s:
+        rep = build_report(s, database=str(path))
+    engine.dispose()
+    (run,) = rep.runs
+    return run.rounds, run.gpu_types
+
+
+def test_retention_folds_old_rounds_into_days_and_the_report_spans_the_boundary(tmp_path):
+    from msched.store.retention import DAY_S, day_of, prune
+    from msched.store.schema import RoundDay
+
+    path = tmp_path / "m.db"
+    month = bs.generate_month(path, days=3, pending=40, churn=0.05, retention_days=1, jobs_per_day=20,
+                              prune_as_rounds=False)
+    before, usage_before = _round_figures(path)
+    store = Store(f"sqlite:///{path}")
+    run = store.run_id("slurm", "month")
+    calls = []
+    while True:
+        with store.write() as s:
+            n = prune(s, run, month["end"], 1 * DAY_S, batch=500)
+        calls.append(n)
+        if n == 0:
+            break
+    assert max(calls) <= 500 and len(calls) > 2             # small batches
+    cutoff = day_of(month["end"] - DAY_S)
+    with store.read() as s:
+        assert s.scalar(select(func.min(Round.time))) >= cutoff
+        assert s.scalar(select(func.count()).select_from(Decision)) == \
+            s.scalar(select(func.sum(Round.decision_rows)))     # decisions of pruned rounds went with them
+        days = s.scalars(select(RoundDay)).all()
+        assert sum(d.rounds for d in days) == sum(calls)
+    store.dispose()
+    after, usage_after = _round_figures(path)
+    assert after.aggregated_days == len(days) >= 2
+    assert (after.count, after.total_changes, after.max_changes, after.dry_runs, after.skipped) == \
+        (before.count, before.total_changes, before.max_changes, before.dry_runs, before.skipped)
+    assert after.mean_plan_s == pytest.approx(before.mean_plan_s, rel=1e-6)
+    for a, b in zip(usage_after, usage_before, strict=True):      # daily means instead of every sample
+        assert a.busy_share == pytest.approx(b.busy_share, abs=0.02)
+
+
+@pytest.mark.slow
+def test_a_generated_month_at_1000_pending_stays_under_300_mb(tmp_path):
+    month = bs.generate_month(tmp_path / "month.db", days=30, pending=1000, churn=0.01, retention_days=14)
+    assert month["rounds"] == 30 * 1440
+    assert month["bytes"] < 300 * 2**20
+    assert month["bytes_unpruned"] < 300 * 2**20            # even before any pruning

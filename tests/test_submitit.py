@@ -18,7 +18,7 @@ from helpers import VENV_BIN
 from plugin_cluster import plugin_cluster as plugin_cluster  # the fixture, re-exported for pytest
 from plugin_cluster import show_job
 
-from msched.tag import parse_tag
+from msched.tag import parse_tag, why_of
 
 pytest.importorskip("submitit")
 pytestmark = pytest.mark.slurm
@@ -76,8 +76,9 @@ def test_submitit_through_the_plugin(plugin_cluster, ordinary_user):
         for job_id in answer["ids"]:
             fields = show_job(plugin_cluster, job_id)
             tag, _, why = parse_tag(fields["AdminComment"])
-            if mode == "unnamed":
-                assert fields["AdminComment"] == "" and fields["Comment"] == "", (mode, job_id, fields)
+            if mode == "unnamed":     # untagged, and why is on record for its owner (`msched jobs`)
+                assert fields["AdminComment"] == "" and tag is None, (mode, job_id, fields)
+                assert why_of(fields["Comment"]) == "no model named", (mode, job_id, fields)
             else:
                 assert tag is not None and tag.model == "resnet50" and not why, (mode, job_id, fields)
                 assert tag.added and fields["Features"].strip("()") == tag.added
@@ -97,8 +98,8 @@ def _check_shim(cluster, answers: dict) -> None:
         for job_id in answer["ids"]:
             fields = show_job(cluster, job_id)
             tag, _, _ = parse_tag(fields["Comment"])
-            if mode == "unnamed":
-                assert tag is None, (mode, job_id, fields)
+            if mode == "unnamed":       # untagged, with msub's reason kept where `msched jobs` reads it
+                assert tag is None and why_of(fields["Comment"]) == "no model named", (mode, job_id, fields)
             else:
                 assert tag is not None and tag.model == "resnet50", (mode, job_id, fields)
 
@@ -109,7 +110,6 @@ def test_submitit_through_msub_installed_as_sbatch(slurm_cluster, ordinary_user,
     _check_shim(slurm_cluster, answers)
 
 
-@pytest.mark.xfail(strict=True, reason="msub reads MSCHED_MODEL once hardening-msub's branch is merged")
 def test_submitit_through_msub_names_the_model_from_the_environment(slurm_cluster, ordinary_user, shim):
     answers = _run_client(ordinary_user, slurm_cluster, "submitit-shim", {}, path_prefix=str(shim), modes=("env",))
     _check_shim(slurm_cluster, answers)

@@ -150,3 +150,15 @@ def test_a_poisoned_tag_never_fails_a_round(tmp_path, caplog):
         ingested = {j.job_id for j in s.scalars(select(Job))}
     assert honest in ingested and bad not in ingested
     assert {p.job_id: p.managed for p in out.result.snapshot.pending}.get(bad) in (False, None)
+
+
+def test_a_stamped_tag_in_admin_comment_wins_over_the_comment():
+    """job_submit.lua stamps the validated tag into admin_comment, which users cannot set; a later
+    `scontrol update comment=` by the user does not change what the reorderer reads."""
+    from msched.slurm.base import SlurmJob
+    stamped = with_tag(JobTag(model="resnet50", ref="resnet50", iters=100), None)
+    forged = with_tag(JobTag(model="vgg16", ref="vgg16", iters=10**9), None)
+    job = SlurmJob(job_id="1", state="PENDING", comment=forged, admin_comment=stamped)
+    assert job.tag.model == "resnet50" and job.tag.iters == 100
+    assert SlurmJob(job_id="2", state="PENDING", comment=forged).tag.iters == 10**9      # a claim, bounded later
+    assert SlurmJob(job_id="3", state="PENDING", comment=forged, admin_comment="site note").tag.model == "vgg16"

@@ -63,3 +63,12 @@ def test_a_claim_is_bounded_by_the_time_limit():
     assert bounded_claim(honest, 3600.0) == honest
     assert bounded_claim({"a100": 1000.0, "titanv": 5000.0}, 3600.0) == {"a100": 1000.0}
     assert bounded_claim(est, None) == est
+
+
+def test_managed_first_puts_every_managed_job_above_every_plain_one():
+    from msched.policy.priorities import assign_first
+    plain = {"1": 9000, "3": 7000}
+    out = assign_first(["5", "4", "2"], {"2": 8000, "4": 6000, "5": 5000}, plain)
+    assert _queue({**out, **plain}) == ["5", "4", "2", "1", "3"]
+    flat = assign_first(["3", "2"], {"2": 1, "3": 1}, {"1": 1})
+    assert _queue({**flat, "1": 1}) == ["3", "2", "1"]

@@ -97,4 +97,4 @@ def test_unreadable_tables_give_a_warning_never_a_silent_untagged_job(installed,
     assert proc.returncode == 0, proc.stderr
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("msub: warning:")]
     assert len(warnings) == 1 and "torchvision_features.json" in warnings[0], proc.stderr
-    assert "msched:v1" not in proc.stdout
+    assert "model=" not in proc.stdout and "why=cannot%20read%20shipped%20profiles" in proc.stdout  # untagged, reason kept

@@ -81,9 +81,13 @@ def _fmt(x: float, pct: bool = False) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random-sets.")
 @click.option("--hold-out-family", is_flag=True,
               help="Also evaluate each family predicted with all its members removed from the references.")
+@click.option("--leave-out-type", "leave_out_types", multiple=True, metavar="TYPE",
+              help="Also remove TYPE's rows from everything, refit the cost model without them and predict "
+                   "them from TYPE's spec row alone (repeatable; needs scipy).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: `models` and the five totals.")
 def evaluate_cmd(perf_path: Path, references_opt: str | None, num_gpus: int, precision: str, gpu_types: str | None,
-                 metric: str | None, random_sets: int | None, seed: int, hold_out_family: bool, as_json: bool) -> None:
+                 metric: str | None, random_sets: int | None, seed: int, hold_out_family: bool, leave_out_types: tuple[str, ...],
+                 as_json: bool) -> None:
     """Predict each non-reference model's per-GPU-type times from its nearest reference and compare.
 
     Totals: best_type_accuracy (predicted fastest type is the true one), mean_regret (true time on the
@@ -119,11 +123,19 @@ def evaluate_cmd(perf_path: Path, references_opt: str | None, num_gpus: int, pre
             raise click.BadParameter(
                 (f"unknown GPU type(s) {', '.join(bad)}" if bad else "give at least two GPU types")
                 + f"; the table has {', '.join(known)}", param_hint="--gpu-types")
+    left_out = []
+    for name in leave_out_types:
+        t = config.canonical_gpu_type(name)
+        if t not in perf.gpu_types():
+            raise click.BadParameter(f"{name!r} has no rows in {perf_path}; its types: {', '.join(perf.gpu_types())}",
+                                     param_hint="--leave-out-type")
+        left_out.append(t)
     opts = {"num_gpus": num_gpus, "precision": precision, "gpu_types": types, "metric": metric}
     try:
         result = ev.evaluate(perf, refset, **opts)
         rand = ev.random_sets(perf, random_sets, seed, **opts) if random_sets else None
         held = ev.hold_out_families(perf, refset, **opts) if hold_out_family else None
+        loto = [ev.leave_out_type(perf, t) for t in left_out]
     except ClassifyError as exc:
         raise click.ClickException(str(exc)) from None
     if not result.models:
@@ -142,10 +154,18 @@ def evaluate_cmd(perf_path: Path, references_opt: str | None, num_gpus: int, pre
         pooled = ev.pooled(list(held.values()))
         out["hold_out_family"] = {"families": {f: {"models": [m.model for m in e.models], **e.totals()}
                                                for f, e in held.items()}, **pooled.totals()}
+    if loto:
+        out["leave_out_type"] = {r.gpu_type: r.to_dict() for r in loto}
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(out, indent=2, default=str))
         return
     _print(out, result)
+    for r in loto:
+        sib = "a sibling of its generation measured" if r.generation_sibling else "no sibling of its generation"
+        click.echo(f"left out {r.gpu_type} (spec row {r.spec_row}, {sib}): time_error {_fmt(r.time_error)} "
+                   + " ".join(f"{p} {_fmt(v)}" for p, v in r.by_precision.items())
+                   + "; by GPUs " + " ".join(f"{n}:{_fmt(v)}" for n, v in r.by_num_gpus.items())
+                   + f"; best_type_accuracy {_fmt(r.best_type_accuracy, pct=True)} of {r.configs}")
 
 
 def _print(out: dict, result) -> None:

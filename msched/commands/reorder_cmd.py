@@ -138,9 +138,15 @@ def _release_store(config, log):  # noqa: ANN001, ANN202
     from msched.rounds.reorder import open_site_store
     from msched.store.db import StoreError
 
+    store = None
     try:
-        return open_site_store(config)
+        store = open_site_store(config)
+        store.check_integrity()
+        store.check_writable()
+        return store
     except StoreError as exc:
+        if store is not None:
+            store.dispose()
         log.warning("%s: releasing without the hold journal (a kill now could leave a job held)", exc)
         return None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from msched.config import ConfigError, load_config
+from msched.util.text import one_line
 
 LIVE_TIMEOUT_S = 10.0
 
@@ -52,7 +53,7 @@ def _live_jobs(config):
                                submit_time=job.submit_time, planned_type=planned))
         return out
     except Exception as exc:   # optional source: never fail the report over it
-        click.echo(f"note: Slurm's live queue not read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+        click.echo(f"note: Slurm's live queue not read ({one_line(exc)}); "
                    "showing the database's last state", err=True)
         return None
 
@@ -61,11 +62,11 @@ def _table_estimator(config):
     """Estimates from the site's performance table, for finished jobs no round planned (see build_report):
     the one estimate rule (`msched.estimate.runtime.estimate_job`) on the job's recorded tag fields."""
     from msched.estimate.perf_table import PerfTable, PerfTableError
-    from msched.estimate.runtime import TableTimes, estimate_job
+    from msched.estimate.runtime import estimate_job, times_for
     from msched.tag import JobTag
 
     try:
-        times = TableTimes(PerfTable.load(config.performance))
+        times = times_for(config, PerfTable.load(config.performance))
     except PerfTableError:
         return None
 
@@ -131,10 +132,9 @@ def report(since, run_name, kind, as_json, html_path, db, use_slurm) -> None:
                                           live_jobs=live, live_run=config.cluster_name,
                                           estimator=_table_estimator(config))
         except ReportError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(one_line(exc)) from None
         except SQLAlchemyError as exc:
-            first = str(getattr(exc, "orig", exc)).splitlines()[0]
-            raise click.ClickException(f"cannot read the database {shown}: {first}") from None
+            raise click.ClickException(f"cannot read the database {shown}: {one_line(exc)}") from None
         finally:
             engine.dispose()
 

@@ -15,14 +15,20 @@ from msched.estimate.gpu_specs import SpecTable
 from msched.util.record import record
 
 SHARED = (*(f"e_{k}" for k in COMPUTE_KINDS), *(f"a_{k}" for k in COMPUTE_KINDS),
-          *(f"a_{g}" for g in MEMORY_GROUPS), "a_w", "c_gpu", "c_host", "h_replica",
+          *(f"a_{g}" for g in MEMORY_GROUPS), "a_w", "c_gpu", "c_host", "h_replica", "phi",
           "dp_bytes", "dp_module", "dp_fixed")
 FIXED = {"e_conv_spatial": 1.0}          # the scale the generation efficiencies are relative to
-INITIAL = {"c_gpu": 0.005, "c_host": 0.03, "h_replica": 0.3, "dp_bytes": 1.0, "dp_module": 0.01,
+INITIAL = {"phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "h_replica": 0.3, "dp_bytes": 1.0, "dp_module": 0.01,
            "dp_fixed": 1.0}
 PRIOR_WEIGHT = 0.03   # a weak pull of log-parameters toward their start: keeps unseen ones put
 POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other generations' (log) mean:
                       # a generation seen on few rows (Gavel's K80) stays near what the others say
+# physical ranges (log-space bounds): efficiencies relative to a spatial convolution's, memory-traffic
+# multipliers of the bytes the terms count. Without them a parameter that only small layers inform (the
+# classifier's linear layer at batch 12) soaks up fixed costs and wrecks the large layers of a family the
+# fit never saw (VGG's 100M-parameter linears).
+BOUNDS = {"e_": (0.2, 2.0), "a_conv_grouped": (0.25, 50.0), "a_": (0.25, 8.0), "eff:": (0.05, 3.0),
+          "bw:": (0.2, 5.0)}
 MIN_MODELS_FOR_DEFAULT = 3   # generations measured on fewer models do not shape the unseen-generation default
 
 
@@ -98,7 +104,14 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         pooled = [POOL_WEIGHT * (x[g] - x[g].mean()) for g in groups]
         return np.concatenate([np.log(predict(x)) - y, PRIOR_WEIGHT * (x - x0), *pooled])
 
-    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf")
+    lower, upper = [], []
+    for n in names:
+        lo, hi = next((b for prefix, b in BOUNDS.items() if n.startswith(prefix)), (1e-6, 1e6))
+        lower.append(math.log(lo))
+        upper.append(math.log(hi))
+    x0 = np.clip(x0, np.array(lower) + 1e-9, np.array(upper) - 1e-9)
+    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf",
+                        bounds=(np.array(lower), np.array(upper)))
     shared, eff_vals, bw, host, link = unpack(res.x)
     gen_eff: dict[str, dict[str, float]] = {}
     for (g, c), v in zip(eff_keys, eff_vals, strict=True):

@@ -9,7 +9,10 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   x e_bw,gen)`; the peak is the type's TF32 rate for convolutions where PyTorch allows TF32 by default
   (cuDNN), FP32 for matmuls (PyTorch's default since 1.12), tensor cores for half, FP64 for double;
 - memory kinds (norms, activations, pooling, dropout, squeeze-excitation): bytes over bandwidth;
-- weights: parameters read forward and backward and gradients written (bytes over bandwidth);
+- weights: a compute kind's parameters are part of its memory time (read forward and backward, gradient
+  written); other parameters (norms) are bytes over bandwidth;
+- a per-layer ramp cost inside the roofline's compute side (`phi` GFLOPs at the kind's peak per call:
+  a small layer cannot fill a large GPU, so efficiency grows with a layer's work);
 - a per-layer fixed cost: GPU side (a small kernel cannot fill the GPU: `c_gpu / clock`) plus host side
   (Python dispatch and kernel launch: `c_host` per call), the iteration being the smooth maximum of the
   GPU and host times, since launches overlap with the GPU's work;
@@ -37,7 +40,7 @@ from msched.estimate.gpu_specs import GpuSpec
 
 SHIPPED_PARAMS = os.path.join(DATA_DIR, "cost_model.json")
 COMPUTE_KINDS = ("conv_pointwise", "conv_spatial", "conv_grouped", "conv_other", "linear", "other")
-MEMORY_GROUPS = ("norm", "act", "pool", "misc")
+MEMORY_GROUPS = ("norm", "act", "pool")
 BYTES_PER_ELEMENT = {"float": 4, "half": 2, "bfloat16": 2, "double": 8}
 TF32_CONV = True     # torch.backends.cudnn.allow_tf32 defaults to True
 TF32_MATMUL = False  # torch.backends.cuda.matmul.allow_tf32 defaults to False since PyTorch 1.12
@@ -45,11 +48,13 @@ SMOOTH_Q = 4.0       # smooth maximum (a^q + b^q)^(1/q)
 
 
 def precision_class(spec: GpuSpec, precision: str, kind: str) -> str:
-    """Which efficiency a kind's compute gets: tensor cores (half, or TF32), FP32 CUDA cores or FP64."""
+    """Which efficiency a kind's compute gets: tensor cores (half), TF32, FP32 CUDA cores, half without
+    tensor cores (`fp16`) or FP64."""
     if precision == "double":
         return "fp64"
     if precision in ("half", "bfloat16"):
-        return "tensor" if spec.has_tensor_cores and spec.fp16_tflops > spec.fp32_tflops else "fp32"
+        # without tensor cores cuDNN converts FP16 storage to FP32 math: its own (measured: slower) efficiency
+        return "tensor" if spec.has_tensor_cores and spec.fp16_tflops > spec.fp32_tflops else "fp16"
     tf32 = TF32_MATMUL if kind in ("linear", "other") else TF32_CONV
     return "tf32" if tf32 and spec.tf32_tflops > spec.fp32_tflops else "fp32"
 
@@ -57,7 +62,7 @@ def precision_class(spec: GpuSpec, precision: str, kind: str) -> str:
 def _peak(spec: GpuSpec, pclass: str, precision: str) -> float:
     if pclass == "fp64":
         return spec.peak_tflops("double")
-    if pclass == "tensor":
+    if pclass in ("tensor", "fp16"):
         return spec.peak_tflops("half")
     if pclass == "tf32":
         return spec.peak_tflops("float", tf32=True)
@@ -73,7 +78,7 @@ def _memory_group(kind: str) -> str | None:
         return "act"
     if kind.startswith("pool_"):
         return "pool"
-    return "misc"
+    return "act"   # dropout, squeeze-excitation's scaling, other element-wise modules
 
 
 def _get(profile: object, key: str) -> object:
@@ -89,6 +94,7 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
     calls = dict(_get(profile, "calls_by_kind") or {})
     ops = dict(_get(profile, "ops") or {})
     params = float(_get(profile, "params") or 0)
+    kind_params = dict(_get(profile, "params_by_kind") or {})
     if not calls:   # a profile from before per-kind calls: its module counts stand in
         calls = dict(_get(profile, "counts") or {})
     scale = BYTES_PER_ELEMENT.get(precision, 4) / 4.0
@@ -102,7 +108,10 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
         pc = precision_class(spec, precision, k)
         peak = _peak(spec, pc, precision) * 1e12 / 1e3   # FLOPs per ms
         t["C_" + k] = 3.0 * f * b / peak if peak > 0 else 0.0
-        t["M_" + k] = 3.0 * by * b * scale / bw
+        # a layer's ramp-up / wave-quantisation cost, as GFLOPs at the layer kind's peak per call
+        t["K_" + k] = float(calls.get(k, 0)) * 1e9 / peak if peak > 0 and f > 0 else 0.0
+        # outputs written forward and read twice backward; weights read forward and backward, gradient written
+        t["M_" + k] = 3.0 * (by * b + float(kind_params.get(k, 0)) * 4.0) * scale / bw
         pclass[k] = pc
     for g in MEMORY_GROUPS:
         t["M_" + g] = 0.0
@@ -112,7 +121,7 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
             t["M_" + g] += 3.0 * float(by) * b * scale / bw
     n_calls = float(sum(calls.values()) + sum(ops.values()))
     pbytes = params * 4.0 * scale
-    t["W"] = 3.0 * pbytes / bw
+    t["W"] = 3.0 * (params - sum(float(kind_params.get(k, 0)) for k in COMPUTE_KINDS)) * 4.0 * scale / bw
     t["L"] = n_calls
     t["L_gpu"] = n_calls / max(spec.boost_clock_mhz / 1000.0, 0.1)
     n = max(1, int(num_gpus))
@@ -140,7 +149,7 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
     Works on floats (prediction) and numpy arrays (fitting) alike."""
     gpu = 0.0
     for k in COMPUTE_KINDS:
-        c = t["C_" + k] / (p["e_" + k] * eff[k]) + xp_small
+        c = (t["C_" + k] + p["phi"] * t["K_" + k]) / (p["e_" + k] * eff[k]) + xp_small
         m = p["a_" + k] * t["M_" + k] / ebw + xp_small
         gpu = gpu + _smax(c, m)
     for g in MEMORY_GROUPS:

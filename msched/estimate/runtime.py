@@ -62,6 +62,24 @@ class TableTimes:
                                                           types=types, precision=self.precision).items()}
 
 
+def times_for(config, perf: PerfTable, precision: str = DEFAULT_PRECISION):  # noqa: ANN001, ANN201
+    """The site's iteration-time source over `perf` (config `estimator`): `TableTimes` (default), or the
+    per-layer predictor (msched.estimate.predictor.PredictorTimes: measured rows, else the cost model
+    corrected by the nearest measured reference, else the cost model alone; types the job's training
+    step does not fit get no figure). msub, the round and the report all build theirs here; the
+    predictor's modules load only when the site asks for it (msub's light path stays light)."""
+    if getattr(config, "estimator", "table") != "predictor":
+        return TableTimes(perf, precision)
+    from msched.estimate.gpu_specs import specs_for_config
+    from msched.estimate.predictor import PredictorTimes
+
+    # the types the site has: the table's and those its aliases name (a type measured nowhere, e.g. a new
+    # H100 partition, is named by an alias onto its spec row); never every spec row, which msub would
+    # otherwise write into constraints naming types the cluster lacks
+    types = sorted(set(config.gpu_aliases.values()))
+    return PredictorTimes(perf, precision, types=types, specs=specs_for_config(config))
+
+
 def iteration_seconds(
     perf: PerfTable, reference: str, num_gpus: int, batch_size: int | None, flops_ratio: float = 1.0,
     types: Iterable[str] | None = None, precision: str = DEFAULT_PRECISION,

@@ -220,3 +220,78 @@ def summarise(values: Sequence[float]) -> dict[str, float]:
     if not vals:
         return {"mean": float("nan"), "median": float("nan"), "min": float("nan"), "max": float("nan")}
     return {"mean": statistics.fmean(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1]}
+
+
+# --------------------------------------------------------------------------- a GPU type never measured
+@dataclass(frozen=True)
+class LeaveOutTypeResult:
+    """A type's rows predicted from its spec row alone, by a cost model fitted without them."""
+
+    gpu_type: str
+    spec_row: str
+    generation_sibling: bool         # another type of its generation stayed in the fit
+    time_error: float                # mean |log predicted / true| over its rows
+    by_precision: dict[str, float]
+    by_num_gpus: dict[int, float]
+    best_type_accuracy: float        # the left-out type predicted, the others measured (5% slack)
+    configs: int
+    models: dict[str, float] = field(default_factory=dict)   # mean |log error| per model
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def leave_out_type(perf: PerfTable, gpu_type: str, *, profiles: dict[str, Any] | None = None,
+                   specs: Any = None, best_slack: float = 0.05) -> LeaveOutTypeResult:
+    """Remove `gpu_type`'s rows from `perf`, refit the cost model on the rest (scipy), and predict the
+    removed rows from the type's spec row alone (no reference has measurements there any more)."""
+    from msched.estimate.cost_fit import fit, rows_from_perf
+    from msched.estimate.cost_model import CostModel
+    from msched.estimate.gpu_specs import load_specs
+    from msched.models.shipped import load_table
+
+    specs = specs or load_specs()
+    spec = specs.get(gpu_type)
+    if spec is None:
+        raise ClassifyError(f"{gpu_type}: no GPU spec row; known: {', '.join(specs.names())}")
+    profiles = profiles if profiles is not None else load_table()["models"]
+    rows = [r for r in rows_from_perf(perf.rows) if r.model in profiles]
+    held = [r for r in rows if r.gpu_type == gpu_type]
+    kept = [r for r in rows if r.gpu_type != gpu_type]
+    if not held:
+        raise ClassifyError(f"{gpu_type}: no rows of a profiled model in the performance table")
+    if not kept:
+        raise ClassifyError(f"{gpu_type}: no other type's rows to fit on")
+    cost = CostModel(fit(kept, profiles, specs))
+    errors: dict[Any, float] = {}
+    for r in held:
+        pred = cost.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus)
+        errors[r] = abs(math.log(pred / r.iter_ms))
+
+    def mean_by(key) -> dict:
+        groups: dict[Any, list[float]] = {}
+        for r, e in errors.items():
+            groups.setdefault(key(r), []).append(e)
+        return {k: statistics.fmean(v) for k, v in sorted(groups.items())}
+
+    configs: dict[tuple, dict[str, tuple[float, float]]] = {}
+    predicted = {r: cost.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus) for r in held}
+    for r in rows:
+        key = (r.model, r.num_gpus, r.precision, r.batch_size)
+        guess = predicted[r] if r.gpu_type == gpu_type else r.iter_ms
+        configs.setdefault(key, {})[r.gpu_type] = (guess, r.iter_ms)
+    right = total = 0
+    for entries in configs.values():
+        if gpu_type not in entries or len(entries) < 2:
+            continue
+        pick = min(entries, key=lambda t: entries[t][0])
+        right += entries[pick][1] <= min(v[1] for v in entries.values()) * (1 + best_slack)
+        total += 1
+    sibling = any(specs.get(r.gpu_type) is not None and specs.get(r.gpu_type).generation == spec.generation
+                  for r in kept)
+    return LeaveOutTypeResult(
+        gpu_type=gpu_type, spec_row=spec.gpu_type, generation_sibling=sibling,
+        time_error=statistics.fmean(errors.values()), by_precision=mean_by(lambda r: r.precision),
+        by_num_gpus=mean_by(lambda r: r.num_gpus), best_type_accuracy=right / total if total else float("nan"),
+        configs=total, models=mean_by(lambda r: r.model),
+    )

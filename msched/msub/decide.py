@@ -34,15 +34,16 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
 
 
-def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,
+def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,  # noqa: ANN001, ANN201
                        warnings: list[str] | None = None):
-    """Classify the model and choose the GPU types: (JobTag, types to add, pinned types).
+    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
 
     Every exception raised here means "submit as a plain job with a warning"; a model classified by
     name only (`classify_model`) adds its one warning to WARNINGS and keeps the job managed.
     """
     from msched import __version__
     from msched.estimate.estimators import TagEstimator
+    from msched.estimate.runtime import times_for
     from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time
     from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
@@ -67,7 +68,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     tag = JobTag(model=spec, iters=settings.iterations, bs=settings.batch_size, pinned="|".join(pinned),
                  ver=__version__, **fields)
     if gpus is None or pinned:
-        return tag, (), pinned
+        why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
+        return tag._replace(why=why), (), pinned
     sizes = None
     if nodes:      # the nodes the user's own constraint and partitions reach (it names no GPU type here)
         sizes = node_sizes([n[1:] for n in nodes], constraint=req.constraint or "",
@@ -80,8 +82,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
-    decision = decide_submit(tag, job, view, TagEstimator(perf), slack=config.constraint_slack)
-    return decision.tag, decision.types, pinned
+    decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
+    return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
 
 
 def classify_model(spec: str, config, warnings: list[str]):

@@ -28,24 +28,40 @@ class MschedSettings:
     problems: tuple[str, ...] = ()
 
 
+# the environment's names for the same settings (issue 20: clients such as submitit cannot add
+# options or #MSCHED lines easily); they give way to #MSCHED lines and msub's options
+ENV_SETTINGS = {"MSCHED_MODEL": "model", "MSCHED_ITERATIONS": "iterations", "MSCHED_BATCH_SIZE": "batch_size"}
 _MSCHED_KEYS = {"model": "model", "iterations": "iterations", "iters": "iterations", "batch-size": "batch_size",
-                "batch_size": "batch_size"}
+                "batch_size": "batch_size", **ENV_SETTINGS}
+
+
+def _label(key: str) -> str:
+    return key if key in ENV_SETTINGS else f"--{key}"
 
 
 def _positive_int(key: str, raw: str | None, problems: list[str]) -> int | None:
     try:
         value = int(str(raw))
     except ValueError:
-        problems.append(f"--{key} must be a positive integer, not {raw!r}; ignored")
-        return None
+        value = 0
     if value <= 0:
-        problems.append(f"--{key} must be a positive integer, not {raw!r}; ignored")
+        problems.append(f"{_label(key)} must be a positive integer, not {raw!r}; ignored")
         return None
     return value
 
 
+def env_settings(environ=None) -> list[tuple[str, str | None]]:
+    """(key, value) pairs from MSCHED_MODEL, MSCHED_ITERATIONS and MSCHED_BATCH_SIZE, lowest precedence
+    first in what `settings_from_words` is given (later pairs win). Unset or empty variables say nothing."""
+    env = os.environ if environ is None else environ
+    return [(name, env[name]) for name in ENV_SETTINGS if env.get(name)]
+
+
 def settings_from_words(pairs: list[tuple[str, str | None]], dry_run: bool = False) -> MschedSettings:
-    """Settings from (key, value) pairs, later pairs winning; bad values become warnings."""
+    """Settings from (key, value) pairs, later pairs winning; bad values become warnings.
+
+    Keys are #MSCHED/msub option names or the environment's (ENV_SETTINGS); msub passes the
+    environment's first, then the script's #MSCHED lines, then its own options."""
     problems: list[str] = []
     values: dict[str, object] = {}
     for key, raw in pairs:
@@ -54,7 +70,7 @@ def settings_from_words(pairs: list[tuple[str, str | None]], dry_run: bool = Fal
             problems.append(f"unknown #MSCHED option --{key}; valid: --model, --iterations, --batch-size")
             continue
         if raw is None or raw == "":
-            problems.append(f"--{key} needs a value")
+            problems.append(f"{_label(key)} needs a value")
             continue
         if field_name == "model":
             values["model"] = raw
@@ -88,12 +104,6 @@ def msched_directives(script: str) -> tuple[list[tuple[str, str | None]], bool]:
             pairs.append((key, value if (eq or value) else None))
             i += 1
     return pairs, found
-
-
-def strip_msched_lines(script: str) -> str:
-    """The script without its `#MSCHED` lines (everything else byte for byte)."""
-    lines = script.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith(MSCHED_DIRECTIVE))
 
 
 # --------------------------------------------------------------------------- model detection

@@ -5,11 +5,17 @@
 A researcher types `msub` wherever they typed `sbatch` (or the site installs it *as* `sbatch`): every
 option and `#SBATCH` line keeps its meaning and reaches the real sbatch as written; output and exit
 code are sbatch's own. msub only
-- removes its own options and `#MSCHED --model=... --iterations=... --batch-size=...` lines,
-- finds the model (--model, an #MSCHED line, or the script's command lines), classifies it,
+- removes its own options (the script, `#MSCHED` lines included, goes to sbatch by its path, untouched),
+- finds the model (--model, an `#MSCHED --model=... --iterations=... --batch-size=...` line, the
+  MSCHED_MODEL/MSCHED_ITERATIONS/MSCHED_BATCH_SIZE environment, or the script's command lines),
+  classifies it (msched.msub.directives, msched.msub.decide),
 - puts the tag (msched.tag) at the start of the job's comment, the user's comment kept after it,
+  when the whole fits Slurm's comment limit,
 - for a GPU request without a GPU type, adds a `--constraint` naming the GPU types near the best for
-  this job (the policy's `submit_types`, the same function msched-once uses), ANDed with the user's.
+  this job (the policy's submit-time choice), ANDed with the user's,
+- records why in the tag's `why` field when it adds no constraint, or, in an untagged record, why a
+  GPU job went untagged, so that its owner sees it later in `msched jobs`,
+- resubmits without its additions when Slurm refuses them (msched.msub.spawn.REFUSALS), warning once.
 
 Why it is built this way:
 - msub never opens the database and never talks to the reorderer: a submission cannot be lost to a
@@ -32,10 +38,10 @@ import sys
 
 from msched.msub.decide import plan_tag_and_types
 from msched.msub.directives import (
+    env_settings,
     find_model,
     msched_directives,
     settings_from_words,
-    strip_msched_lines,
 )
 from msched.msub.sbatch_args import (
     NONE,
@@ -46,7 +52,7 @@ from msched.msub.sbatch_args import (
     parse_command_line,
     parse_script_options,
 )
-from msched.msub.spawn import PROG, Submission, run_sbatch, warn
+from msched.msub.spawn import PROG, SLURM_COMMENT_MAX_BYTES, Fallback, Submission, run_sbatch, warn
 from msched.util.text import one_line
 
 MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
@@ -57,8 +63,9 @@ msched options (msub only; removed before sbatch sees the command line):
       --model=SPEC            model the job trains: a torchvision name or path/to/file.py:factory
       --iterations=N          training iterations (the job's work, for runtime estimates)
       --batch-size=B          per-GPU batch size
-      --msched-dry-run        print the sbatch command (and script changes) instead of submitting
+      --msched-dry-run        print the sbatch command (and its fallbacks) instead of submitting
   In the script: #MSCHED --model=resnet50 --iterations=20000 --batch-size=64
+  In the environment: MSCHED_MODEL, MSCHED_ITERATIONS, MSCHED_BATCH_SIZE (options and #MSCHED lines win)
 """
 
 
@@ -111,7 +118,13 @@ def _insert_options(argv_words: list[str], at: int, extra: list[str]) -> list[st
 
 
 def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[Submission, list[str]]:
-    """Decide what to run for msub's argv. Returns (submission, warnings). Raises MsubUsageError."""
+    """Decide what to run for msub's argv. Returns (submission, warnings). Raises MsubUsageError.
+
+    The user's script is submitted by its path, untouched (`#MSCHED` lines are comments to the
+    shell), so `scontrol show job` shows it as the job's Command; msched's additions are options
+    placed before it. Every submission msched changed carries fallbacks down to the job exactly as
+    typed, for the refusals that name what msched added (msched.msub.spawn.REFUSALS).
+    """
     warnings: list[str] = []
     config, config_problem = _load_config()
     sbatch = _sbatch_path(config)
@@ -150,53 +163,64 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     script = script_bytes.decode("utf-8", "surrogateescape") if script_bytes is not None else None
 
     req = effective_request(sb_options, parse_script_options(script) if script else (), env_options(environ))
-    directive_pairs, has_directives = msched_directives(script) if script else ([], False)
-    settings = settings_from_words(directive_pairs + cli_pairs, dry_run=dry_run)
+    directive_pairs, _ = msched_directives(script) if script else ([], False)
+    # precedence, lowest first: the environment, the script's #MSCHED lines, msub's options
+    settings = settings_from_words(env_settings(environ) + directive_pairs + cli_pairs, dry_run=dry_run)
     warnings.extend(settings.problems)
 
-    submission = plain._replace(original_script=script)
+    from msched.msub.decide import lever_options
+    from msched.msub.gpu_request import gpu_request
+    from msched.tag import parse_comment, short_why, untagged_record, with_tag
+
+    user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
     try:
         spec = find_model(settings.model, script, req.wrap)
         if spec is None:
-            return submission, warnings                   # unmanaged: untouched
+            if gpu_request(req) is None:
+                return plain, warnings                    # no model, no GPUs: nothing for msched to say
+            # a GPU job msched cannot place: its owner can read why later (`msched jobs`)
+            return _with_comment(plain, untagged_record("no model named"), user_comment, options_end,
+                                 "submitted as typed"), warnings
         if config_problem:
             raise RuntimeError(config_problem)
         tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        warnings.append(f"{one_line(exc)}; submitting as a plain sbatch job")
-        return submission, warnings
+        reason = one_line(exc)
+        warnings.append(f"{reason}; submitting as a plain sbatch job")
+        return _with_comment(plain, untagged_record(reason), user_comment, options_end, "submitted as typed"), \
+            warnings
 
-    from msched.msub.decide import lever_options
-    from msched.tag import parse_comment, with_tag
+    steer = lever_options(req, types, config)          # --constraint, or --partition (config type_lever)
+    if types and not steer:
+        # the user's request cannot be extended: leave it alone
+        tag = tag._replace(added="", why="the job's own request cannot take msched's GPU types")
+    comment = with_tag(tag, user_comment)
+    if len(comment.encode("utf-8", "surrogateescape")) > SLURM_COMMENT_MAX_BYTES:
+        warnings.append(f"the job's comment leaves no room for msched's tag (Slurm keeps at most "
+                        f"{SLURM_COMMENT_MAX_BYTES} bytes); submitting as a plain sbatch job")
+        return plain, warnings
+    at = _option_insert_point(kept, options_end)
+    extra = [f"--comment={comment}", *steer]
+    fallbacks = []
+    if steer:
+        no_types = tag._replace(added="", why=short_why("sbatch refused msched's GPU-type constraint"))
+        fallbacks.append(Fallback(_insert_options([sbatch, *kept], at + 1, [f"--comment={with_tag(no_types, user_comment)}"]),
+                                  ("constraint",), "submitted without msched's GPU-type constraint"))
+    fallbacks.append(Fallback([sbatch, *kept], ("constraint", "comment"), "submitted as typed"))
+    return plain._replace(argv=_insert_options([sbatch, *kept], at + 1, extra), added=tuple(extra), managed=True,
+                          fallbacks=tuple(fallbacks)), warnings
 
-    constraint = lever_options(req, types, config)     # --constraint, or --partition (config type_lever)
-    if types and not constraint:
-        tag = tag._replace(added="")      # the user's request cannot be extended: leave it alone
-    user_comment = parse_comment(req.comment)[1]       # a copied old tag is replaced, not stacked
-    comment = f"--comment={with_tag(tag, user_comment)}"
-    name = []
-    new_argv = kept
-    stdin_data = submission.stdin_data
-    edited = None
-    if has_directives and script is not None:
-        edited = strip_msched_lines(script)
-        stdin_data = edited.encode("utf-8", "surrogateescape")
-        if cmd.script is not None:
-            # feed the edited script on stdin; keep the script's arguments and its default job name
-            if req.job_name is None:
-                name = [f"--job-name={os.path.basename(cmd.script)}"]
-            rest = kept[options_end + 1:]
-            new_argv = kept[:options_end] + (["/dev/stdin", *rest] if rest else [])
-    at = _option_insert_point(new_argv, options_end)
-    extra = [comment, *constraint, *name]
-    fallback = None
-    if constraint:
-        plain_comment = f"--comment={with_tag(tag._replace(added=''), user_comment)}"
-        fallback = [sbatch, *_insert_options(new_argv, at, [plain_comment, *name])]
-    return Submission(
-        argv=[sbatch, *_insert_options(new_argv, at, extra)], stdin_data=stdin_data, added=tuple(extra),
-        original_script=script, edited_script=edited, managed=True, fallback_argv=fallback, dry_run=dry_run,
-    ), warnings
+
+def _with_comment(plain: Submission, head: str, user_comment: str, options_end: int, warning: str) -> Submission:
+    """PLAIN with msub's untagged record (HEAD) at the start of the job's comment, when it fits, and the
+    submission as typed for a refusal."""
+    comment = f"{head} {user_comment}" if user_comment else head
+    if len(comment.encode("utf-8", "surrogateescape")) > SLURM_COMMENT_MAX_BYTES:
+        return plain
+    at = _option_insert_point(plain.argv[1:], options_end) + 1
+    return plain._replace(argv=_insert_options(plain.argv, at, [f"--comment={comment}"]),
+                          added=(f"--comment={comment}",),
+                          fallbacks=(Fallback(list(plain.argv), ("comment",), warning),))
 
 
 def _option_insert_point(words: list[str], options_end: int) -> int:
@@ -210,15 +234,10 @@ def dry_run_report(sub: Submission) -> str:
     import shlex
 
     lines = ["sbatch command: " + shlex.join(sub.argv)]
-    if sub.edited_script is not None and sub.original_script is not None:
-        import difflib
-        diff = difflib.unified_diff(
-            sub.original_script.splitlines(keepends=True), sub.edited_script.splitlines(keepends=True),
-            "script", "script (as submitted)",
-        )
-        lines.append("".join(diff).rstrip("\n"))
-    elif sub.stdin_data is not None:
+    if sub.stdin_data is not None:
         lines.append("(script read from standard input, submitted unchanged)")
+    for f in sub.fallbacks:
+        lines.append(f"if sbatch refuses the {' or '.join(f.drops)} msched added: " + shlex.join(f.argv))
     return "\n".join(lines)
 
 

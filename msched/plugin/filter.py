@@ -8,6 +8,7 @@ and answers on standard output with a few lines the Lua side can read without a 
     msched-filter 1
     comment <value>          the comment to submit (tag + the user's own comment), if it changes
     constraint <value>       the constraint to submit (the user's AND msched's types), if it changes
+    partition <value>        the partitions of msched's types (a site with config type_lever=partition)
     warning <text>           one line for the user's terminal (stderr), if something was left out
     end
 
@@ -28,11 +29,11 @@ from __future__ import annotations
 import os
 import sys
 
+from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES as COMMENT_MAX  # slurmctld refuses longer comments
+
 # Slurm 22.05 reads an unset time limit as this (SLURM-NOTES): the same as no time limit.
 UNSET_TIMES = frozenset({"2982616-04:14:00", "unlimited", "infinite", ""})
-COMMENT_MAX = 1024            # slurmctld refuses a longer comment (job_mgr.c, _test_strlen)
 KINDS = ("sbatch", "srun", "salloc")
-ENV_SETTINGS = (("MSCHED_MODEL", "model"), ("MSCHED_ITERATIONS", "iterations"), ("MSCHED_BATCH_SIZE", "batch-size"))
 
 
 def encode_value(text: str) -> str:
@@ -74,68 +75,102 @@ def _read_script(kind: str, options: dict) -> str | None:
 
 
 def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list[str]]:
-    """({"comment": ..., "constraint": ...} to change, warnings) for one submission. Never raises for
-    msched's own trouble: it becomes a warning and no change."""
-    from msched.msub.decide import plan_tag_and_types
-    from msched.msub.directives import find_model, msched_directives, settings_from_words
+    """({"comment": ..., "constraint": ...} to change, warnings) for one submission, as msub decides it
+    (msched.msub.main.build_submission): the tag and msched's GPU types for a job whose model is found;
+    for a GPU job msched cannot place, msub's record of why (`msched jobs` shows it to the owner).
+    Never raises for msched's own trouble: it becomes a warning and a job submitted as typed."""
+    from msched.msub.decide import lever_options, plan_tag_and_types
+    from msched.msub.directives import env_settings, find_model, msched_directives, settings_from_words
     from msched.msub.main import _load_config
+    from msched.tag import parse_comment, short_why, with_tag
     from msched.util.text import one_line
 
     environ = os.environ if environ is None else environ
     req = request_from_options(options)
+    if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
+        return {}, []                      # slurmctld refuses the user's own comment, in its own words
     script = _read_script(kind, options)
-    env_pairs = [(key, environ[var]) for var, key in ENV_SETTINGS if environ.get(var)]
     directive_pairs = msched_directives(script)[0] if script else []
-    settings = settings_from_words(env_pairs + directive_pairs)
+    # precedence, lowest first: the environment, then the script's #MSCHED lines (msub's order)
+    settings = settings_from_words(env_settings(environ) + directive_pairs)
     warnings = list(settings.problems)
+    user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
+
+    def record(why: str) -> dict[str, str]:
+        return untagged_changes(req, why)
+
     spec = find_model(settings.model, script, req.wrap)
     if spec is None:
-        return {}, warnings                           # not a training job msched knows: untouched
+        return record("no model named"), warnings
     try:
         config, config_problem = _load_config()
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch))
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch), warnings)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
-        warnings.append(f"{one_line(exc)}; submitting untagged")
-        return {}, warnings
+        reason = one_line(exc)
+        warnings.append(f"{reason}; submitting untagged")
+        return record(reason), warnings
 
-    from msched.msub.gpu_request import add_types
-    from msched.tag import parse_comment, with_tag
-
-    changes: dict[str, str] = {}
-    if types and not _cluster_types_known(config):
-        # msub retries without its constraint when the cluster rejects a feature name; a filter cannot,
-        # so it names GPU types only when it knows the cluster's (published by the reorderer, or sinfo)
-        types, tag = (), tag._replace(added="")
-    new_constraint = add_types(req.constraint, types, multi_node=req.nodes > 1) if types else None
-    if types and new_constraint is None:
-        tag = tag._replace(added="")      # the user's expression cannot be extended: leave it alone
-    comment = with_tag(tag, parse_comment(req.comment)[1])   # a copied old tag is replaced, not stacked
-    if len((req.comment or "").encode("utf-8", "surrogateescape")) > COMMENT_MAX:
-        return {}, warnings                # slurmctld refuses the user's own comment, in its own words
-    if len(comment.encode("utf-8", "surrogateescape")) > COMMENT_MAX:
-        warnings.append(f"the comment with msched's tag would be longer than Slurm's {COMMENT_MAX} "
-                        "characters; submitting untagged")
+    known = _types_the_cluster_has(types, config)
+    steer = lever_options(req, known, config)           # --constraint, or --partition (config type_lever)
+    if known != types and not steer:
+        tag = tag._replace(added="", why=short_why("msched's GPU types are not node features of this cluster"))
+    elif types and not steer:
+        tag = tag._replace(added="", why="the job's own request cannot take msched's GPU types")
+    comment = with_tag(tag, user_comment)
+    if not fits(comment):
+        warnings.append(f"the job's comment leaves no room for msched's tag (Slurm keeps at most {COMMENT_MAX} "
+                        "bytes); submitting untagged")
         return {}, warnings
-    changes["comment"] = comment
-    if new_constraint:
-        changes["constraint"] = new_constraint
+    changes = {"comment": comment}
+    for option in steer:
+        name, _, value = option[2:].partition("=")
+        changes[name] = value
     return changes, warnings
 
 
-def _cluster_types_known(config) -> bool:
+def untagged_changes(req, why: str) -> dict[str, str]:  # noqa: ANN001 - an SbatchRequest
+    """For a GPU job msched leaves untagged: msub's record of why at the start of its comment (the
+    user's own comment kept after it, an old tag or record replaced), when it fits; else no change."""
+    from msched.msub.gpu_request import gpu_request
+    from msched.tag import parse_comment, untagged_record
+
+    if gpu_request(req) is None or not fits(req.comment or ""):
+        return {}
+    comment = with_user(untagged_record(why), parse_comment(req.comment)[1])
+    return {"comment": comment} if fits(comment) else {}
+
+
+def with_user(head: str, user_comment: str) -> str:
+    return f"{head} {user_comment}" if user_comment else head
+
+
+def fits(comment: str) -> bool:
+    return len(comment.encode("utf-8", "surrogateescape")) <= COMMENT_MAX
+
+
+def _types_the_cluster_has(types: tuple[str, ...], config) -> tuple[str, ...]:
+    """The types among `types` that the cluster has: msub retries without its constraint when slurmctld
+    rejects a feature name, a filter cannot, so a type is named only when the reorderer published it
+    or a node carries it as a feature (the cached `sinfo` of msched.msub.cluster_view)."""
+    if not types or config.type_lever != "feature":
+        return types
     from msched.msub.cluster_view import cluster_nodes, read_free_time
 
-    return bool(read_free_time(config)[0] or any(n[1] for n in cluster_nodes(config, str(config.sbatch), set())))
+    published = set(read_free_time(config)[0])
+    features = {config.canonical_gpu_type(f) for node in cluster_nodes(config, str(config.sbatch), set(types))
+                for f in node[3]}
+    return tuple(t for t in types if t in published or t in features)
 
 
 class DeadlinePassed(BaseException):
-    """msched's decision ran past DEADLINE_S; its child processes were killed. A BaseException, so no
+    """msched's decision ran past its deadline; its child processes were killed. A BaseException, so no
     handler meant for msched's own errors swallows it on the way out."""
 
 
-DEADLINE_S = 1.6              # below the Lua side's hard 2 s, so the answer still says why
+DEADLINE_SHARE = 0.8          # of the Lua side's hard timeout, so the answer still says why
+_deadline_s = 1.6             # for the default 2 s; main() reads the Lua side's timeout from its argv
 
 
 def _kill_children() -> None:
@@ -164,7 +199,7 @@ def _kill_children() -> None:
 
 def _on_deadline(signum, frame):  # noqa: ANN001 - a signal handler's signature
     _kill_children()
-    raise DeadlinePassed(f"msched's decision took longer than {DEADLINE_S:g} s")
+    raise DeadlinePassed(f"msched's decision took longer than {_deadline_s:g} s")
 
 
 def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
@@ -178,10 +213,15 @@ def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kind = argv[0] if argv else "sbatch"
+    global _deadline_s
+    try:
+        _deadline_s = round(max(0.5, float(argv[1]) * DEADLINE_SHARE), 2)   # the Lua side's timeout
+    except (IndexError, ValueError):
+        pass
     import signal
 
     signal.signal(signal.SIGALRM, _on_deadline)
-    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+    signal.setitimer(signal.ITIMER_REAL, _deadline_s)
     try:
         import json
 
@@ -193,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         changes, warnings = decide(kind, options)
     except DeadlinePassed as exc:
         changes, warnings = {}, [f"{exc}; submitting untagged"]
+        try:
+            changes = untagged_changes(request_from_options(options), str(exc))
+        except Exception:  # noqa: BLE001 - the options could not be read: nothing to record
+            pass
     except Exception as exc:  # noqa: BLE001 - a bad input is one warning, never a traceback
         changes, warnings = {}, [f"cannot read the job's options: {exc}; submitting untagged"]
     signal.setitimer(signal.ITIMER_REAL, 0)

@@ -7,7 +7,8 @@ replaces with Lua tables built from:
 - the GPU-type table: every type the performance table measures, and the site's aliases;
 - the classification of every shipped torchvision model (the fields msub's tag carries for it), so
   the controller rebuilds those fields instead of copying a claim;
-- for the filter, the Python that runs msched and the timeout.
+- for the filter, the Python that runs msched, the timeout, and the shipped model names (a job that
+  names none of them, and no model file, is not worth starting Python for).
 After changing the config (references, performance table, aliases), run `msched plugin install` again.
 """
 
@@ -64,22 +65,37 @@ def _gpu_types(config) -> dict[str, str]:
 
 
 def _model_fields(config) -> dict[str, dict[str, str]]:
-    """For every shipped torchvision model, the classification fields of its tag as msub encodes them.
-
-    Built with msub's own decision (plan_tag_and_types) for a request without GPUs, so these strings
+    """For every shipped torchvision model, the classification fields of its tag as msub encodes them:
+    msub's own path (classify, then the policy's reference_fields, then JobTag.encode), so these strings
     are exactly what msub and the filter write."""
-    from msched.msub.decide import plan_tag_and_types
-    from msched.msub.directives import MschedSettings, known_models
-    from msched.msub.sbatch_args import SbatchRequest
+    from msched.models.classify import classify
+    from msched.msub.directives import known_models
+    from msched.policy.choice import reference_fields
+    from msched.tag import JobTag
 
     out: dict[str, dict[str, str]] = {}
     for name in sorted(known_models()):
-        # an sbatch that does not exist: no sinfo call is made for the cluster's types
-        tag, _, _ = plan_tag_and_types(name, MschedSettings(), SbatchRequest(), config, "/nonexistent/sbatch")
-        encoded = tag._replace(iters=None, bs=None, added="", pinned="", ver="").encode()
+        encoded = JobTag(model=name, **reference_fields(classify(name, config=config))).encode()
         items = dict(item.split("=", 1) for item in encoded.split(";")[1:])
         out[name] = {k: items[k] for k in ("ref", "group", "sim", "flops", "pref", "pflops") if k in items}
     return out
+
+
+def _printable_ranges() -> list[tuple[int, int]]:
+    """Ranges of code points above 0x7F that are printable by Python's definition (the tag's `unicode`
+    fields accept them), so Lua decides exactly as msched.tag.check_value does."""
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for cp in range(0x80, 0x110000):
+        if chr(cp).isprintable():
+            if start is None:
+                start = cp
+        elif start is not None:
+            ranges.append((start, cp - 1))
+            start = None
+    if start is not None:
+        ranges.append((start, 0x10FFFF))
+    return ranges
 
 
 def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
@@ -102,9 +118,16 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
         parts = [f"name = {lua_string(f.name)}", f"kind = {lua_string(f.kind)}"]
         if f.kind == "str":
             parts += [f"max_len = {f.max_len}", f"charset = {lua_string(f.charset)}"]
+            if getattr(f, "unicode", False):
+                parts.append("unicode = true")
         else:
             parts += [f"lo = {lua_number(f.lo)}", f"hi = {lua_number(f.hi)}"]
         lines.append("    { " + ", ".join(parts) + " },")
+    lines.append("}")
+    lines.append("local PRINTABLE = {  -- code points above 0x7F that Python's str.isprintable accepts: lo, hi, ...")
+    ranges = _printable_ranges()
+    for i in range(0, len(ranges), 8):
+        lines.append("    " + " ".join(f"{lo}, {hi}," for lo, hi in ranges[i:i + 8]))
     lines.append("}")
     lines.append("local GPU_TYPES = {")
     lines += [f"    [{lua_string(k)}] = {lua_string(v)}," for k, v in _gpu_types(config).items()]
@@ -116,15 +139,29 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
         absent = ", ".join(lua_string(k) for k in every if k not in fields)
         lines.append(f"    [{lua_string(name)}] = {{ fields = {{ {body} }}, absent = {{ {absent} }} }},")
     lines.append("}")
+    lines.append(f"local TYPE_LEVER = {lua_string(config.type_lever)}")
     lines.append("local ADMIN_UIDS = { " + ", ".join(f"[{uid}] = true" for uid in sorted(set(admin_uids))) + " }")
     return lines
 
 
 def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIMEOUT_S) -> list[str]:
+    from msched.msub.directives import known_models
+    from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES
+    from msched.tag import PREFIX, untagged_record
+
+    names = sorted({m.lower() for m in known_models()})
     return [
+        f"local PREFIX = {lua_string(PREFIX)}",
+        f"local NO_MODEL_RECORD = {lua_string(untagged_record('no model named'))}",
+        "local FAILED_RECORD = "
+        + lua_string(untagged_record(f"msched's decision did not answer within {int(timeout_s)} s or failed")),
+        f"local COMMENT_MAX = {SLURM_COMMENT_MAX_BYTES}",
         f"local PYTHON = {lua_string(python)}",
         f"local TIMEOUT = {lua_string(timeout_bin)}",
         f"local TIMEOUT_S = {int(timeout_s)}",
+        "local KNOWN_MODELS = {",
+        *[f"    [{lua_string(n)}] = true," for n in names],
+        "}",
     ]
 
 

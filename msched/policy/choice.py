@@ -128,7 +128,8 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
                   ) -> SubmitDecision:
     """The submit decision (module docstring): the tag to write and the GPU types to allow."""
     if tag.pinned:
-        return SubmitDecision(tag._replace(added=""), (), None, f"GPU type {tag.pinned} chosen by the user")
+        note = f"GPU type {tag.pinned} chosen by the user"
+        return SubmitDecision(tag._replace(added="", why=note), (), None, note)
     now = time.time() if now is None else now
     estimates = estimator.estimates(job, tag)
     present = cluster.types
@@ -138,8 +139,8 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
         possible = set(feasible_types(job, cluster.node_gpus, estimates))
         estimates = {t: e for t, e in estimates.items() if t in possible}
     if not estimates:
-        return SubmitDecision(tag._replace(added=""), (), {}, "no GPU type that can hold the job has an "
-                              "estimate within its time limit")
+        note = "no GPU type that can hold the job has an estimate within its time limit"
+        return SubmitDecision(tag._replace(added="", why=note), (), {}, note)
     secs = {t: e.seconds for t, e in estimates.items()}
     if cluster.fresh or not (cluster.free_gpus or cluster.pending_gpus):
         free = dict(cluster.free_at or {})
@@ -152,5 +153,6 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
     else:
         types = tuple(choose(secs, free, now))
     types = tuple(t for t in types if t in secs)
-    return SubmitDecision(tag._replace(added="|".join(types)), types, estimates,
-                          "" if types else "the policy adds no GPU-type constraint")
+    note = "" if types else "the policy adds no GPU-type constraint"
+    # the tag's `why` keeps the note for the job's owner (`msched jobs`), since clients may hide stderr
+    return SubmitDecision(tag._replace(added="|".join(types), why=note), types, estimates, note)

@@ -6,14 +6,17 @@ Plan (DESIGN policy point 5, guards point 6):
    `objective="makespan"` (LPT) or shortest first for `"jct"` (SPT). A job's length is its estimate on
    its fastest feasible type.
 2. Construct a schedule on the cluster timeline (running jobs' estimated ends, free GPUs per node):
-   walk the queue as Slurm holds it with the managed places filled in that order (unmanaged jobs keep
-   their places and hold GPUs for their time limit); give each managed job the type that brings its
+   walk the queue with the managed places filled in that order (unmanaged jobs keep their own Slurm
+   order and hold GPUs for their time limit; the managed places sit among them by submit time, never by
+   the priorities msched wrote: `construct_order`); give each managed job the type that brings its
    estimated completion earliest (list scheduling across types, earliest-completion-time rule), at the
    earliest time its GPUs are free on one node or whole nodes. Starving jobs get every feasible type
    (OR); pinned jobs and jobs with no estimate keep what they have; a type whose estimate exceeds the
-   job's time limit is never chosen (estimators drop those). A job keeps the one type it holds unless
-   the chosen type finishes it sooner by more than `hysteresis` (5%) of its runtime there: re-planning
-   every minute must not flip jobs between near-equal types (each flip is a Slurm write).
+   job's time limit is never chosen (estimators drop those). The plan never reads the priorities or
+   the types msched itself wrote (a round is a fixed point: planning an unchanged queue gives the same
+   plan, so it writes nothing); whether a job's change is worth a write (`hysteresis`: its own planned
+   finish must improve by 5% of its runtime) is decided after planning, against the incumbent plan
+   (`msched.rounds.settle`).
    Relative speed (`affinity`, 10%): among the types that finish a job within 10% of the earliest
    completion (counted from now), it takes the one where it is relatively fastest compared with how
    fast that type is for the whole queue, so a job that runs as well on a slower type leaves the type
@@ -28,7 +31,7 @@ Plan (DESIGN policy point 5, guards point 6):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from msched.config import OBJECTIVES
 from msched.policy.base import (
@@ -42,7 +45,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import completion_choice
-from msched.policy.priorities import assign_in_place, assign_priorities
+from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -64,6 +67,33 @@ def type_demand(jobs: list[PendingJob], types: list[str]) -> dict[str, float]:
                 total[t] += v / fastest
                 count[t] += 1
     return {t: total[t] / count[t] for t in types if count[t]}
+
+
+def arrival_key(job: PendingJob) -> tuple:
+    """Submit time, then job id (numeric when it is one): an order msched never changes by writing."""
+    jid = job.job_id
+    return (job.submit_time, (0, int(jid), "") if jid.isdigit() else (1, 0, jid))
+
+
+def construct_order(pending: Sequence[PendingJob], order: Sequence[PendingJob]) -> list[PendingJob]:
+    """The queue the plan is built on: unmanaged jobs in their own Slurm order (their priorities are
+    never msched's), the managed places merged in among them by submit time and filled with `order`.
+
+    Placing the managed jobs by the priorities Slurm holds would plan from msched's own last writes:
+    each round would re-derive a different plan from its predecessor's output and rewrite the queue
+    (measured on the dev cluster: 1,010 then 586 writes in two rounds of an unchanged queue)."""
+    plain = sorted((j for j in pending if not j.managed), key=queue_key)
+    slots = sorted((j for j in pending if j.managed), key=arrival_key)
+    out: list[PendingJob] = []
+    fill = iter(order)
+    k = 0
+    for slot in slots:
+        while k < len(plain) and plain[k].submit_time <= slot.submit_time:     # ties: the plain job first
+            out.append(plain[k])
+            k += 1
+        out.append(next(fill))
+    out.extend(plain[k:])
+    return out
 
 
 def chosen_by_completion(job: PendingJob, starving: set[str]) -> bool:
@@ -125,14 +155,13 @@ class MschedPolicy(MschedOncePolicy):
         types = snapshot.gpu_types
         managed = [j for j in snapshot.pending if j.managed]
         starving = [j for j in managed if age is not None and snapshot.now - j.submit_time > age]
-        starving.sort(key=lambda j: (j.submit_time, queue_key(j)))
+        starving.sort(key=arrival_key)
         starving_ids = {j.job_id for j in starving}
         rest = [j for j in managed if j.job_id not in starving_ids]
         sign = -1.0 if self.objective == "makespan" else 1.0
         typeset = set(types)
-        keyed = [(sign * self.size(j, typeset), j.submit_time, k) for k, j in enumerate(rest)]
-        keyed.sort()
-        return starving + [rest[k] for _, _, k in keyed], starving_ids
+        rest.sort(key=lambda j: (sign * self.size(j, typeset), *arrival_key(j)))
+        return starving + rest, starving_ids
 
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
@@ -155,8 +184,7 @@ class MschedPolicy(MschedOncePolicy):
         booked timeline."""
         types = snapshot.gpu_types
         now = snapshot.now
-        slots = iter(order)
-        construct = [next(slots) if j.managed else j for j in sorted(snapshot.pending, key=queue_key)]
+        construct = construct_order(snapshot.pending, order)
         tl = timeline.copy() if timeline is not None else Timeline(now, snapshot.nodes, snapshot.running)
         if getattr(self, "_possible_of", None) is not snapshot:
             self._possible, self._possible_of = PossibleTypes(snapshot), snapshot
@@ -171,7 +199,6 @@ class MschedPolicy(MschedOncePolicy):
             g = job.num_gpus
             best_t = None
             best_done = best_rt = best_s = 0.0
-            held = job.current_types[0] if by_completion and len(job.current_types) == 1 else None
             want = fixed.get(job.job_id) if fixed and by_completion else None
             done: dict[str, float] = {}
             for t in cand:
@@ -195,13 +222,8 @@ class MschedPolicy(MschedOncePolicy):
                 continue
             if want is not None and want in done:
                 best_t = want
-            else:
-                held_done = done.get(held) if held is not None else None
-                if by_completion and self.affinity > 0 and len(done) > 1:
-                    best_t = self._affine(runtime, done, best_done, now, relative)
-                if held_done is not None and best_t != held and \
-                        held_done - done[best_t] <= self.hysteresis * runtime[best_t]:
-                    best_t = held              # not worth a rewrite: keep the type it holds
+            elif by_completion and self.affinity > 0 and len(done) > 1:
+                best_t = self._affine(runtime, done, best_done, now, relative)
             p = tl.place(best_t, g)
             rt = runtime[best_t]
             tl.commit(p, p.start + rt)
@@ -224,8 +246,8 @@ class MschedPolicy(MschedOncePolicy):
         plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
         current = {j.job_id: j.priority for j in order}
         ids = [j.job_id for j in prio_order]
-        prio = assign_priorities(ids, current) if self.managed_first or not plain else \
-            assign_in_place(ids, current, plain)
+        prio = assign_keeping_plain(ids, current, plain, self.managed_first)
+        # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
         decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)
 

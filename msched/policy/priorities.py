@@ -279,5 +279,27 @@ def assign_in_place(order: Sequence[str], current: Mapping[str, int], plain: Map
     return {j: current[j] for j in order}
 
 
+def assign_keeping_plain(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int],
+                         managed_first: bool = False) -> dict[str, int]:
+    """The site's rule for writing a planned order: managed jobs permuted among the places they hold, so
+    plain jobs keep their rank (`assign_in_place`), unless the site puts managed jobs above plain ones
+    (`managed_first`: `assign_first`) or there are none (`assign_priorities`). The policy and the round's incumbent
+    comparison (msched.rounds.settle) both write orders this way."""
+    if not plain:
+        return assign_priorities(order, current)
+    return (assign_first if managed_first else assign_in_place)(order, current, plain)
+
+
 def _plain_ranks_kept(before: Sequence[str], after: Sequence[str], managed: set[str]) -> bool:
     return all(b == a for b, a in zip(before, after, strict=True) if b not in managed or a not in managed)
+
+
+def assign_first(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int]) -> dict[str, int]:
+    """The site's opt-in `managed_first = true`: every managed job above every plain pending job, in
+    planned order (values kept where they already are above the plain jobs and in order; the others
+    placed SPACING apart above the highest plain value)."""
+    top = max(plain.values(), default=None)
+    rank = {j: k for k, j in enumerate(sorted(order, key=lambda j: (-current[j], _id_key(j))))}
+    holders = {j for j in order if top is None or current[j] > top}
+    vals = _run_values(list(order), current, None, top, rank, holders)
+    return vals if vals is not None else respace(order, current)

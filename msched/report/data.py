@@ -18,11 +18,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from sqlalchemy import inspect, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from msched.store.schema import Job, Round, Run
+from msched.store.schema import Job, Round, RoundDay, Run
 
 ACTIVE = ("PENDING", "RUNNING")
 # A job that ended like this says nothing about how long its work takes.
@@ -148,6 +148,10 @@ class RoundStats:
     skipped: int
     last_time: float | None
     errors: tuple[RoundError, ...] = ()
+    max_changes: int = 0                       # the most Slurm updates one round made
+    mean_writes_per_job: float | None = None   # Slurm updates per msched job over its life (churn)
+    max_writes_per_job: int | None = None
+    aggregated_days: int = 0                   # days of the period known only from daily aggregates
 
 
 @dataclass(frozen=True)
@@ -299,13 +303,19 @@ def _run_report(session: Session, run: Run, since_s: float | None, starvation_ag
                 live: list[LiveJob] | None,
                 estimator: Callable[[Job], dict[str, float]] | None = None) -> RunReport:
     jobs = list(session.scalars(select(Job).where(Job.run_id == run.id)))
-    rounds_all = list(session.scalars(select(Round).where(Round.run_id == run.id).order_by(Round.time)))
+    # rounds are read for the period only (a month of rounds at one a minute is 43,200 rows); rounds
+    # past the retention are in round_days, one row a day (msched.store.retention)
+    first_round, last_round = session.execute(
+        select(func.min(Round.time), func.max(Round.time)).where(Round.run_id == run.id)).one()
+    first_day, last_day = session.execute(
+        select(func.min(RoundDay.first_time), func.max(RoundDay.last_time)).where(RoundDay.run_id == run.id)).one()
+    round_times = [t for t in (first_round, last_round, first_day, last_day) if t is not None]
     if run.kind == "slurm":
         now = wall
     else:
         # the simulated clock ends with the last job event (a round after that changes nothing)
         stamps = [t for j in jobs for t in (j.submit_time, j.start_time, j.end_time) if t is not None]
-        stamps = stamps or [r.time for r in rounds_all]
+        stamps = stamps or round_times
         now = max(stamps) if stamps else run.created_at
 
     def submitted(j: Job) -> float:
@@ -314,15 +324,19 @@ def _run_report(session: Session, run: Run, since_s: float | None, starvation_ag
             return j.submit_time
         return min(j.first_seen, j.start_time) if j.start_time is not None else j.first_seen
 
-    first = [*(submitted(j) for j in jobs), *(r.time for r in rounds_all)]
+    first = [*(submitted(j) for j in jobs), *round_times]
     start = min(first) if first else run.created_at
     t0 = max(start, now - since_s) if since_s else start
     t1 = now
+    detailed = list(session.scalars(select(Round).where(Round.run_id == run.id, Round.time >= t0,
+                                                        Round.time <= t1).order_by(Round.time)))
+    days = list(session.scalars(select(RoundDay).where(RoundDay.run_id == run.id, RoundDay.last_time >= t0,
+                                                       RoundDay.first_time <= t1).order_by(RoundDay.day)))
+    rounds = [*(_DaySample.of(d) for d in days), *detailed]     # days are all older than detailed rounds
 
     # a job belongs to the period if it was around during it
     in_period = [j for j in jobs if submitted(j) <= t1 and (j.end_time is None or j.end_time >= t0)]
-    rounds = [r for r in rounds_all if t0 <= r.time <= t1]
-    gpus = _gpu_totals(run, rounds_all)
+    gpus = _gpu_totals(session, run)
     info = RunInfo(id=run.id, kind=run.kind, name=run.name, policy=run.policy, period_start=t0, period_end=t1,
                    jobs=len(in_period), gpus=gpus, live=live is not None)
     planned_of = {j.job_id: j.planned_type or "" for j in jobs}
@@ -410,17 +424,27 @@ def _run_report(session: Session, run: Run, since_s: float | None, starvation_ag
         key=lambda m: (-m.miss_factor, m.reference))
     reference_misses = tuple(misses[:5])
 
-    # ---- rounds
-    real_rounds = [r for r in rounds if not r.dry_run]
-    errors = tuple(RoundError(r.time, r.error) for r in rounds if r.error)[-5:]
-    plan_times = [r.plan_seconds for r in rounds if not r.error]
+    # ---- rounds (detailed ones, plus the days past the retention)
+    real_rounds = [r for r in detailed if not r.dry_run]
+    errors = tuple(RoundError(r.time, r.error) for r in detailed if r.error)[-5:]
+    plan_times = [r.plan_seconds for r in detailed if not r.error]
+    n_plans = len(plan_times) + sum(d.rounds - d.errors for d in days)
+    n_real = len(real_rounds) + sum(d.rounds - d.dry_runs for d in days)
+    total_changes = sum(r.changes for r in real_rounds) + sum(d.changes for d in days)
+    writes = [j.writes or 0 for j in in_period]
     rounds_stats = RoundStats(
-        count=len(rounds), dry_runs=len(rounds) - len(real_rounds),
-        mean_plan_s=sum(plan_times) / len(plan_times) if plan_times else None,
-        max_plan_s=max(plan_times) if plan_times else None,
-        mean_changes=sum(r.changes for r in real_rounds) / len(real_rounds) if real_rounds else None,
-        total_changes=sum(r.changes for r in real_rounds), skipped=sum(r.skipped for r in rounds),
-        last_time=rounds[-1].time if rounds else None, errors=tuple(reversed(errors)))
+        count=len(detailed) + sum(d.rounds for d in days),
+        dry_runs=len(detailed) - len(real_rounds) + sum(d.dry_runs for d in days),
+        mean_plan_s=(sum(plan_times) + sum(d.plan_seconds for d in days)) / n_plans if n_plans else None,
+        max_plan_s=max([*plan_times, *(d.max_plan_seconds for d in days)]) if n_plans else None,
+        mean_changes=total_changes / n_real if n_real else None,
+        total_changes=total_changes,
+        skipped=sum(r.skipped for r in detailed) + sum(d.skipped for d in days),
+        last_time=rounds[-1].time if rounds else None, errors=tuple(reversed(errors)),
+        max_changes=max([*(r.changes for r in real_rounds), *(d.max_changes for d in days)], default=0),
+        mean_writes_per_job=sum(writes) / len(writes) if writes else None,
+        max_writes_per_job=max(writes) if writes else None,
+        aggregated_days=len(days))
 
     series = PlotSeries(
         utilisation=_utilisation_series(gpus, rounds, in_period, t0, t1),
@@ -432,11 +456,34 @@ def _run_report(session: Session, run: Run, since_s: float | None, starvation_ag
                      rounds=rounds_stats, series=series)
 
 
-def _gpu_totals(run: Run, rounds: Sequence[Round]) -> dict[str, int]:
-    """GPUs per type: the latest round's count (the cluster as it is), else the run's at creation."""
-    for r in reversed(rounds):
-        if r.total_gpus:
-            return {str(k): int(v) for k, v in sorted(r.total_gpus.items())}
+@dataclass(frozen=True)
+class _DaySample:
+    """A day past the retention, read as one round of the day's means (for the utilisation and queue
+    series, which hold each sample until the next)."""
+
+    time: float
+    pending: int
+    running: int
+    busy_gpus: dict
+    total_gpus: dict
+    dry_run: int = 0
+    error: str | None = None
+
+    @classmethod
+    def of(cls, d: RoundDay) -> _DaySample:
+        n = max(1, d.rounds)
+        return cls(d.first_time, round(d.pending / n), round(d.running / n),
+                   {t: v / n for t, v in (d.busy_gpus or {}).items()}, dict(d.total_gpus or {}))
+
+
+def _gpu_totals(session: Session, run: Run) -> dict[str, int]:
+    """GPUs per type: the latest round's count (the cluster as it is), else the latest day's, else the
+    run's at creation."""
+    for table in (Round, RoundDay):
+        when = table.time if table is Round else table.last_time
+        latest = session.scalar(select(table.total_gpus).where(table.run_id == run.id).order_by(when.desc()).limit(1))
+        if latest:
+            return {str(k): int(v) for k, v in sorted(latest.items())}
     return {str(k): int(v) for k, v in sorted((run.gpus or {}).items())}
 
 

@@ -9,7 +9,15 @@ import html
 import io
 
 from msched.report.data import Report, RunReport
-from msched.report.terminal import TEXT_COLUMNS, fmt_counts, fmt_duration, fmt_ratio, fmt_share, fmt_time
+from msched.report.terminal import (
+    TEXT_COLUMNS,
+    churn_line,
+    fmt_counts,
+    fmt_duration,
+    fmt_ratio,
+    fmt_share,
+    fmt_time,
+)
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -93,7 +101,8 @@ def _run_section(rr: RunReport, report: Report) -> str:
     if r.count:
         out.append(f"<p>{r.count} rounds ({r.dry_runs} dry runs), mean plan time "
                    f"{_e(_ms(r.mean_plan_s))} (max {_e(_ms(r.max_plan_s))}), {_e(fmt_ratio(r.mean_changes))} "
-                   f"changes per round ({r.total_changes} in all), {r.skipped} jobs skipped mid-round.</p>")
+                   f"changes per round ({r.total_changes} in all), {r.skipped} jobs skipped mid-round.</p>"
+                   f"<p>{_e(churn_line(r))}</p>")
     else:
         out.append("<p class=note>No rounds in the period.</p>")
     if r.errors:

@@ -7,8 +7,10 @@ import math
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from msched.report.data import Report, RunReport
+from msched.util.text import printable
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -50,7 +52,7 @@ def render(report: Report, console: Console | None = None) -> None:
     console = console or Console()
     if report.empty:
         console.print(f"[bold]msched report[/bold] ({report.database})", soft_wrap=True)
-        console.print(report.message, soft_wrap=True)
+        console.print(Text(printable(report.message)), soft_wrap=True)
         return
     for rr in report.runs:
         _render_run(rr, report, console)
@@ -77,29 +79,29 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
     t = _table("Queue now" + (" (live from Slurm)" if run.live else " (as of the last round)"),
                "group", "pending", "running", "planned type (pending jobs)")
     for g in rr.queue:
-        t.add_row(g.group, str(g.pending), str(g.running), fmt_counts(g.planned))
+        _row(t, g.group, str(g.pending), str(g.running), fmt_counts(g.planned))
     _print(console, t, "Queue now: no msched jobs pending or running.")
 
     t = _table("Per GPU type", "type", "GPUs", "busy", "basis", "jobs by group")
     for u in rr.gpu_types:
-        t.add_row(u.gpu_type, str(u.gpus), fmt_share(u.busy_share), u.basis, fmt_counts(u.jobs_by_group))
+        _row(t, u.gpu_type, str(u.gpus), fmt_share(u.busy_share), u.basis, fmt_counts(u.jobs_by_group))
     _print(console, t, "Per GPU type: no GPU types known.")
 
     t = _table("Waits (jobs that started in the period)", "group", "jobs", "mean", "p95", "max")
     for w in rr.waits:
-        t.add_row(w.group, str(w.jobs), fmt_duration(w.mean_wait_s), fmt_duration(w.p95_wait_s),
+        _row(t, w.group, str(w.jobs), fmt_duration(w.mean_wait_s), fmt_duration(w.p95_wait_s),
                   fmt_duration(w.max_wait_s))
     _print(console, t, "Waits: no job started in the period.")
 
     t = _table("Longest waits", "job", "group", "model", "state", "wait", "type")
     for w in rr.longest_waits:
-        t.add_row(w.job_id, w.group, w.model, w.state, fmt_duration(w.wait_s), w.gpu_type or "-")
+        _row(t, w.job_id, w.group, w.model, w.state, fmt_duration(w.wait_s), w.gpu_type or "-")
     _print(console, t, None)
     age = fmt_duration(report.starvation_age_s)
     if rr.starving:
         t = _table(f"Pending past the starvation age ({age})", "job", "group", "model", "state", "wait", "type")
         for w in rr.starving:
-            t.add_row(w.job_id, w.group, w.model, w.state, fmt_duration(w.wait_s), w.gpu_type or "-")
+            _row(t, w.job_id, w.group, w.model, w.state, fmt_duration(w.wait_s), w.gpu_type or "-")
         console.print(t)
     else:
         console.print(f"No job pending past the starvation age ({age}).")
@@ -109,14 +111,14 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
     t = _table("Estimates: actual / estimated runtime (1.00 = exact)", "group", "jobs", "median", "p10", "p90",
                "from table")
     for e in rr.estimates:
-        t.add_row(e.group, str(e.jobs), fmt_ratio(e.median_ratio), fmt_ratio(e.p10_ratio), fmt_ratio(e.p90_ratio),
+        _row(t, e.group, str(e.jobs), fmt_ratio(e.median_ratio), fmt_ratio(e.p10_ratio), fmt_ratio(e.p90_ratio),
                   str(e.from_table))
     _print(console, t, "Estimates: no finished job with an estimate in the period.")
     if rr.reference_misses:
         t = _table("References whose estimates miss most (calibrate these first)",
                    "reference", "group", "jobs", "median ratio", "typical miss")
         for m in rr.reference_misses:
-            t.add_row(m.reference, m.group, str(m.jobs), fmt_ratio(m.median_ratio), f"x{m.miss_factor:.2f}")
+            _row(t, m.reference, m.group, str(m.jobs), fmt_ratio(m.median_ratio), f"x{m.miss_factor:.2f}")
         console.print(t)
 
     r = rr.rounds
@@ -125,18 +127,34 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
             f"[bold]Rounds[/bold]: {r.count} ({r.dry_runs} dry runs), mean plan time "
             f"{_ms(r.mean_plan_s)} (max {_ms(r.max_plan_s)}), {fmt_ratio(r.mean_changes)} changes per round "
             f"({r.total_changes} in all), {r.skipped} jobs skipped mid-round, last {fmt_time(r.last_time, run.kind)}")
+        console.print(churn_line(r))
     else:
         console.print("[bold]Rounds[/bold]: none in the period.")
     if r.errors:
         t = _table("Last round errors", "time", "error")
         for e in r.errors:
-            t.add_row(fmt_time(e.time, run.kind), e.error)
+            _row(t, fmt_time(e.time, run.kind), e.error)
         console.print(t)
     console.print()
 
 
+def churn_line(r) -> str:  # noqa: ANN001 - RoundStats
+    """What the rounds cost Slurm: writes per round and per job (each one REQUEST_UPDATE_JOB)."""
+    per_job = ("-" if r.mean_writes_per_job is None
+               else f"{r.mean_writes_per_job:.2f} per job (max {r.max_writes_per_job})")
+    days = f"; {r.aggregated_days} day(s) from daily aggregates" if r.aggregated_days else ""
+    return (f"Churn: Slurm updates {fmt_ratio(r.mean_changes)} per round (max {r.max_changes}), "
+            f"{per_job}{days}")
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:.1f} ms"
+
+
+def _row(table: Table, *cells: object) -> None:
+    """A table row whose cells are plain text: job ids, models, groups and error texts come from users'
+    tags and comments or from the database, so control bytes are escaped and no rich markup is read."""
+    table.add_row(*(Text(printable(str(c))) for c in cells))
 
 
 def _print(console: Console, table: Table, if_empty: str | None) -> None:

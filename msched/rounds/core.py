@@ -43,6 +43,14 @@ from dataclasses import dataclass, field
 
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
+from msched.rounds.settle import (
+    Incumbent,
+    SettleOptions,
+    SettleReport,
+    incumbent_after,
+    settle,
+    within_budget,
+)
 from msched.slurm.base import (
     JobNotPending,
     JobUpdate,
@@ -65,7 +73,7 @@ OVERDUE_MIN_S = 60.0
 @dataclass(frozen=True)
 class Update:
     job_id: str
-    field: str                 # "features" or "priority"
+    field: str                 # "features", "partition" or "priority"
     value: int | str
     old: int | str | None = None
 
@@ -82,6 +90,37 @@ class JobView:
     managed: bool = False
     pinned: bool = False
     writable: bool = True              # False: the user's expression cannot be combined (left alone)
+    partition: str = ""                # the job's partition list as Slurm holds it
+
+
+@dataclass(frozen=True)
+class TypeLever:
+    """How msched steers a pending job's GPU type (config `type_lever`): the feature constraint
+    (Slurm's node features name each node's type: SLURM-NOTES), or, where a site gives each GPU type its
+    own partition, the job's partition list (`partitions`: GPU type -> partition). In partition mode a
+    managed job whose partitions are all type partitions is msched's to move; one the user sent to
+    another partition is left alone."""
+
+    kind: str = "feature"
+    partitions: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_config(cls, config) -> TypeLever:  # noqa: ANN001
+        return cls(config.type_lever, tuple(sorted(config.type_partitions.items())))
+
+    @property
+    def by_partition(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for t, p in self.partitions:
+            out.setdefault(p, []).append(t)
+        return {p: tuple(v) for p, v in out.items()}
+
+    def partition_list(self, types: Iterable[str]) -> str:
+        mine = dict(self.partitions)
+        return ",".join(dict.fromkeys(mine[t] for t in types if t in mine))
+
+
+FEATURE_LEVER = TypeLever()
 
 
 @dataclass
@@ -100,6 +139,10 @@ class RoundResult:
     snapshot_seconds: float = 0.0
     free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
     stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
+    new_plan: Plan | None = None          # the policy's own plan; `plan` is what the round holds (settle)
+    incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
+    settle: SettleReport | None = None
+    held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
 
 
 # --------------------------------------------------------------------------------- reading
@@ -110,7 +153,8 @@ def _canon(gpu_type_of: Callable[[str], str] | None) -> Callable[[str], str]:
 def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator: Estimator, now: float, *,
                    starvation_age_s: float | None = 86400.0,
                    gpu_type_of: Callable[[str], str] | None = None,
-                   changes: list[float] | None = None) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+                   changes: list[float] | None = None,
+                   lever: TypeLever = FEATURE_LEVER) -> tuple[ClusterSnapshot, dict[str, JobView]]:
     """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
     receives the times at which this view would change with the clock alone (see `plan_changes`)."""
     canon = _canon(gpu_type_of)
@@ -130,14 +174,14 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
 
-    def possible(job: SlurmJob, expr: str) -> tuple[str, ...]:
+    def possible(job: SlurmJob, expr: str, partition: str | None = None) -> tuple[str, ...]:
         """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape."""
-        key = (expr, job.partition or "")
+        partition = job.partition or "" if partition is None else partition
+        key = (expr, partition)
         sizes = sizes_cache.get(key)
         if sizes is None:
             try:
-                sizes = node_sizes(usable_nodes, constraint=expr, partitions=(job.partition or "").split(","),
-                                   matches=matches)
+                sizes = node_sizes(usable_nodes, constraint=expr, partitions=partition.split(","), matches=matches)
             except ConstraintError:
                 sizes = {}
             sizes_cache[key] = sizes
@@ -186,7 +230,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         elif job.is_pending:
             if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
                 continue              # held or waiting on another job: not startable; never write it
-            pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible)
+            pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible, lever)
             if changes is not None and pj.managed and starvation_age_s is not None:
                 starving_at = job.submit_time + starvation_age_s
                 if starving_at > now:
@@ -226,7 +270,7 @@ def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estim
 
 
 def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
-             possible):
+             possible, lever: TypeLever = FEATURE_LEVER):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
     user_part, msched_types = split(job.features or "", as_type)
     if tag is None:
@@ -243,12 +287,26 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
                                        + tuple(t for t in (as_type(n) for n in pinned_names) if t)))
     pinned = bool(gres_type or pinned_names)
     writable = not pinned and combine(user_part, ("x",)) is not None
+    partition_types: tuple[str, ...] | None = None
+    if lever.kind == "partition":
+        # msched writes no features here: the whole constraint is the user's; the partition list is
+        # msched's when every partition in it is a GPU type's own (else the user chose it: left alone)
+        user_part, msched_types = job.features or "", ()
+        parts = [p for p in (job.partition or "").split(",") if p]
+        by_partition = lever.by_partition
+        owned = bool(parts) and all(p in by_partition for p in parts)
+        if owned:
+            partition_types = tuple(t for p in parts for t in by_partition[p])
+            msched_types = tuple(t for t in partition_types if t in known)
+        writable = not pinned and owned
     if not pinned and not writable:
         # a constraint msched cannot extend: treat whatever types it names as fixed
         pinned_types = names_gpu_type(job.features or "", as_type)
     # the types the rest of the request allows: nodes of the type must satisfy the user's own features
     reach = types_matching(job.features or "") if (pinned or not writable) else types_matching(user_part)
     if pinned or not writable:
+        if partition_types is None and lever.kind == "partition" and not pinned:
+            pinned_types = tuple(t for t in reach if t in possible(job, ""))   # its own partitions' types
         pinned_types = tuple(t for t in (pinned_types or reach) if t in reach) or pinned_types
     elif user_part:
         if not reach:
@@ -260,7 +318,8 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
-    fits = possible(job, user_part if not (pinned or not writable) else "")
+    fits = possible(job, user_part if not (pinned or not writable) else "",
+                    "" if partition_types is not None else None)
     est = bounded_claim({t: v for t, v in est.items() if t in known and t in fits}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
@@ -278,7 +337,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         group=tag.group, reference=tag.ref, gpus_per_node=job.gpus_per_node,
     )
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
-                   msched_types if not fixed else (), True, pinned, writable)
+                   msched_types if not fixed else (), True, pinned, writable, job.partition or "")
     return pj, view
 
 
@@ -297,8 +356,10 @@ def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str
 
 
 # --------------------------------------------------------------------------------- diffing
-def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan) -> list[Update]:
-    """The updates that bring Slurm to the plan: features (retyping) first, then priorities.
+def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan,
+              lever: TypeLever = FEATURE_LEVER) -> list[Update]:
+    """The updates that bring Slurm to the plan: the type lever (features, or the partition list on a
+    site that steers types by partition) first, then priorities.
 
     Only managed jobs are ever written; pinned ones and ones whose constraint cannot be extended keep
     their constraint; a constraint that already names the planned types (in any order or form) is not
@@ -311,9 +372,14 @@ def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan) -> list
         if v is None or not v.managed:
             continue
         if d.gpu_types and not v.pinned and v.writable and set(d.gpu_types) != set(v.current_types):
-            expr = combine(v.user_features, list(d.gpu_types))
-            if expr is not None and expr != v.features:
-                feats.append(Update(d.job_id, "features", expr, v.features))
+            if lever.kind == "partition":
+                parts = lever.partition_list(d.gpu_types)
+                if parts and parts != v.partition:
+                    feats.append(Update(d.job_id, "partition", parts, v.partition))
+            else:
+                expr = combine(v.user_features, list(d.gpu_types))
+                if expr is not None and expr != v.features:
+                    feats.append(Update(d.job_id, "features", expr, v.features))
         if d.priority != v.priority and d.priority >= 1:
             prios.append(Update(d.job_id, "priority", int(d.priority), v.priority))
     return feats + prios
@@ -329,12 +395,16 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
     such job stop every later round, while the other jobs' writes stand and are whole either way."""
     priority: dict[str, int] = {}
     features: dict[str, str] = {}
+    partition: dict[str, str] = {}
     for u in updates:
         if u.field == "priority":
             priority[u.job_id] = int(u.value)
+        elif u.field == "partition":
+            partition[u.job_id] = str(u.value)
         else:
             features[u.job_id] = str(u.value)
-    batch = [JobUpdate(job_id, priority=priority.get(job_id), features=features.get(job_id))
+    batch = [JobUpdate(job_id, priority=priority.get(job_id), features=features.get(job_id),
+                       partition=partition.get(job_id))
              for job_id in dict.fromkeys(u.job_id for u in updates)]
     results = {r.job_id: r for r in client.update_jobs(batch)} if batch else {}
     applied = [u for u in updates if u.field in results[u.job_id].applied]
@@ -354,12 +424,16 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
 def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float | None = None,  # noqa: ANN001
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
               gpu_type_of: Callable[[str], str] | None = None,
-              jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundResult:
+              jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
+              incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
+              lever: TypeLever = FEATURE_LEVER) -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
-    write only what changes; the result carries the free time to publish for msub (`free_time`, each
-    type clamped to now) and until when the same Slurm state would give the same plan
-    (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every single
-    write leaves a valid queue; the next round re-plans)."""
+    keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
+    only what changes, within the write budget. The result carries the free time to publish for msub
+    (`free_time`, each type clamped to now) and until when the same Slurm state would give the same
+    plan (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every
+    single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
+    `result.incumbent` (None: none known, the plan is written as it stands)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -369,17 +443,33 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     t0 = time.perf_counter()
     changes: list[float] = []
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
-                                 gpu_type_of=gpu_type_of, changes=changes)
+                                 gpu_type_of=gpu_type_of, changes=changes, lever=lever)
     t1 = time.perf_counter()
-    plan = policy.plan(snap)
+    new_plan = policy.plan(snap)
+    opts = settle_options or SettleOptions()
+    plan, report = settle(snap, new_plan, incumbent, objective=getattr(policy, "objective", "makespan"),
+                          backfill=bool(getattr(policy, "backfill", False)),
+                          starvation_age_s=getattr(policy, "starvation_age_s", None),
+                          job_margin=opts.job_margin if opts.job_margin is not None
+                          else float(getattr(policy, "hysteresis", 0.05)),
+                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)),
+                          managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
-    updates = diff_plan(views, plan)
+    wanted = diff_plan(views, plan, lever)
+    updates, waiting = within_budget(wanted, opts.write_budget, report.gain)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
-                         snapshot_seconds=t1 - t0, free_time=published_free_time(plan, snap),
-                         stable_until=min(changes, default=float("inf")) if snap.pending else float("inf"))
+                         snapshot_seconds=t1 - t0, new_plan=new_plan, settle=report, held_back=waiting,
+                         free_time=published_free_time(plan, snap),
+                         # updates held back by the write budget make the next round due at once
+                         stable_until=(now if waiting else min(changes, default=float("inf")))
+                         if snap.pending else float("inf"))
+    report.held_back += waiting
     if not dry_run and updates:
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
+    written = {u.job_id for u in result.updates}
+    not_written = {u.job_id for u in wanted} - written if not dry_run else set()
+    result.incumbent = incumbent_after(snap, incumbent, plan, report, not_written | set(result.skipped))
     return result
 
 

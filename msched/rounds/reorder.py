@@ -6,8 +6,10 @@ this module adds what only the real cluster needs, in an order that keeps the qu
 1. take the round lock (flock, non-blocking: a second run steps aside and exits 0);
 2. check that the database can be written *before* anything changes in Slurm;
 3. read jobs and nodes once (batched), ingest tags not seen before;
-4. run the round (plan, diff, apply only the changes; jobs that started meanwhile are skipped);
-5. record the round, its decisions and the jobs' actual starts/ends/types (completion tracking);
+4. run the round against the incumbent the store holds (plan, keep what is worth its writes, diff,
+   apply only the changes within the write budget; jobs that started meanwhile are skipped);
+5. record the round, the jobs whose plan changed and the jobs' actual starts/ends/types (completion
+   tracking), then prune a small batch of rounds past the retention into daily aggregates;
 6. publish the projected free time per GPU type for msub (an atomic rename, world-readable).
 
 Failure handling: Slurm unreachable or the database unwritable before step 4 -> nothing is changed,
@@ -74,8 +76,11 @@ class RoundOutcome:
         gpus = ",".join(f"{t}:{free.get(t, 0)}/{total[t]}" for t in sorted(total))
         head = "dry-run round" if self.dry_run else "round"
         updates = f"would_update={len(r.updates)}" if self.dry_run else f"updates={r.update_calls}"
+        st = getattr(r, "settle", None)
+        buys = (f" moved={st.moved} kept={st.kept} held_back={st.held_back} buys=[{st.buys()}]"
+                if st is not None else "")
         return (f"{head} pending={len(snap.pending)} managed={managed} running={len(snap.running)} "
-                f"{updates} skipped={len(r.skipped)} new={self.new_jobs} "
+                f"{updates}{buys} skipped={len(r.skipped)} new={self.new_jobs} "
                 f"completions={self.completions} plan={r.plan_seconds * 1000:.1f}ms est_makespan={makespan} "
                 f"free_gpus={gpus}")
 
@@ -163,16 +168,20 @@ class Reorderer:
 
         return HoldJournal(self.store)
 
-    def replay_journal(self) -> list[str]:
-        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay).
-        Costs one database read when the journal has no open entry, one squeue more when it has."""
+    def replay_journal(self, jobs: list[SlurmJob] | None = None) -> list[str]:
+        """Undo what an interrupted round or `--release` left held (msched.rounds.holds.replay), against
+        the round's own read of the queue when given. Costs one database read when the journal has no
+        open entry; returns the job ids released."""
         from msched.rounds.holds import replay
 
         journal = self.journal
         if journal is None or not journal.open_entries():
             return []
         try:
-            return replay(self.client, journal)
+            released = replay(self.client, journal, jobs=jobs)
+            if released:
+                log.info("released %d job(s) an interrupted round left held", len(released))
+            return released
         except SlurmUnavailable as exc:
             raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
         except SlurmError as exc:
@@ -227,7 +236,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
-        from msched.rounds.core import run_round
+        from msched.rounds.core import TypeLever, run_round
         from msched.store.db import StoreError
         from msched.store.writes import ingest_jobs
 
@@ -235,18 +244,18 @@ class Reorderer:
         if not dry_run:
             t0 = time.perf_counter()
             try:
+                self.store.check_integrity()      # never keep writing into a damaged file
                 self.store.check_writable()
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
-            if jobs is None:
-                released = self.replay_journal()
-                if released:
-                    log.info("released %d job(s) an interrupted round left held", len(released))
         if jobs is None or nodes is None:
+            given = jobs
             read_jobs, read_nodes = self.read()
             jobs = read_jobs if jobs is None else jobs
             nodes = read_nodes if nodes is None else nodes
+            if not dry_run and given is None and self.replay_journal(jobs):
+                jobs = self.read()[0]       # released jobs have their priority back: plan with it
         if now is None:
             now = self.client.now()
         new = 0
@@ -260,10 +269,13 @@ class Reorderer:
                 raise _fail(f"cannot record jobs in {self.store.display_url}: {one_line(exc)}; "
                             "nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
+        incumbent = self._incumbent(dry_run)
         try:
             result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
                                starvation_age_s=self.config.starvation_age_s,
-                               gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes)
+                               gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
+                               incumbent=incumbent, settle_options=self.settle_options,
+                               lever=TypeLever.from_config(self.config))
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
@@ -285,8 +297,64 @@ class Reorderer:
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
                         f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
+        t0 = time.perf_counter()
+        self._prune(now)
+        db_s += time.perf_counter() - t0
         return RoundOutcome(result, round_id=round_id, new_jobs=new, completions=done, free_time=free,
                             db_seconds=db_s + record_s)
+
+    @property
+    def settle_options(self):  # noqa: ANN201 - msched.rounds.settle.SettleOptions
+        from msched.rounds.settle import SettleOptions
+
+        return SettleOptions(write_budget=int(self.config.write_budget),
+                             plan_margin=float(self.config.settle_margin))
+
+    def _incumbent(self, dry_run: bool):  # noqa: ANN202
+        """The plan the store holds the pending jobs to (None: no store, or none readable; the round then
+        places every job as new). A dry run reads it when the database exists and can be read."""
+        from msched.store.writes import load_incumbent
+
+        store = self.store
+        opened = None
+        try:
+            if store is None:
+                if not dry_run:
+                    return None
+                from msched.store.db import open_store
+                store = opened = open_store(self.config, create=False)
+            rid = self.run_id([]) if self._run_id is not None or not dry_run else self._existing_run_id(store)
+            if rid is None:
+                return None
+            with store.read() as session:
+                return load_incumbent(session, rid)
+        except Exception as exc:  # noqa: BLE001 - without it the round still plans (every job as new)
+            if not dry_run:
+                raise _fail(f"cannot read the incumbent plan from {store.display_url}: {one_line(exc)}; "
+                            "nothing changed in Slurm") from None
+            return None
+        finally:
+            if opened is not None:
+                opened.dispose()
+
+    def _existing_run_id(self, store) -> int | None:  # noqa: ANN001
+        from sqlalchemy import select
+
+        from msched.store.schema import Run
+        with store.read() as session:
+            return session.scalar(select(Run.id).where(Run.kind == self.run_kind, Run.name == self.run_name))
+
+    def _prune(self, now: float) -> None:
+        """Fold a small batch of rounds past the retention into daily aggregates (its own transaction,
+        after the round is recorded: a failure is logged and retried next round, never fails this one)."""
+        from msched.store.retention import prune
+
+        try:
+            with self.store.write() as session:
+                prune(session, self.run_id([]), now, float(self.config.retention_days) * 86400.0)
+        except Exception as exc:  # noqa: BLE001 - pruning is housekeeping
+            log.warning("cannot prune old rounds in %s: %s (retried next round)", self.store.display_url,
+                        one_line(exc))
 
     def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
@@ -364,8 +432,9 @@ def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: 
 def default_estimator(config: Config):  # noqa: ANN201
     from msched.estimate.estimators import TagEstimator
     from msched.estimate.perf_table import PerfTable
+    from msched.estimate.runtime import times_for
 
-    return TagEstimator(PerfTable.load(config.performance))
+    return TagEstimator(times_for(config, PerfTable.load(config.performance)))
 
 
 def wait_interval(seconds: float, started: float) -> None:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from msched.tag import JobTag, parse_comment
+from msched.tag import PREFIX, JobTag, parse_comment
 
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -92,7 +92,18 @@ class SlurmJob:
 
     @property
     def tag(self) -> JobTag | None:
+        """The job's tag: the one job_submit.lua validated and stamped into admin_comment (users cannot
+        set it) where there is one, else the claim in the comment (bounded like any claim)."""
+        if self.admin_comment.startswith(PREFIX):
+            stamped = parse_comment(self.admin_comment)[0]
+            if stamped is not None:
+                return stamped
         return parse_comment(self.comment)[0]
+
+    @property
+    def tag_verified(self) -> bool:
+        """Whether the tag comes from admin_comment (checked by the controller), not only the comment."""
+        return self.admin_comment.startswith(PREFIX) and parse_comment(self.admin_comment)[0] is not None
 
     @property
     def user_comment(self) -> str:
@@ -155,6 +166,7 @@ class JobUpdate:
     job_id: str
     priority: int | None = None
     features: str | None = None
+    partition: str | None = None      # the partition list (where a site steers GPU types by partition)
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,7 @@ class SchedulerSettings:
         return cls((scheduler_type or "").strip() or "sched/backfill", tuple(params))
 
 
-UPDATE_FIELDS = ("features", "priority")      # the order every backend writes them in
+UPDATE_FIELDS = ("features", "partition", "priority")      # the order every backend writes them in
 
 
 def check_updates(updates: Sequence[JobUpdate]) -> list[JobUpdate]:
@@ -249,10 +261,15 @@ class SlurmClient(abc.ABC):
     def set_features(self, job_id: str, features: str) -> None:
         """Replace a pending job's feature constraint (how its GPU type is changed: SLURM-NOTES)."""
 
+    def set_partition(self, job_id: str, partition: str) -> None:
+        """Replace a pending job's partition list (the type lever of a site that gives each GPU type a
+        partition). Backends that cannot write it refuse it for the job."""
+        raise SlurmError(f"the {self.name} backend cannot change job {job_id}'s partition")
+
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
         """Apply a round's changes, one UpdateResult per JobUpdate, in order.
 
-        Contract (every backend): all features are written before any priority (a job is retyped
+        Contract (every backend): all features and partitions are written before any priority (a job is retyped
         before it is raised, so it cannot start on its old type in between); a job whose features
         update fails gets no priority update; a job that is not pending comes back with JobNotPending
         and the others are still written; another refusal of one job comes back as that job's
@@ -271,6 +288,8 @@ class SlurmClient(abc.ABC):
                 try:
                     if name == "features":
                         self.set_features(u.job_id, str(value))
+                    elif name == "partition":
+                        self.set_partition(u.job_id, str(value))
                     else:
                         self.set_priority(u.job_id, int(value))
                 except SlurmUnavailable:

@@ -287,6 +287,20 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"database {self.display_url} is not writable: {one_line(exc)}") from None
 
+    def check_integrity(self) -> None:
+        """Raise StoreError (one printable line) unless SQLite's `PRAGMA quick_check` passes: the reorderer
+        must not keep writing into a damaged file (issue 13). quick_check reads every page but skips
+        the index cross-checks of integrity_check (O(N) instead of O(N log N))."""
+        if not self.is_sqlite:
+            return
+        try:
+            with self.engine.connect() as conn:
+                rows = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA quick_check").fetchmany(3)]
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise StoreError(f"database {self.display_url} fails PRAGMA quick_check: {one_line(exc)}") from None
+        if rows != ["ok"]:
+            raise StoreError(f"database {self.display_url} fails PRAGMA quick_check: {one_line('; '.join(rows))}")
+
     def dispose(self) -> None:
         self.engine.dispose()
 

@@ -73,6 +73,9 @@ class Job(Base):
     start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     actual_type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # the incumbent (msched.rounds.settle): the priority msched holds the job to, with planned_type
+    planned_priority: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    writes: Mapped[int | None] = mapped_column(Integer, nullable=True)           # Slurm updates of the job
     __table_args__ = (Index("ix_jobs_run_job", "run_id", "job_id", unique=True),)
 
 
@@ -93,11 +96,18 @@ class Round(Base):
     total_gpus: Mapped[dict] = mapped_column(JSON, default=dict)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     dry_run: Mapped[bool] = mapped_column(Integer, default=0)
+    # what the round's writes bought (msched.rounds.settle), and what it recorded
+    moved: Mapped[int | None] = mapped_column(Integer, nullable=True)            # jobs given a new place/type
+    held_back: Mapped[int | None] = mapped_column(Integer, nullable=True)        # waiting for the write budget
+    gain_makespan_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # incumbent minus held
+    gain_mean_end_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decision_rows: Mapped[int | None] = mapped_column(Integer, nullable=True)    # jobs whose plan changed
     __table_args__ = (Index("ix_rounds_run_time", "run_id", "time"),)
 
 
 class Decision(Base):
-    """What one round decided for one job."""
+    """What one round changed for one job: a row when the job's planned type, priority or estimate
+    differs from what the store held for it (the jobs table holds the current plan)."""
 
     __tablename__ = "decisions"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -109,6 +119,32 @@ class Decision(Base):
     est_runtime: Mapped[dict] = mapped_column(JSON, default=dict)
     changed: Mapped[bool] = mapped_column(Integer, default=0)
     __table_args__ = (Index("ix_decisions_round", "round_id"),)
+
+
+class RoundDay(Base):
+    """One day of a run's rounds, once the detailed rows are past the retention (`retention_days`):
+    sums and extremes from which the report's figures are made (means are sums over `rounds`)."""
+
+    __tablename__ = "round_days"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    day: Mapped[float] = mapped_column(Float)                       # epoch of the day's 00:00 UTC
+    first_time: Mapped[float] = mapped_column(Float)
+    last_time: Mapped[float] = mapped_column(Float)
+    rounds: Mapped[int] = mapped_column(Integer, default=0)
+    dry_runs: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    changes: Mapped[int] = mapped_column(Integer, default=0)
+    max_changes: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)
+    decision_rows: Mapped[int] = mapped_column(Integer, default=0)
+    plan_seconds: Mapped[float] = mapped_column(Float, default=0.0)       # sum
+    max_plan_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    pending: Mapped[int] = mapped_column(Integer, default=0)              # sum over rounds
+    running: Mapped[int] = mapped_column(Integer, default=0)
+    busy_gpus: Mapped[dict] = mapped_column(JSON, default=dict)           # type -> sum over rounds
+    total_gpus: Mapped[dict] = mapped_column(JSON, default=dict)          # the day's last
+    __table_args__ = (Index("ix_round_days_run_day", "run_id", "day", unique=True),)
 
 
 class Hold(Base):

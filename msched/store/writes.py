@@ -169,11 +169,14 @@ def record_round(
     session: Session, run_id: int, result: Any, dry_run: bool = False, error: str | None = None,
     *, time: float | None = None,
 ) -> int:
-    """One row for the round, one per decision, and each decided job's planned type and estimates.
+    """One row for the round (what it wrote and what that bought), and a decisions row only for each job
+    whose held plan changed: its planned type, priority or estimate differs from the jobs table's (which
+    holds every pending job's current plan, the incumbent the next round starts from). A round that
+    changes nothing adds one small row, whatever the queue's length.
 
     `result` is the round core's `RoundResult` (or None for a round that failed before planning: then
-    only the time and the error are recorded). A dry run records its plan as decisions but leaves the
-    jobs' planned types alone, since nothing was applied. Returns the round's id.
+    only the time and the error are recorded). A dry run records what would change but leaves the jobs'
+    plans alone, since nothing was applied. Returns the round's id.
     """
     if result is None:
         rnd = Round(run_id=run_id, time=time or 0.0, error=error, dry_run=int(dry_run))
@@ -185,14 +188,21 @@ def record_round(
     total = dict(snap.gpus_total)
     free = dict(snap.gpus_free)
     busy = {t: total[t] - free.get(t, 0) for t in total}
-    changed_ids = {str(getattr(u, "job_id", "")) for u in (result.updates or [])}
+    writes: dict[str, int] = {}
+    for u in result.updates or []:
+        writes[str(u.job_id)] = writes.get(str(u.job_id), 0) + 1
     est_end = getattr(plan, "est_makespan_end", None) if plan is not None else None
+    st = getattr(result, "settle", None)
+
+    def gain(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else float(a - b)
+
     rnd = Round(
         run_id=run_id,
         time=result.time,
         pending=len(snap.pending),
         running=len(snap.running),
-        changes=int(getattr(result, "update_calls", len(changed_ids))),
+        changes=int(getattr(result, "update_calls", sum(writes.values()))),
         skipped=len(result.skipped or []),
         plan_seconds=float(result.plan_seconds or 0.0),
         est_makespan_s=(est_end - result.time) if est_end is not None else None,
@@ -200,37 +210,57 @@ def record_round(
         total_gpus=total,
         error=error,
         dry_run=int(dry_run),
+        moved=st.moved if st is not None else None,
+        held_back=st.held_back if st is not None else None,
+        gain_makespan_s=gain(st.makespan_incumbent, st.makespan_held) if st is not None else None,
+        gain_mean_end_s=gain(st.mean_end_incumbent, st.mean_end_held) if st is not None else None,
     )
     session.add(rnd)
     session.flush()
     decisions = list(plan.decisions) if plan is not None else []
-    if decisions:
-        session.execute(insert(Decision.__table__), [
-            {
-                "round_id": rnd.id,
-                "job_id": str(d.job_id),
-                "priority": int(d.priority),
-                "gpu_type": "|".join(d.gpu_types),
-                "est_start": d.est_start,
-                "est_runtime": {k: float(v) for k, v in dict(d.est_runtime_s).items()},
-                "changed": int(str(d.job_id) in changed_ids),
-            }
-            for d in decisions
-        ])
-        if not dry_run:
-            # the jobs' latest plan; most jobs keep theirs from one round to the next, so only the
-            # changed ones are written (reading is cheaper than writing, JSON included)
-            known = _existing(session, run_id, [str(d.job_id) for d in decisions], Job.planned_type, Job.est_runtime)
-            rows = []
-            for d in decisions:
-                row = known.get(str(d.job_id))
-                if row is None:
-                    continue
-                planned = "|".join(d.gpu_types) or None
-                est = {k: float(v) for k, v in dict(d.est_runtime_s).items()}
-                if row.planned_type != planned or (row.est_runtime or {}) != est:
-                    rows.append({"id": row.id, "planned_type": planned, "est_runtime": est})
-            if rows:
-                _update_by_id(session, rows)
+    held = getattr(result, "incumbent", None)
+    known = _existing(session, run_id, [str(d.job_id) for d in decisions], Job.planned_type, Job.est_runtime,
+                      Job.planned_priority, Job.writes) if decisions else {}
+    rows = []
+    job_rows = []
+    for d in decisions:
+        jid = str(d.job_id)
+        if held is not None and jid not in held:
+            continue                       # waiting for the budget: nothing of its plan is held yet
+        types = tuple(held.types.get(jid, ())) if held is not None else tuple(d.gpu_types)
+        priority = int(held.priority[jid]) if held is not None else int(d.priority)
+        planned = "|".join(types) or None
+        est = {k: round(float(v), 3) for k, v in dict(d.est_runtime_s).items()}
+        row = known.get(jid)
+        if row is not None and row.planned_type == planned and row.planned_priority == priority \
+                and (row.est_runtime or {}) == est and not writes.get(jid):
+            continue
+        rows.append({"round_id": rnd.id, "job_id": jid, "priority": priority, "gpu_type": planned or "",
+                     "est_start": d.est_start, "est_runtime": est, "changed": int(jid in writes)})
+        if row is not None and not dry_run:
+            job_rows.append({"id": row.id, "planned_type": planned, "planned_priority": priority,
+                             "est_runtime": est, "writes": (row.writes or 0) + writes.get(jid, 0)})
+    if rows:
+        session.execute(insert(Decision.__table__), rows)
+    if job_rows:
+        _update_by_id(session, job_rows)
+    rnd.decision_rows = len(rows)
     session.flush()
     return rnd.id
+
+
+def load_incumbent(session: Session, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
+    """The plan msched holds the run's pending jobs to (planned type and priority of each), as the last
+    round recorded it: the incumbent the next round compares its plan with. Jobs recorded before the
+    store kept priorities are left out (the next round places them anew)."""
+    from msched.rounds.settle import Incumbent
+
+    t = Job.__table__
+    types: dict[str, tuple[str, ...]] = {}
+    prio: dict[str, int] = {}
+    stmt = select(t.c.job_id, t.c.planned_type, t.c.planned_priority).where(
+        t.c.run_id == run_id, t.c.state == "PENDING", t.c.planned_priority.is_not(None))
+    for row in session.connection().execute(stmt):
+        prio[row.job_id] = int(row.planned_priority)
+        types[row.job_id] = tuple(x for x in (row.planned_type or "").split("|") if x)
+    return Incumbent(types=types, priority=prio)

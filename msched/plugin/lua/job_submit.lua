@@ -61,10 +61,54 @@ local function quote(text)
     end))
 end
 
+-- the code points of a UTF-8 string, decoded as strictly as Python's decoder; nil for invalid UTF-8
+local function code_points(text)
+    local cps, i, n = {}, 1, #text
+    while i <= n do
+        local c = text:byte(i)
+        local cp, len
+        if c < 0x80 then cp, len = c, 1
+        elseif c >= 0xC2 and c <= 0xDF then cp, len = c - 0xC0, 2
+        elseif c >= 0xE0 and c <= 0xEF then cp, len = c - 0xE0, 3
+        elseif c >= 0xF0 and c <= 0xF4 then cp, len = c - 0xF0, 4
+        else return nil end
+        for k = 1, len - 1 do
+            local cc = text:byte(i + k)
+            if not cc or cc < 0x80 or cc > 0xBF then return nil end
+            cp = cp * 64 + (cc - 0x80)
+        end
+        if (len == 3 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF)))
+                or (len == 4 and (cp < 0x10000 or cp > 0x10FFFF)) then
+            return nil
+        end
+        cps[#cps + 1] = cp
+        i = i + len
+    end
+    return cps
+end
+
+-- Python's str.isprintable for a code point above 0x7F: a binary search of the generated ranges
+local function printable(cp)
+    local lo, hi = 1, #PRINTABLE / 2
+    while lo <= hi do
+        local mid = math.floor((lo + hi) / 2)
+        if cp < PRINTABLE[2 * mid - 1] then hi = mid - 1
+        elseif cp > PRINTABLE[2 * mid] then lo = mid + 1
+        else return true end
+    end
+    return false
+end
+
 local function check_value(f, text)
     if f.kind == "str" then
-        if #text > f.max_len then return nil, f.name .. " longer than " .. f.max_len .. " characters" end
-        if not all_in(text, f.set) then return nil, f.name .. " holds a character outside its set" end
+        local cps = code_points(text)
+        if cps == nil then return nil, f.name .. " has a malformed %-escape" end
+        if #cps > f.max_len then return nil, f.name .. " longer than " .. f.max_len .. " characters" end
+        for _, cp in ipairs(cps) do
+            if not ((cp < 0x80 and f.set[cp]) or (f.unicode and cp > 0x7F and printable(cp))) then
+                return nil, f.name .. " holds a character outside its set"
+            end
+        end
         return text
     end
     if text == "" then return nil end
@@ -116,7 +160,10 @@ function msched_parse_tag(comment)
             end
         end
     end
-    if values.model == nil then return nil, "no model" end
+    if values.model == nil then
+        if values.why then return nil, nil end     -- msub's record of why a job went untagged: no tag
+        return nil, "no model"
+    end
     return values, nil
 end
 
@@ -213,7 +260,9 @@ function msched_stamp(comment, features, multi_node)
         return nil, "unknown model " .. values.model
     end
     local new_features
-    if values.added then
+    if values.added and TYPE_LEVER ~= "feature" then
+        values.added = table.concat(known_types(values.added), "|")   -- steered by partition: features stay
+    elseif values.added then
         local types = known_types(values.added)
         if #types > 0 and not values.pinned then
             new_features = msched_rebuild_features(features, types, multi_node)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from msched.msub.sbatch_args import parse_time_limit
 from msched.slurm.base import expand_hostlist
 from msched.slurm.cli.accounting import (
-    SACCT_FIELDS,
     SACCT_STATES,
     parse_jobcomp,
     parse_sacct,
@@ -30,4 +29,4 @@ from msched.slurm.cli.writes import parse_scontrol_errors, scontrol_update_line
 __all__ = ["CliClient", "parse_squeue", "parse_sinfo", "parse_jobcomp", "parse_gpu_tres",
            "parse_time_limit", "expand_hostlist", "format_time_limit", "read_jobcomp_tail", "classify_error",
            "parse_sacct", "parse_tres_gpus", "parse_scontrol_errors", "scontrol_update_line",
-           "normalise_node_state", "SEP", "NODE_FIELDS", "SACCT_FIELDS", "SACCT_STATES"]
+           "normalise_node_state", "SEP", "NODE_FIELDS", "SACCT_STATES"]

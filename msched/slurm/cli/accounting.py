@@ -13,13 +13,8 @@ from pathlib import Path
 from msched.config import Config
 from msched.msub.sbatch_args import parse_time_limit
 from msched.slurm.base import SlurmJob, expand_hostlist
-from msched.slurm.cli.parsers import _EMPTY, SEP, _field, _int, parse_epoch
+from msched.slurm.cli.parsers import _EMPTY, _field, _int, _json_document, _json_epoch, _json_int, _json_str
 
-# sacct --format fields (job allocations only, -X), used where the cluster keeps accounting (slurmdbd).
-SACCT_FIELDS = (
-    "JobIDRaw", "State", "JobName", "User", "Partition", "Priority", "Submit", "Start", "End",
-    "TimelimitRaw", "NNodes", "ReqTRES", "AllocTRES", "Constraints", "NodeList", "Reason", "Comment",
-)
 SACCT_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL"
 HISTORY_DEFAULT_S = 7 * 86400     # finished_jobs(since=None) looks this far back in sacct
 
@@ -38,55 +33,70 @@ def parse_tres_gpus(text: str) -> tuple[int, str | None]:
     return (total or typed_total), gtype
 
 
-def parse_sacct(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
-    """Parse `sacct -X -n -P --delimiter=SEP --format=<SACCT_FIELDS>` under SLURM_TIME_FORMAT=%s.
+def _tres_gpus(entries: object) -> tuple[int, str | None]:
+    """GPUs in sacct --json's TRES list ([{"type": "gres", "name": "gpu:titanv", "count": 2}, ...]) ->
+    (total, type or None): the untyped entry is the total, a typed one names the type."""
+    total, typed_total, gtype = 0, 0, None
+    for t in entries if isinstance(entries, list) else []:
+        if not isinstance(t, dict) or t.get("type") != "gres" or not isinstance(t.get("name"), str):
+            continue
+        name, count = t["name"], _json_int(t.get("count"))
+        if name == "gpu":
+            total = count
+        elif name.startswith("gpu:"):
+            typed_total += count
+            gtype = gtype or name[4:]
+    return (total or typed_total), gtype
+
+
+def parse_sacct(raw: bytes | str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+    """Parse `sacct --json -X -a -S .. -E now --state=..` (OpenAPI v0.0.38; 22.05 honours the filters).
 
     The request's TRES names a GPU type only when the user asked for one (the pin); the GPU type a
-    job ran on comes from its allocated TRES, else from its nodes.
-
-    sacct prints a comment raw, so a comment holding a newline can add a whole forged row (recorded:
-    tests/data/slurm/sacct.txt, job "hostile-fake-row"). A job id that appears on more than one row is
-    therefore dropped (the real row and a forgery cannot be told apart), and the caller drops rows of
-    jobs squeue still shows as active; what remains can misstate only a job that is already finished.
+    job ran on comes from its allocated TRES, else from its nodes. Read as JSON because the text format
+    prints a comment raw, so a comment holding a newline could add a whole forged row (recorded with
+    the text format: an ordinary user's comment forged root's job 1). As for squeue, bytes that are not
+    UTF-8 become U+FFFD and an error record raises; a job id found twice is dropped all the same.
     """
-    n = len(SACCT_FIELDS)
+    doc = _json_document(raw, "sacct")
     jobs = []
-    for line in text.splitlines():
-        parts = line.split(SEP)
-        if len(parts) < n:
+    for d in doc.get("jobs") or []:
+        if not isinstance(d, dict):
             continue
-        if len(parts) > n:
-            parts = parts[: n - 1] + [SEP.join(parts[n - 1:])]
-        v = dict(zip(SACCT_FIELDS, parts, strict=True))
-        if not v["JobIDRaw"].strip().isdigit():
+        job_id = _json_int(d.get("job_id"), -1)
+        if job_id <= 0:
             continue
-        state = v["State"].strip().split()[0].upper() if v["State"].strip() else ""
-        req, req_type = parse_tres_gpus(v["ReqTRES"])
-        alloc, alloc_type = parse_tres_gpus(v["AllocTRES"])
-        nodes = _field(v["NodeList"])
+        state_d = d.get("state") if isinstance(d.get("state"), dict) else {}
+        state = _json_str(state_d.get("current")).split(" ")[0].upper()
+        times = d.get("time") if isinstance(d.get("time"), dict) else {}
+        tres = d.get("tres") if isinstance(d.get("tres"), dict) else {}
+        req, req_type = _tres_gpus(tres.get("requested"))
+        alloc, alloc_type = _tres_gpus(tres.get("allocated"))
+        nodes = _field(_json_str(d.get("nodes")))
         if nodes == "None assigned":
             nodes = ""
         ran_on = alloc_type or next((node_types[x] for x in expand_hostlist(nodes) if node_types.get(x)), None)
-        limit = v["TimelimitRaw"].strip()
+        limit = _json_int(times.get("limit"), -1)
+        comment = d.get("comment") if isinstance(d.get("comment"), dict) else {}
         jobs.append(SlurmJob(
-            job_id=v["JobIDRaw"].strip(),
+            job_id=str(job_id),
             state=state,
-            name=v["JobName"],
-            user=v["User"].strip(),
-            partition=v["Partition"].strip(),
-            priority=_int(v["Priority"]),
-            submit_time=parse_epoch(v["Submit"]) or 0.0,
-            start_time=parse_epoch(v["Start"]) if nodes else None,   # cancelled while pending: Start = its end
-            end_time=parse_epoch(v["End"]),
-            time_limit_s=float(limit) * 60 if limit.isdigit() else None,
-            num_nodes=max(1, _int(v["NNodes"], 1)),
+            name=_json_str(d.get("name")),
+            user=_json_str(d.get("user")),
+            partition=_json_str(d.get("partition")),
+            priority=_json_int(d.get("priority")),
+            submit_time=_json_epoch(times.get("submission")) or 0.0,
+            start_time=_json_epoch(times.get("start")) if nodes else None,   # cancelled while pending: no start
+            end_time=_json_epoch(times.get("end")),
+            time_limit_s=float(limit) * 60 if limit > 0 else None,
+            num_nodes=1,
             num_gpus=req or alloc,
             gres_gpu_type=config.canonical_gpu_type(req_type) if req_type else None,
-            features=_field(v["Constraints"]),
-            comment=v["Comment"].strip(),
+            features=_field(_json_str(d.get("constraints"))),
+            comment=_json_str(comment.get("job")),
             nodes=nodes,
             gpu_type=config.canonical_gpu_type(ran_on) if ran_on else None,
-            reason=_field(v["Reason"]),
+            reason=_field(_json_str(state_d.get("reason"))),
         ))
     return _unique_ids(jobs)
 

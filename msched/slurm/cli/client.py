@@ -9,11 +9,13 @@ How it reads Slurm:
   forge a field or a row (issue 13, verified on 22.05.8 against comments holding every control byte:
   tests/data/slurm/squeue.json). 22.05 ignores `-t` and `-j` with `--json`: states and ids are filtered
   here. Output is read as bytes; what is not UTF-8 becomes U+FFFD (Slurm passes such bytes through raw).
-- SLURM_TIME_FORMAT=%s makes sinfo's and sacct's timestamps epoch seconds, so no time zone guessing.
+- SLURM_TIME_FORMAT=%s makes sinfo's timestamps epoch seconds (the JSON reads carry epochs and run
+  without it), so no time zone guessing.
 - One squeue per `jobs()`, one sinfo per `nodes()`. The GPU type of a running job comes from the
   nodes it runs on: a node -> type map cached from sinfo, refreshed only when an unknown node shows up.
-- `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), sacct where the cluster runs
-  slurmdbd, and the jobcomp/filetxt file where configured (read backwards only as far as needed).
+- `finished_jobs()` merges squeue's memory of ended jobs (MinJobAge), `sacct --json` where the cluster
+  runs slurmdbd, and the jobcomp/filetxt file where configured (read backwards only as far as needed);
+  no finished record overrides a job squeue shows in another state.
 - `set_priority` checks the job is pending first (one squeue): scontrol accepts a priority for a
   running job silently, and the round core relies on JobNotPending to skip jobs that started.
 - A round's writes go through `update_jobs()`: one `squeue -t PD` for the pending check of every job,
@@ -25,7 +27,8 @@ How it reads Slurm:
   per job all the same, so a line per job is as fast and simpler. A priority and features in one
   command are not atomic (a refused feature still writes the priority), hence two processes. A value
   that could not travel on one line unchanged (whitespace, quotes...) goes through its own argv call.
-- Every command is an argv list; nothing is ever passed through a shell.
+- Every command is an argv list; nothing is ever passed through a shell. Every child dies with the
+  round that started it (PR_SET_PDEATHSIG): a killed round's scontrol batch cannot overlap the next round.
 """
 
 
@@ -35,7 +38,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from msched.config import Config, load_config
@@ -58,7 +61,6 @@ from msched.slurm.base import (
 )
 from msched.slurm.cli.accounting import (
     HISTORY_DEFAULT_S,
-    SACCT_FIELDS,
     SACCT_STATES,
     parse_jobcomp,
     parse_sacct,
@@ -75,6 +77,28 @@ from msched.slurm.cli.parsers import (
     parse_squeue,
 )
 from msched.slurm.cli.writes import _SCONTROL_KEY, parse_scontrol_errors, scontrol_update_line
+
+
+def die_with_parent(parent: int) -> Callable[[], None]:
+    """A preexec_fn (run in the child between fork and exec) asking Linux to SIGKILL the child when the
+    round that started it dies (prctl PR_SET_PDEATHSIG). A round killed with SIGKILL cannot clean up,
+    and its scontrol batch must not keep writing into the next round (issue 13: 6 of 10 tries did).
+    Where prctl does not exist it does nothing."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def child() -> None:
+        if prctl is None:
+            return
+        prctl(1, 9, 0, 0, 0)               # PR_SET_PDEATHSIG = 1, SIGKILL = 9
+        if os.getppid() != parent:         # the round died before prctl took effect
+            os._exit(1)
+
+    return child
 
 
 class CliClient(SlurmClient):
@@ -128,7 +152,7 @@ class CliClient(SlurmClient):
         try:
             # errors="replace": bytes a user typed that are not UTF-8 must not stop a read
             return subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
-                                  env=self._env(), timeout=limit)
+                                  env=self._env(), timeout=limit, preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
         except subprocess.TimeoutExpired:
@@ -138,7 +162,12 @@ class CliClient(SlurmClient):
         """Run a read-only command and return its raw standard output (squeue --json: decoded by its parser)."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, env=self._env(), timeout=self.timeout_s)
+            env = self._env()
+            # JSON carries epoch seconds already; with SLURM_TIME_FORMAT=%s, 22.05's sacct --json rejects
+            # its own -S/-E ("Invalid time specification") and prints an error record
+            env.pop("SLURM_TIME_FORMAT", None)
+            proc = subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
+                                  preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
         except subprocess.TimeoutExpired:
@@ -223,10 +252,10 @@ class CliClient(SlurmClient):
             self._refresh_node_types()
         if conf.get("AccountingStorageType", "").endswith("slurmdbd"):
             start = since if since is not None else self.now() - HISTORY_DEFAULT_S
-            out = self._run([
-                "sacct", "-X", "-n", "-P", "-a", f"--delimiter={SEP}",
+            out = self._run_bytes([
+                "sacct", "--json", "-X", "-a",
                 "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)), "-E", "now",
-                f"--state={SACCT_STATES}", f"--format={','.join(SACCT_FIELDS)}",
+                f"--state={SACCT_STATES}",
             ])
             for job in parse_sacct(out, self.config, self._node_types):
                 found.setdefault(job.job_id, job)
@@ -301,9 +330,13 @@ class CliClient(SlurmClient):
     def set_features(self, job_id: str, features: str) -> None:
         self._run(["scontrol", "update", f"jobid={job_id}", f"Features={features}"], error=JobNotPending)
 
+    def set_partition(self, job_id: str, partition: str) -> None:
+        self._run(["scontrol", "update", f"jobid={job_id}", f"Partition={partition}"], error=JobNotPending)
+
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
-        """A round's writes in at most three processes: one squeue (which jobs are pending), one
-        scontrol for every feature update, one for every priority update (see the module docstring)."""
+        """A round's writes in a few processes: one squeue (which jobs are pending), one scontrol for
+        every feature update, one for every partition update, one for every priority update (see the
+        module docstring)."""
         updates = check_updates(updates)
         if not updates:
             return []

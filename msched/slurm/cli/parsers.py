@@ -172,6 +172,33 @@ def _json_signed(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _NO_VALUE else 0
 
 
+def _json_document(raw: bytes | str, command: str) -> dict:
+    """A `squeue --json` / `sacct --json` document with a list of jobs. Bytes that are not UTF-8 become
+    U+FFFD; an error record is SlurmUnavailable (22.05 exits 0 with an empty job list and an error record
+    when the controller cannot be reached, recorded: tests/data/slurm/squeue_down.json: an empty list
+    must never be believed); anything else malformed is SqueueFormatError."""
+    import json
+
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise SqueueFormatError(f"{command} --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    if errors and all(isinstance(e, dict) and "Nothing found" in f"{e.get('description')} {e.get('error')}"
+                      for e in errors):
+        errors = None       # sacct --json with no job in the window: an error record "Nothing found"
+        doc["jobs"] = doc.get("jobs") or []
+    if errors:
+        first = errors[0] if isinstance(errors[0], dict) else {}
+        what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
+        raise SlurmUnavailable(f"{command} --json could not read the jobs from the controller: "
+                               f"{_one_line(what) or 'no description'}")
+    if not isinstance(doc.get("jobs"), list):
+        raise SqueueFormatError(f"{command} --json printed no list of jobs")
+    return doc
+
+
 def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
     """Parse `squeue --json` output: every job Slurm still remembers (22.05 ignores `-t` with --json,
     so the caller filters states in code).
@@ -181,24 +208,7 @@ def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str 
     are not UTF-8 through unescaped (measured on 22.05.8): they are decoded as U+FFFD, which cannot
     close a string (only `"` and `\\` can, and Slurm escapes those). A document that does not parse
     raises SqueueFormatError: the round then changes nothing. A record that is not a job is skipped."""
-    import json
-
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise SqueueFormatError(f"squeue --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
-    errors = doc.get("errors") if isinstance(doc, dict) else None
-    if errors:
-        # 22.05 exits 0 with an empty job list and an error record when the controller cannot be
-        # reached (recorded: tests/data/slurm/squeue_down.json): an empty queue must never be believed
-        first = errors[0] if isinstance(errors[0], dict) else {}
-        what = "; ".join(str(first.get(k, "")) for k in ("description", "source", "error") if first.get(k))
-        raise SlurmUnavailable(f"squeue --json could not read the queue from the controller: "
-                               f"{_one_line(what) or 'no description'}")
-    records = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(records, list):
-        raise SqueueFormatError("squeue --json printed no list of jobs")
+    records = _json_document(raw, "squeue")["jobs"]
     jobs = []
     for d in records:
         if isinstance(d, dict):

@@ -11,7 +11,7 @@ _BATCH_JOB_ID = re.compile(r"\d+(?:_\d+)?")
 _BATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:|&!()\[\]*+=@%/-]*")   # what scontrol's line reader keeps whole
 # A failed line's stderr: `<reason> for job <id>`, or `<id>: <reason>` for an array task id (22.05.8).
 _FOR_JOB = re.compile(r"(?P<reason>.*\S)\s+for job (?P<id>\S+)|(?P<id2>\d+(?:_\d+)?): (?P<reason2>.*\S)")
-_SCONTROL_KEY = {"features": "Features", "priority": "Priority"}
+_SCONTROL_KEY = {"features": "Features", "partition": "Partition", "priority": "Priority"}
 
 
 def scontrol_update_line(job_id: str, field: str, value: int | str) -> str | None:

@@ -6,7 +6,7 @@
 
 Writes, next to this file: squeue.json (CliClient's exact squeue call, `squeue --json`, raw bytes),
 sinfo.txt (its sinfo call),
-sacct.txt (its sacct call: the cluster must run with --accounting),
+sacct.json (its sacct call: the cluster must run with --accounting),
 jobcomp.txt (the completion file), errors.json (scontrol/sbatch/squeue messages for each failure the
 client classifies) and cases.json (each job's submit argv, keyed by the job name, so the parse tests
 derive what to expect from what was asked).
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 
-from msched.slurm.cli import NODE_FIELDS, SACCT_FIELDS, SACCT_STATES, SEP  # noqa: E402
+from msched.slurm.cli import NODE_FIELDS, SACCT_STATES, SEP  # noqa: E402
 
 ENV = dict(os.environ, SLURM_TIME_FORMAT="%s")
 TAG = "msched:v1;model=resnet50;ref=resnet50;group=resnet;added=a100|titanv user note with spaces"
@@ -110,8 +110,8 @@ def main() -> None:
     wait(lambda: state(ids["cancelled"]) == "CANCELLED")
     run(["scontrol", "update", "nodename=n4", "state=drain", "reason=recorded for tests"])
 
-    (HERE / "squeue.json").write_bytes(subprocess.run(["squeue", "--json"], capture_output=True, env=ENV,
-                                                      check=True).stdout)
+    (HERE / "squeue.json").write_bytes(subprocess.run(["squeue", "--json"], capture_output=True, check=True,
+                                                      env={k: v for k, v in ENV.items() if k != "SLURM_TIME_FORMAT"}).stdout)
     (HERE / "squeue.txt").unlink(missing_ok=True)
     nfmt = ",".join(f"{f}:{SEP}" for f in NODE_FIELDS)
     (HERE / "sinfo.txt").write_text(run(["sinfo", "-h", "-N", "-O", nfmt]).stdout)
@@ -152,10 +152,20 @@ def main() -> None:
     wait(lambda: all(f"JobId={i} " in Path(loc).read_text() for i in ids.values()
                      if not i.startswith(ids["array"])), timeout=15)
     shutil.copy(loc, HERE / "jobcomp.txt")
-    sacct = ["sacct", "-X", "-n", "-P", "-a", f"--delimiter={SEP}", "-S", "2000-01-01T00:00:00", "-E", "now",
-             f"--state={SACCT_STATES}", f"--format={','.join(SACCT_FIELDS)}"]
-    wait(lambda: all(f"{i}{SEP}" in run(sacct).stdout for i in ids.values()), timeout=30)
-    (HERE / "sacct.txt").write_text(run(sacct).stdout)
+    sacct = ["sacct", "--json", "-X", "-a", "-S", "2000-01-01T00:00:00", "-E", "now", f"--state={SACCT_STATES}"]
+
+    def sacct_out() -> bytes:
+        env = {k: v for k, v in ENV.items() if k != "SLURM_TIME_FORMAT"}     # as CliClient runs it
+        return subprocess.run(sacct, capture_output=True, env=env, check=True).stdout
+    def missing() -> list[str]:
+        out = sacct_out()
+        return [i for i in ids.values() if f'"job_id": {i},'.encode() not in out]
+    try:
+        wait(lambda: not missing(), timeout=60)
+    except SystemExit:
+        raise SystemExit(f"sacct --json never listed jobs {missing()}") from None
+    (HERE / "sacct.json").write_bytes(sacct_out())
+    (HERE / "sacct.txt").unlink(missing_ok=True)
     (HERE / "cases.json").write_text(json.dumps({"ids": ids, "cases": CASES, "hostile": {
                                                      k: [a if isinstance(a, str) else a.decode("latin-1")
                                                          for a in v] for k, v in HOSTILE.items()}, "user": USER, "tag": TAG,

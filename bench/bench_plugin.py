@@ -1,0 +1,168 @@
+"""msched's Slurm plugin against plain sbatch and msub: what it adds to a submission, in one run.
+
+On the dev cluster started with `scripts/slurm-dev-cluster.sh up --plugins`, interleaved submissions
+(plain, plugin, msub, plain, plugin, msub, ...) of the same held job (`--hold`; all cancelled at the
+end), wall-clock time of the whole command as a user sees it:
+- plain sbatch: the same cluster through a copy of slurm.conf without CliFilterPlugins (the
+  controller's job_submit.lua still runs, as it does for every job there);
+- the plugin: plain `sbatch`, cli_filter.lua running msched's decision in `python -m msched.plugin.filter`;
+- msub: `msub` calling the real sbatch through the filter-less copy.
+Jobs: a resnet50 training job (tagged), with fresh free times published by a reorder round (the
+normal state of a site) and without (the decision then reads the queue once, to spread a burst), and
+a job msched knows nothing about (untagged: the filter sees that in Lua and starts no process). The
+start of a bare `python -I -c pass` is measured in the same run: the floor of any Python entry point. Also the controller side: job_submit.lua's slurm_job_submit on
+a tagged job, timed in Lua 5.1 (the interpreter slurmctld embeds) over many calls.
+
+    .venv/bin/python bench/bench_plugin.py [--runs 21] [--dir .slurm-dev-plugins] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+TAGGED = "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\npython train.py --arch resnet50 --epochs 1\n"
+# (label, script, whether the reorderer published fresh free times: without them msched's decision reads
+# the queue once per submission to spread a burst, one squeue call)
+CASES = (
+    ("resnet50, fresh round (tagged)", TAGGED, True),
+    ("resnet50, no round (tagged)", TAGGED, False),
+    ("no model (untagged)", "#!/bin/sh\n#SBATCH --gres=gpu:1\n#SBATCH -t 10\n./simulate --steps 100\n", False),
+)
+TYPES = ("a100", "titanv", "rtx2080ti", "titanxp")
+LUA_LOOP = """
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_ACCESS_DENIED = 2002, log_info = function() end }
+dofile(arg[1])
+local n = tonumber(arg[2])
+local comment = "msched:v1;model=resnet50;ref=resnet50;group=resnet;sim=1;flops=1;iters=20000;bs=64;added=a100|titanv;ver=0.1.0 my run"
+local t0 = os.clock()
+for i = 1, n do
+    local job = { comment = comment, features = "ib", min_nodes = 1 }
+    slurm_job_submit(job, {}, 1001)
+end
+io.write(string.format("%.3f\\n", (os.clock() - t0) / n * 1e6))
+"""
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    elapsed = (time.perf_counter() - t0) * 1000.0
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_plugin: {' '.join(argv[:2])} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return elapsed, proc.stdout.strip().split(";")[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=21, help="interleaved triples per script")
+    ap.add_argument("--quick", action="store_true", help="7 triples")
+    ap.add_argument("--full", action="store_true", help="the default sizes")
+    ap.add_argument("--dir", type=Path, default=REPO / ".slurm-dev-plugins", help="the --plugins dev cluster")
+    ap.add_argument("--lua-calls", type=int, default=20000)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    runs = 7 if args.quick else args.runs
+    conf = args.dir / "slurm.conf"
+    cluster = [str(REPO / "scripts" / "slurm-dev-cluster.sh"), "--dir", str(args.dir)]
+    up = subprocess.run(["bash", cluster[0], "up", *cluster[1:], "--plugins"], capture_output=True, text=True,
+                        timeout=600, env={**os.environ, "MSCHED_PYTHON": sys.executable})
+    if up.returncode != 0:
+        raise SystemExit(f"bench_plugin: cannot start the --plugins dev cluster: {up.stderr.strip()[-300:]}")
+    started = "already running" not in up.stderr
+    try:
+        return _bench(args, conf, runs)
+    finally:
+        if started:
+            subprocess.run(["bash", cluster[0], "down", *cluster[1:]], capture_output=True, timeout=120)
+
+
+def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
+    work = tempfile.mkdtemp(prefix="bench-plugin-")
+    plain_conf = Path(work) / "slurm.conf"
+    plain_conf.write_text("".join(ln for ln in conf.read_text().splitlines(keepends=True)
+                                  if not ln.startswith("CliFilterPlugins=")))
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SBATCH_", "SLURM_", "MSCHED_"))}
+    msub = str(VENV_BIN / "msub")
+    ids: list[str] = []
+    results: dict[str, dict[str, float]] = {}
+    env_plain = {**base, "SLURM_CONF": str(plain_conf)}
+    try:
+        for label, text, fresh in CASES:
+            state = Path(work) / ("fresh" if fresh else "none")
+            state.mkdir(exist_ok=True)
+            if fresh:
+                now = time.time()
+                (state / "gpu_free_time.json").write_text(json.dumps({"time": now, "free_at": dict.fromkeys(TYPES, now)}))
+            (state / "msched.toml").write_text(f'state_dir = "{state}"\n')
+            site = {**base, "MSCHED_CONFIG": str(state / "msched.toml")}
+            env_plugin = {**site, "SLURM_CONF": str(conf)}
+            env_plain = {**site, "SLURM_CONF": str(plain_conf)}
+            script = Path(work) / "job.sh"
+            script.write_text(text)
+            # warm-up: caches (sinfo, page cache, the user's msched cache) as on a busy site
+            for argv, env in (([msub], env_plain), (["sbatch"], env_plugin), (["sbatch"], env_plain)):
+                ids.append(_timed([*argv, "--hold", "--parsable", str(script)], env, work)[1])
+            times: dict[str, list[float]] = {"plain": [], "plugin": [], "msub": [], "python": []}
+            for _ in range(runs):
+                for name, argv, env in (("plain", ["sbatch"], env_plain), ("plugin", ["sbatch"], env_plugin),
+                                        ("msub", [msub], env_plain)):
+                    ms, job = _timed([*argv, "--hold", "--parsable", str(script)], env, work)
+                    times[name].append(ms)
+                    ids.append(job)
+                # the floor any Python entry point pays: the interpreter's own start, same flags
+                times["python"].append(_timed([sys.executable, "-I", "-c", "pass"], env_plain, work)[0])
+            med = {k: statistics.median(v) for k, v in times.items()}
+            results[label] = {
+                "plain_ms": med["plain"], "plugin_ms": med["plugin"], "msub_ms": med["msub"],
+                "python_start_ms": med["python"],
+                "plugin_added_ms": statistics.median(p - s for p, s in zip(times["plugin"], times["plain"], strict=True)),
+                "msub_added_ms": statistics.median(m - s for m, s in zip(times["msub"], times["plain"], strict=True)),
+                "runs": runs,
+            }
+    finally:
+        if ids:
+            subprocess.run(["scancel", *ids], env=env_plain, capture_output=True, timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
+    lua = shutil.which("lua5.1")
+    lua_us = None
+    if lua:
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
+            fh.write(LUA_LOOP)
+        try:
+            out = subprocess.run([lua, fh.name, str(args.dir / "job_submit.lua"), str(args.lua_calls)],
+                                 capture_output=True, text=True, timeout=120, check=True)
+            lua_us = float(out.stdout.strip())
+        finally:
+            os.unlink(fh.name)
+
+    print(f"Interleaved runs ({runs} per client and script) on the --plugins dev cluster, median wall time of "
+          "one held submission:\n")
+    print("| job | plain sbatch | sbatch + plugin | msub | plugin added | msub added | `python -I -c pass` |")
+    print("|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        print(f"| {label} | {r['plain_ms']:.0f} ms | {r['plugin_ms']:.0f} ms | {r['msub_ms']:.0f} ms | "
+              f"**{r['plugin_added_ms']:+.0f} ms** | {r['msub_added_ms']:+.0f} ms | {r['python_start_ms']:.0f} ms |")
+    print(f"\nLoad average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
+    if lua_us is not None:
+        print(f"\njob_submit.lua in the controller: {lua_us:.1f} µs per tagged submission "
+              f"(Lua 5.1, {args.lua_calls} calls of slurm_job_submit).")
+    print("\nBudget: plugin added <= +50 ms median per sbatch: "
+          + ", ".join(f"{k}: {'met' if r['plugin_added_ms'] <= 50 else 'NOT met'}" for k, r in results.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"submit": results, "job_submit_lua_us": lua_us}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

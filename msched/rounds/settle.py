@@ -1,0 +1,349 @@
+"""Rounds that settle: the incumbent plan, hysteresis and the write budget, for every policy's rounds.
+
+A policy's plan is a pure function of the snapshot (`msched.policy`), never of what msched wrote, so an
+unchanged queue plans the same and writes nothing. What the plan cannot know is what a change costs:
+every written priority or constraint is one REQUEST_UPDATE_JOB under slurmctld's job write lock
+(~0.4 ms each on an idle controller) and a flap in what users see. So a round compares the new plan
+with the incumbent (what msched holds each job to: the types and priority it last wrote) and writes
+only the changes worth their writes:
+
+1. Both are evaluated on the snapshot with one model of Slurm (`msched.policy.base.simulate`: jobs in
+   priority order, each on the allowed type that starts it first): estimated start and end per job, the
+   makespan and the mean end of the managed jobs.
+2. New jobs (not in the incumbent: msched never placed them) and starving ones not yet widened must take
+   their place in the new plan: they are moves whatever they gain. A job the incumbent knows moves (takes its new type
+   and its new place in the order) only when its own planned finish improves by `job_margin` (the
+   policy's `hysteresis`, 5%) of its runtime or of its horizon (planned end minus now), the longer.
+3. Moves are taken largest gain first until the write budget is spent (a move costs a write for its
+   constraint when retyped and one for its priority when that changes); the rest waits for the next
+   round.
+4. The hybrid (incumbent order with the moved jobs inserted at their new planned starts, moved jobs on
+   their new types) is evaluated; it replaces the incumbent only when it beats it by `plan_margin` of the
+   horizon on the objective's measure (makespan, or mean end for `jct`), and never when it is worse on
+   it. Otherwise fewer moves are tried (the better half), and at worst only the obliged moves are made.
+5. After the diff, a round never writes more than the budget: updates beyond it are dropped, lowest
+   gain first (each write is a whole value on a pending job, so any subset leaves a valid queue).
+
+`incumbent=None` means none is known (a first round, a test): every job is new, so the round writes the
+plan as it stands (within the budget). The round core keeps the incumbent of what it wrote
+(`RoundResult.incumbent`); the reorderer stores it, the simulator's replay keeps it in memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
+from msched.policy.priorities import assign_keeping_plain
+from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.timeline import Timeline
+
+DEFAULT_WRITE_BUDGET = 2000        # ~0.4 ms per REQUEST_UPDATE_JOB: <= 1 s of controller time per round
+DEFAULT_PLAN_MARGIN = 0.01         # of the horizon (measure minus now)
+DEFAULT_JOB_MARGIN = 0.05          # of the job's runtime
+UNKNOWN_RUNTIME_S = 3600.0
+_TRIES = 4                         # hybrids tried per round: all moves, then the better half, quarter...
+
+
+@dataclass(frozen=True)
+class SettleOptions:
+    write_budget: int = DEFAULT_WRITE_BUDGET
+    plan_margin: float = DEFAULT_PLAN_MARGIN
+    job_margin: float | None = None           # None: the policy's `hysteresis`, else DEFAULT_JOB_MARGIN
+
+    def __post_init__(self) -> None:
+        if self.write_budget < 0:
+            raise ValueError(f"write budget must be >= 0 (got {self.write_budget})")
+        if self.plan_margin < 0 or (self.job_margin is not None and self.job_margin < 0):
+            raise ValueError("margins must be >= 0")
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """What msched holds each managed pending job to: the GPU types and the priority it last wrote (or
+    found and kept). Jobs absent from it are new to msched."""
+
+    types: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    priority: Mapping[str, int] = field(default_factory=dict)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self.priority
+
+    def __len__(self) -> int:
+        return len(self.priority)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A queue state as the Slurm model runs it: per job start and end, and the two measures."""
+
+    placed: Mapping[str, Placed]
+    makespan_end: float
+    mean_end: float                 # mean over managed jobs placed (absolute time); inf when none
+    timeline: Timeline
+
+    def end(self, job_id: str) -> float:
+        p = self.placed.get(job_id)
+        return p.end if p is not None else math.inf
+
+
+@dataclass
+class SettleReport:
+    """What the round chose and what its writes buy, for the log line and the store's round row."""
+
+    new_jobs: int = 0                 # jobs new to the incumbent (obliged to move)
+    candidates: int = 0               # known jobs whose own finish the new plan improves past the margin
+    moved: int = 0                    # moves written into the held plan
+    held_back: int = 0                # moves and updates left for a later round (budget)
+    kept: int = 0                     # candidate moves not worth their writes (the incumbent kept)
+    accepted: bool = True             # the optional moves beat the incumbent by the margin
+    makespan_incumbent: float | None = None   # seconds from now
+    makespan_new: float | None = None         # the policy's plan, as the model runs it
+    makespan_held: float | None = None        # what is written
+    mean_end_incumbent: float | None = None
+    mean_end_held: float | None = None
+    gain: dict[str, float] = field(default_factory=dict)    # job id -> planned finish improvement (s)
+    placed: set[str] = field(default_factory=set)           # jobs whose held entry is this round's plan
+
+    def buys(self) -> str:
+        """`makespan -120s mean_end -35s` (held minus incumbent; negative is sooner)."""
+        def delta(a: float | None, b: float | None) -> str:
+            return "-" if a is None or b is None else f"{b - a:+.0f}s"
+        return (f"makespan {delta(self.makespan_incumbent, self.makespan_held)} "
+                f"mean_end {delta(self.mean_end_incumbent, self.mean_end_held)}")
+
+
+def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapping[str, tuple[str, ...]], *,
+             backfill: bool = False, unknown_runtime_s: float = UNKNOWN_RUNTIME_S) -> Evaluation:
+    """The queue with these managed priorities and types (others as Slurm holds them), run by the model."""
+    order = sorted(snapshot.pending, key=lambda j: queue_key(j, priority.get(j.job_id)))
+
+    def choose(job: PendingJob, tl: Timeline, _not_before: float):
+        held = types.get(job.job_id) if job.managed and not job.pinned_type else None
+        if held:
+            ts = tuple(t for t in held if t in tl.by_type)
+            if ts:
+                return ts, as_is_runtime(job, ts, unknown_runtime_s)
+        ts = default_types(job, tl)
+        return ts, as_is_runtime(job, ts, unknown_runtime_s)
+
+    placed, tl = simulate(snapshot, order, choose, backfill=backfill)
+    ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
+    managed = [placed[j.job_id].end for j in snapshot.pending if j.managed and j.job_id in placed]
+    return Evaluation(placed, max(ends, default=snapshot.now),
+                      sum(managed) / len(managed) if managed else math.inf, tl)
+
+
+def _incumbent_state(snapshot: ClusterSnapshot, incumbent: Incumbent | None):
+    """Per managed job: priority and types under the incumbent; jobs it does not know keep what Slurm
+    holds (that is what not writing them means)."""
+    prio: dict[str, int] = {}
+    types: dict[str, tuple[str, ...]] = {}
+    for j in snapshot.pending:
+        if not j.managed:
+            continue
+        if incumbent is not None and j.job_id in incumbent:
+            prio[j.job_id] = int(incumbent.priority[j.job_id])
+            types[j.job_id] = tuple(incumbent.types.get(j.job_id, ()))
+        else:
+            prio[j.job_id] = j.priority
+            types[j.job_id] = tuple(j.current_types)
+    return prio, types
+
+
+def _better(held: Evaluation, base: Evaluation, now: float, objective: str, margin: float) -> bool:
+    """`held` beats `base` by the margin on the objective's measure, and is no worse on it."""
+    tol = 1e-6
+    if objective == "jct":
+        span = max(base.mean_end - now, 1.0)
+        return held.mean_end <= base.mean_end + tol and base.mean_end - held.mean_end > margin * span
+    span_mk = max(base.makespan_end - now, 1.0)
+    if held.makespan_end > base.makespan_end + tol:
+        return False
+    if base.makespan_end - held.makespan_end > margin * span_mk:
+        return True
+    span = max(base.mean_end - now, 1.0)
+    return held.mean_end <= base.mean_end + tol and base.mean_end - held.mean_end > margin * span
+
+
+def _hybrid_order(inc_order: Sequence[str], inc_eval: Evaluation, moves: Sequence[str], new_eval: Evaluation,
+                  new_rank: Mapping[str, int]) -> list[str]:
+    """The incumbent order with each moved job taken out and put back before the first unmoved job that
+    the incumbent starts after the moved job's new planned start (moved jobs among themselves in the new
+    plan's order). Unmoved jobs keep their order, so their priorities stay as they are."""
+    moved = set(moves)
+    stay = [j for j in inc_order if j not in moved]
+    latest: list[float] = []           # running max of the unmoved jobs' starts (sorted, for bisect)
+    m = -math.inf
+    for j in stay:
+        p = inc_eval.placed.get(j)
+        m = max(m, p.start if p is not None else math.inf)
+        latest.append(m)
+    slots: dict[int, list[tuple[float, int, str]]] = {}
+    for j in moves:
+        p = new_eval.placed.get(j)
+        s = p.start if p is not None else math.inf
+        slots.setdefault(bisect.bisect_left(latest, s), []).append((s, new_rank.get(j, 0), j))
+    out: list[str] = []
+    for k in range(len(stay) + 1):
+        for _s, _r, j in sorted(slots.get(k, ())):
+            out.append(j)
+        if k < len(stay):
+            out.append(stay[k])
+    return out
+
+
+def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *, objective: str = "makespan",
+           backfill: bool = False, starvation_age_s: float | None = None, job_margin: float = DEFAULT_JOB_MARGIN,
+           options: SettleOptions | None = None, managed_first: bool = False,
+           unknown_runtime_s: float = UNKNOWN_RUNTIME_S) -> tuple[Plan, SettleReport]:
+    """The plan to hold this round: the new plan's worthwhile changes applied to the incumbent. Orders
+    are written as the policy writes them (`assign_keeping_plain`: plain jobs keep their rank unless
+    `managed_first`)."""
+    opts = options or SettleOptions()
+    now = snapshot.now
+    report = SettleReport()
+    pending = {j.job_id: j for j in snapshot.pending}
+    new = {d.job_id: d for d in plan.decisions if d.job_id in pending and pending[d.job_id].managed}
+    if not new:
+        return plan, report
+    inc_prio, inc_types = _incumbent_state(snapshot, incumbent)
+    new_order = [d.job_id for d in sorted(plan.decisions, key=lambda d: -d.priority) if d.job_id in new]
+    new_rank = {j: k for k, j in enumerate(new_order)}
+    new_prio = {j: int(d.priority) for j, d in new.items()}
+    new_types = {j: (tuple(d.gpu_types) or inc_types.get(j, ())) for j, d in new.items()}
+    inc_eval = evaluate(snapshot, inc_prio, inc_types, backfill=backfill, unknown_runtime_s=unknown_runtime_s)
+    new_eval = evaluate(snapshot, {**inc_prio, **new_prio}, {**inc_types, **new_types}, backfill=backfill,
+                        unknown_runtime_s=unknown_runtime_s)
+    report.makespan_incumbent = inc_eval.makespan_end - now
+    report.makespan_new = new_eval.makespan_end - now
+    report.mean_end_incumbent = inc_eval.mean_end - now if math.isfinite(inc_eval.mean_end) else None
+
+    def differs(j: str) -> bool:
+        return new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j]
+
+    def runtime(j: str) -> float:
+        p = new_eval.placed.get(j)
+        return (p.end - p.start) if p is not None else unknown_runtime_s
+
+    gain = {j: inc_eval.end(j) - new_eval.end(j) for j in new}
+    gain = {j: (g if math.isfinite(g) else (math.inf if g > 0 else 0.0)) for j, g in gain.items()}
+    report.gain = gain
+    age = starvation_age_s if starvation_age_s is not None else snapshot.starvation_age_s
+    def starving_unwidened(j: str) -> bool:
+        return age is not None and now - pending[j].submit_time > age and \
+            set(new_types[j]) - set(inc_types.get(j, ()))
+
+    obliged = [j for j in new if incumbent is None or j not in incumbent or starving_unwidened(j)]
+    report.new_jobs = len(obliged)
+    obliged_set = set(obliged)
+    def worth(j: str) -> bool:
+        """The job's own finish improves by the margin of its runtime, or of its horizon when that is
+        longer: a job planned days out is re-planned many times before it starts, and moving it now
+        buys little a later round could not (an estimate's error grows with the horizon too)."""
+        horizon = inc_eval.end(j) - now
+        return gain[j] > job_margin * max(runtime(j), horizon if math.isfinite(horizon) else 0.0)
+
+    optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
+    report.candidates = len(optional)
+
+    def cost(j: str) -> int:
+        """Writes the move takes: its constraint when retyped, its priority when the new plan changes it
+        (where plain jobs keep their rank, many moves can change only the type)."""
+        return int(new_types[j] != inc_types.get(j, ())) + int(new_prio[j] != inc_prio[j])
+
+    by_gain = sorted(obliged, key=lambda j: (-gain[j], new_rank[j])) + \
+        sorted(optional, key=lambda j: (-gain[j], new_rank[j]))
+    budget = opts.write_budget
+    chosen: list[str] = []
+    spent = 0
+    for j in by_gain:
+        c = cost(j) if differs(j) else 0
+        if spent + c > budget:
+            report.held_back += 1
+            continue
+        chosen.append(j)
+        spent += c
+    forced = [j for j in chosen if j in obliged_set]
+    extra = [j for j in chosen if j not in obliged_set]
+    inc_order = sorted((j for j in new), key=lambda j: queue_key(pending[j], inc_prio[j]))
+    plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
+
+    def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:
+        order = _hybrid_order(inc_order, inc_eval, moves, new_eval, new_rank)
+        prio = {**inc_prio, **assign_keeping_plain(order, inc_prio, plain, managed_first)}
+        types = dict(inc_types)
+        for j in moves:
+            types[j] = new_types[j]
+        return prio, types, evaluate(snapshot, prio, types, backfill=backfill, unknown_runtime_s=unknown_runtime_s)
+
+    base = hybrid(forced) if forced else (dict(inc_prio), dict(inc_types), inc_eval)
+    held = base
+    taken = list(forced)
+    report.accepted = not extra
+    k = len(extra)
+    for _ in range(_TRIES):
+        if k <= 0:
+            break
+        trial = hybrid(forced + extra[:k])
+        if _better(trial[2], base[2], now, objective, opts.plan_margin):
+            held, taken, report.accepted = trial, forced + extra[:k], True
+            break
+        k //= 2
+    report.kept = len(chosen) - len(taken)
+    report.moved = len(taken)
+    prio, types, ev = held
+    report.makespan_held = ev.makespan_end - now
+    report.mean_end_held = ev.mean_end - now if math.isfinite(ev.mean_end) else None
+    report.placed = {j for j in new if j not in obliged_set} | set(taken)
+    decisions = []
+    for j in sorted(new, key=lambda j: -prio[j]):
+        p = ev.placed.get(j)
+        decisions.append(JobDecision(j, prio[j], tuple(types.get(j, ())), p.start if p else None,
+                                     p.end if p else None, new[j].est_runtime_s))
+    out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
+               free_time=ev.timeline.free_at())
+    return out, report
+
+
+def within_budget(updates: Sequence, budget: int, gain: Mapping[str, float]) -> tuple[list, int]:
+    """The updates to write (at most `budget`, whole jobs, largest gain first, in their original order)
+    and how many jobs' updates wait for a later round."""
+    if len(updates) <= budget:
+        return list(updates), 0
+    per_job: dict[str, int] = {}
+    for u in updates:
+        per_job[u.job_id] = per_job.get(u.job_id, 0) + 1
+    keep: set[str] = set()
+    spent = 0
+    for j in sorted(per_job, key=lambda j: -gain.get(j, 0.0)):
+        if spent + per_job[j] <= budget:
+            keep.add(j)
+            spent += per_job[j]
+    return [u for u in updates if u.job_id in keep], len(per_job) - len(keep)
+
+
+def incumbent_after(snapshot: ClusterSnapshot, previous: Incumbent | None, held: Plan, report: SettleReport,
+                    not_written: set[str]) -> Incumbent:
+    """What msched holds each managed pending job to once this round's writes are in: the held plan's
+    types and priority for the jobs it placed; for a job whose updates waited (budget) or failed, what
+    the previous incumbent said, or nothing for a new job (it stays new and is placed next round)."""
+    decided = held.by_job()
+    types: dict[str, tuple[str, ...]] = {}
+    prio: dict[str, int] = {}
+    for j in snapshot.pending:
+        jid = j.job_id
+        if not j.managed:
+            continue
+        if jid in not_written or jid not in report.placed or jid not in decided:
+            if previous is not None and jid in previous:
+                types[jid] = tuple(previous.types.get(jid, ()))
+                prio[jid] = int(previous.priority[jid])
+            continue
+        d = decided[jid]
+        types[jid] = tuple(d.gpu_types)
+        prio[jid] = int(d.priority)
+    return Incumbent(types=types, priority=prio)

@@ -1,0 +1,291 @@
+"""Runtime prediction: the GPU spec table, the per-layer cost model and its fit, the predictor's three
+sources, the memory check and `msched estimate` (issue: predict any model on any GPU type)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from msched.estimate.cost_fit import FitRow, fit
+from msched.estimate.cost_model import CostModel, load_cost_model
+from msched.estimate.estimators import TagEstimator
+from msched.estimate.gpu_specs import GpuSpecError, load_specs, read_specs
+from msched.estimate.memory import fits, peak_memory_gb
+from msched.estimate.perf_table import PerfTable
+from msched.estimate.predictor import CORRECTED, COST_MODEL, MEASURED, PredictorTimes, predict
+from msched.models.shipped import load_table, profile_data
+from msched.tag import JobTag
+
+MEASURED_TABLE = os.path.join(os.path.dirname(__file__), "..", "msched", "data", "measured_perf.csv")
+ISSUE_TYPES = ("k80", "p100_pcie", "p100_sxm2", "v100_pcie", "v100_sxm2_16gb", "t4", "a10", "a100_pcie_40gb",
+               "a100_sxm4_40gb", "a100_pcie_80gb", "a100_sxm4_80gb", "l4", "l40s", "h100_sxm", "h100_pcie",
+               "h200_sxm", "rtx2080ti", "rtx3090", "rtx4090", "titanxp", "titanv", "titanrtx", "gtx1080ti",
+               "quadro_rtx8000", "rtx_a6000", "rtx6000_ada")
+
+
+@pytest.fixture(scope="module")
+def perf() -> PerfTable:
+    return PerfTable.load(MEASURED_TABLE)
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict:
+    return load_table()["models"]
+
+
+# --------------------------------------------------------------------------- spec table
+def test_spec_table_has_every_issue_type_with_a_public_source():
+    specs = load_specs()
+    for t in ISSUE_TYPES:
+        s = specs.require(t)
+        assert s.source.startswith("https://"), t
+        assert s.fp32_tflops > 0 and s.memory_gb > 0 and s.memory_bw_gbs > 0 and s.sm_count > 0, t
+        assert s.generation and s.interconnect and s.interconnect_gbs > 0, t
+    # SXM and PCIe variants are separate rows that differ where the datasheets differ
+    assert specs.require("h100_sxm").memory_bw_gbs > specs.require("h100_pcie").memory_bw_gbs
+    assert specs.require("a100_sxm4_40gb").interconnect.startswith("nvlink")
+    assert specs.require("a100_pcie_40gb").interconnect.startswith("pcie")
+    # the measured tables' names resolve to their rows
+    assert specs.canonical("a100") == "a100_pcie_40gb"
+    assert specs.canonical("V100") == "v100_sxm2_16gb"
+    assert specs.get("no-such-gpu") is None
+    with pytest.raises(GpuSpecError, match="known:"):
+        specs.require("no-such-gpu")
+
+
+def test_site_spec_rows_and_slurm_aliases(tmp_path):
+    extra = tmp_path / "site.csv"
+    extra.write_text("gpu_type,aliases,name,generation,fp32_tflops,fp16_tflops,memory_gb,memory_bw_gbs,sm_count\n"
+                     "b200,blackwell-b200,B200,blackwell,80,2250,192,8000,148\n"
+                     "a10,,A10 (site's own figures),ampere,30,120,24,600,72\n")
+    specs = load_specs(str(extra), {"nvidia_b200": "b200"})
+    assert specs.require("nvidia_b200").memory_gb == 192
+    assert specs.require("a10").fp32_tflops == 30          # the site's row replaces the shipped one
+    assert specs.require("h100_sxm").memory_gb == 80       # shipped rows stay
+
+
+def test_bad_spec_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu_type,fp32_tflops,memory_gb,memory_bw_gbs\nx,fast,12,300\n")
+    with pytest.raises(GpuSpecError, match=r"bad.csv:2: fp32_tflops = 'fast' is not a number"):
+        read_specs(str(bad))
+    with pytest.raises(GpuSpecError, match="missing column"):
+        (tmp_path / "cols.csv").write_text("name\nx\n")
+        read_specs(str(tmp_path / "cols.csv"))
+
+
+# --------------------------------------------------------------------------- cost model
+def test_shipped_parameters_reproduce_the_measured_table(perf, profiles):
+    """In-sample check of the shipped fit on the 32 measured torchvision models (all types, GPU counts,
+    precisions): a regression guard, the hold-out figures are bench_estimate's."""
+    cost, specs = load_cost_model(), load_specs()
+    errs = [abs(math.log(cost.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision, r.batch_size,
+                                           r.num_gpus) / r.iter_ms)) for r in perf.rows]
+    assert statistics.fmean(errs) < 0.15
+
+
+def test_cost_model_follows_the_hardware(profiles):
+    cost, specs = load_cost_model(), load_specs()
+    r50 = profiles["resnet50"]
+
+    def ms(t, prec="float", bs=32, n=1):
+        return cost.iteration_ms(r50, specs.require(t), prec, bs, n)
+    assert ms("h100_sxm") < ms("a100_sxm4_40gb") < ms("v100_sxm2_16gb") < ms("k80")
+    assert ms("a100_sxm4_40gb", bs=64) > ms("a100_sxm4_40gb", bs=32)
+    # tensor cores: half beats float on Volta+, not on Pascal's GP102 (FP16 math at 1/64 rate)
+    assert ms("v100_sxm2_16gb", "half") < 0.9 * ms("v100_sxm2_16gb")
+    assert ms("gtx1080ti", "half") > 0.9 * ms("gtx1080ti")
+    assert ms("a100_sxm4_40gb", n=4) > ms("a100_sxm4_40gb", n=1)
+
+
+def test_fit_recovers_known_parameters(profiles):
+    """Rows made by a known parameter set (the shipped one) on a subset: the fit from a neutral start
+    reproduces them closely on models it did not see."""
+    truth, specs = load_cost_model(), load_specs()
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0", "mnasnet1_0",
+              "shufflenet_v2_x1_0"]
+    types = ["titanxp", "rtx2080ti", "a100"]
+    rows = [FitRow(m, t, 1, 12, "float", truth.iteration_ms(profiles[m], specs.get(t), "float", 12, 1))
+            for m in models for t in types]
+    fitted = CostModel(fit(rows, profiles, specs))
+    unseen = ["resnet101", "densenet169", "vgg11"]
+    errs = [abs(math.log(fitted.iteration_ms(profiles[m], specs.get(t), "float", 12, 1)
+                         / truth.iteration_ms(profiles[m], specs.get(t), "float", 12, 1))) for m in unseen for t in types]
+    assert statistics.fmean(errs) < 0.1
+
+
+# --------------------------------------------------------------------------- predictor
+def test_predictor_says_where_each_figure_comes_from(perf, profiles):
+    prof = profiles["resnet101"]
+    # the model's own rows
+    p = predict(prof, "a100", 1, 12, "float", model="resnet101", perf=perf)
+    row = next(r for r in perf.rows if (r.model, r.gpu_type, r.num_gpus, r.precision) == ("resnet101", "a100", 1, "float"))
+    assert p.source == MEASURED and p.iter_ms == pytest.approx(row.iter_ms)
+    # not in the table: the nearest reference measured on the type corrects the cost model; a reference
+    # predicted under another name is corrected back to exactly its own measurement
+    refs_only = PerfTable(r for r in perf.rows if r.model == "resnet50")
+    r50 = next(r for r in perf.rows if (r.model, r.gpu_type, r.num_gpus, r.precision) == ("resnet50", "titanrtx", 1, "float"))
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles, correction_weight=1.0)
+    assert p.source == CORRECTED and p.reference == "resnet50"
+    assert p.iter_ms == pytest.approx(r50.iter_ms)
+    # the default carries half the log residual: the geometric mean of the cost model and the measurement
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles)
+    assert p.iter_ms == pytest.approx(math.sqrt(p.cost_model_ms * r50.iter_ms))
+    # a type nothing was measured on: the cost model alone; a type without spec or rows: unknown
+    p = predict(prof, "h100_sxm", 1, 12, "float", model="resnet101", perf=perf, references=["resnet50"])
+    assert p.source == COST_MODEL and p.reference == "" and p.iter_ms > 0
+    assert predict(prof, "mystery-gpu", perf=perf) is None
+
+
+def test_predictor_is_an_iteration_time_source_for_the_one_estimator(perf):
+    """Behind TagEstimator (the interface msub, the round and the report use): an EfficientNet job,
+    which has no measured row, gets a figure on every type, the spec-only ones included, each with its source."""
+    times = PredictorTimes(perf, types=["h100_sxm", "l4"])
+    est = TagEstimator(times)
+    job = type("Job", (), {"num_gpus": 1, "time_limit_s": 86400.0, "gres_gpu_type": None})()
+    out = est.estimates(job, JobTag(model="efficientnet_b3", ref="regnet_y_1_6gf", pref="resnext50_32x4d",
+                                    pflops=0.43, iters=1000, bs=16))
+    assert set(out) == set(perf.gpu_types()) | {"h100_sxm", "l4"}
+    assert out["h100_sxm"].source.startswith("cost-model")
+    assert out["a100"].source.startswith("reference-corrected by ")
+    assert out["h100_sxm"].seconds < out["titanxp"].seconds
+
+
+# --------------------------------------------------------------------------- memory
+def test_memory_rules_out_a_card_the_step_does_not_fit():
+    specs = load_specs()
+    r50 = profile_data("resnet50")
+    big = fits(r50, specs.require("gtx1080ti"), 256)
+    assert not big.fits and big.peak_gb > big.usable_gb
+    assert fits(r50, specs.require("a100_sxm4_80gb"), 256).fits
+    assert fits(r50, specs.require("gtx1080ti"), 32).fits
+    # half precision halves the activations, the optimizer's state adds to the weights
+    assert peak_memory_gb(r50, 64, "half").activations_gb == pytest.approx(peak_memory_gb(r50, 64).activations_gb / 2)
+    assert peak_memory_gb(r50, 64, optimizer="adam").weights_gb > peak_memory_gb(r50, 64).weights_gb
+
+
+@pytest.mark.slow
+def test_resnet50_peak_memory_against_torch_profiler():
+    """One real training step of ResNet-50 at batch 32 on the CPU, its allocations recorded by
+    torch.profiler's memory profiling: the predicted peak is within 25% of the recorded one."""
+    code = r"""
+import json, torch, torchvision
+from torch.profiler import profile, ProfilerActivity
+torch.manual_seed(0)
+m = torchvision.models.resnet50()
+opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+x = torch.randn(32, 3, 224, 224); y = torch.randint(0, 1000, (32,))
+base = sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers(), x])
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(m(x), y).backward()
+    opt.step()
+cur = peak = 0
+for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+    cur += e.self_cpu_memory_usage
+    peak = max(peak, cur)
+print(json.dumps({"peak_bytes": base + peak}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"] / 1e9
+    predicted = peak_memory_gb(profile_data("resnet50"), 32).peak_gb
+    assert abs(predicted / measured - 1) <= 0.25, (predicted, measured)
+
+
+# --------------------------------------------------------------------------- msched estimate
+def _msched(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msched.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_estimate_command_json():
+    proc = _msched("estimate", "resnet50", "--gpu-types", "a100,h100_sxm,gtx1080ti", "--batch-size", "256",
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["gpu_type"]: r for r in json.loads(proc.stdout)}
+    assert set(rows) == {"a100", "h100_sxm", "gtx1080ti"}
+    for r in rows.values():
+        assert {"gpu_type", "iter_ms", "source", "peak_memory_gb", "fits"} <= set(r)
+    assert rows["a100"]["source"] == "measured" and rows["h100_sxm"]["source"] == "cost-model"
+    assert rows["gtx1080ti"]["fits"] is False and rows["h100_sxm"]["fits"] is True
+
+
+def test_estimate_command_errors_list_choices():
+    proc = _msched("estimate", "resnet50", "--gpu-types", "a100,warp-drive")
+    assert proc.returncode != 0 and "warp-drive" in proc.stderr and "h100_sxm" in proc.stderr
+    proc = _msched("estimate", "resnet50", "--precision", "fp8")
+    assert proc.returncode != 0 and "double" in proc.stderr
+    proc = _msched("references", "evaluate", "--leave-out-type", "h100_sxm")
+    assert proc.returncode != 0 and "titanxp" in proc.stderr
+
+
+
+def test_a_type_the_step_does_not_fit_is_never_chosen(perf):
+    """ResNet-50 at batch 192 per GPU needs ~18 GB: the 11-12 GB cards (gtx1080ti, rtx2080ti, titanxp,
+    titanv) get no estimate, so neither msub's submit decision nor the planner can choose them."""
+    from msched.policy.base import feasible_types
+    from msched.policy.choice import ClusterView, SubmitJob, decide_submit
+    from msched.policy.snapshot import PendingJob
+
+    small = {"gtx1080ti", "rtx2080ti", "titanxp", "titanv"}
+    est = TagEstimator(PredictorTimes(perf))
+    tag = JobTag(model="resnet50", ref="resnet50", iters=1000, bs=192)
+    sizes = {t: (4,) for t in perf.gpu_types()}
+    now = 1000.0
+    view = ClusterView(node_gpus=sizes, free_at=dict.fromkeys(sizes, now), fresh=True)
+    decision = decide_submit(tag, SubmitJob(1, time_limit_s=10 * 86400.0), view, est, now=now)
+    assert decision.types and not small & set(decision.types)
+    assert set(decision.estimates) == set(perf.gpu_types()) - small
+    # the planner keeps only estimated types; at batch 32 every type fits and is a candidate
+    job = type("Job", (), {"num_gpus": 1, "time_limit_s": 10 * 86400.0, "gres_gpu_type": None})()
+    big = est(job, tag)
+    fitting = est(job, tag._replace(bs=32))
+    assert small <= set(fitting) and not small & set(big)
+    pending = PendingJob(job_id="1", submit_time=now, num_gpus=1, est_runtime_s=big)
+    assert not small & set(feasible_types(pending, sorted(sizes)))
+
+
+def test_msub_with_the_predictor_plans_a_type_measured_nowhere(tmp_path):
+    """A site with `estimator = "predictor"` and an H100 partition (an alias onto its spec row): msub's
+    submit decision, through the one estimator interface, sends an EfficientNet job (no measured row) to
+    the H100 the cost model rates fastest; the tag says where its reference figures came from."""
+    conf = tmp_path / "msched.toml"
+    conf.write_text(f'state_dir = "{tmp_path}"\nestimator = "predictor"\n[gpu_aliases]\n"H100" = "h100_sxm"\n')
+    code = ("import json; from msched.msub.main import build_submission; "
+            "sub, w = build_submission(['--model=efficientnet_b3', '--iterations=500', '--gres=gpu:1', '--wrap', 'true']); "
+            "print(json.dumps([sub.argv, w]))")
+    env = {**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    argv, warnings = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not warnings
+    assert "--constraint=h100_sxm" in argv
+
+
+def test_estimator_config_key_is_checked(tmp_path):
+    from msched.config import ConfigError, load_config
+
+    conf = tmp_path / "msched.toml"
+    conf.write_text('estimator = "crystal-ball"\n')
+    with pytest.raises(ConfigError, match="table, predictor"):
+        load_config(conf)
+
+
+@pytest.mark.slow
+def test_references_evaluate_leave_out_type():
+    """`msched references evaluate --leave-out-type rtx2080ti`: the type's 384 rows refitted away and
+    predicted from its spec row (bench_estimate measured 0.138 with Gavel's rows in the fit too)."""
+    proc = _msched("references", "evaluate", "--leave-out-type", "rtx2080ti", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["leave_out_type"]["rtx2080ti"]
+    assert out["generation_sibling"] is True and out["spec_row"] == "rtx2080ti"
+    assert out["time_error"] < 0.25
+    assert set(out["by_precision"]) == {"float", "half", "double"} and set(out["by_num_gpus"]) == {"1", "2", "3", "4"}

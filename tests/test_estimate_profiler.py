@@ -1,0 +1,76 @@
+"""The profiler's input spec for models that are not image classifiers: a factory returning (model,
+example input), or `#MSCHED --input-shape` in the file; and the per-layer-kind fields the cost model reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from msched.errors import ProfileError
+from msched.models.profiler import input_shape_directive, profile_in_process
+
+LSTM_LM = '''
+import torch
+import torch.nn as nn
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, vocab=10000, dim=256):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.lstm = nn.LSTM(dim, dim, num_layers=2, batch_first=True)
+        self.out = nn.Linear(dim, vocab)
+
+    def forward(self, tokens):
+        h, _ = self.lstm(self.embed(tokens))
+        return self.out(h)
+
+
+def lm():
+    # token ids: a batch of 4 sequences of 35 tokens
+    return LanguageModel(), torch.zeros(4, 35, dtype=torch.long)
+'''
+
+SMALL_CNN = '''
+#MSCHED --input-shape=3,32,32
+import torch.nn as nn
+
+
+def cifar_cnn():
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 32 * 32, 10))
+'''
+
+
+def test_factory_returning_model_and_example_input(tmp_path):
+    path = tmp_path / "lm.py"
+    path.write_text(LSTM_LM)
+    prof = profile_in_process(f"{path}:lm")
+    assert prof.input_shape == (35,)
+    # per sample: the output projection over 35 tokens, 2 x 256 x 10000 FLOPs each (the batch of 4 divided out)
+    assert prof.flops_by_kind["linear"] == pytest.approx(35 * 2 * 256 * 10000)
+    assert prof.calls_by_kind["linear"] == 1
+    assert prof.bytes_by_kind["linear"] == 35 * 10000 * 4
+
+
+def test_input_shape_directive(tmp_path):
+    path = tmp_path / "cnn.py"
+    path.write_text(SMALL_CNN)
+    assert input_shape_directive(str(path)) == (3, 32, 32)
+    prof = profile_in_process(f"{path}:cifar_cnn")
+    assert prof.input_shape == (3, 32, 32)
+    assert prof.flops_by_kind["conv_spatial"] == pytest.approx(2 * 16 * 32 * 32 * 3 * 9)
+    assert prof.params_by_kind == {"conv_spatial": 16 * 3 * 9 + 16, "linear": 16 * 32 * 32 * 10 + 10}
+
+
+def test_bad_input_shape_directive_is_one_line(tmp_path):
+    path = tmp_path / "bad.py"
+    path.write_text("#MSCHED --input-shape=3,big,32\nimport torch.nn as nn\ndef f():\n    return nn.Linear(2, 2)\n")
+    with pytest.raises(ProfileError, match="expected integers"):
+        profile_in_process(f"{path}:f")
+
+
+def test_per_kind_fields_of_a_torchvision_model():
+    prof = profile_in_process("resnet50")
+    # ReLU modules are reused inside each bottleneck: calls count every use, counts the modules
+    assert prof.calls_by_kind["act_relu"] > prof.counts["act_relu"]
+    assert sum(prof.bytes_by_kind.values()) == prof.activation_bytes
+    assert sum(prof.params_by_kind.values()) == prof.params
