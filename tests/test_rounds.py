@@ -594,7 +594,9 @@ def test_the_simulator_runs_the_round_in_which_a_job_starves_though_nothing_else
     """a100 is busy with a long job (2000 s) until t=2000; vgg16 waits for it (900 s there, 3600 s on
     the idle titanv: a100 finishes it first). Nothing in the simulator changes between t=0 and t=2000,
     but at the starvation age (600 s) the plan does: the job is widened to every type and Slurm starts
-    it on titanv at the first round after 600 s (rounds every 60 s), not at 2000 s on a100."""
+    it on titanv at the first round after 600 s (rounds every 60 s), not at 2000 s on a100. (The greedy
+    plan's widening; the optimizing planner widens only to types within `slack` of the fastest, and
+    titanv is 4x slower here: tests/test_planner.py.)"""
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
     from slurm_sim.trace import TraceJob
