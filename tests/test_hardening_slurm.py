@@ -32,6 +32,11 @@ PERF_CSV = measured_rows(["vgg16", "densenet169"], TYPES)
 pytestmark = pytest.mark.slurm
 
 
+# the rank tests' plans: the greedy list schedule, longest job first (the optimizing planner's balanced
+# default has many equally good orders when every job waits for the same blockers)
+MAKESPAN = 'objective = "makespan"\nplanner = "greedy"\n'
+
+
 def _site(tmp_path: Path, *, wrap_dir: Path | None = None, extra: str = "") -> Path:
     """A site config (state, database, performance table under tmp_path); with wrap_dir, the Slurm
     commands msched runs are the wrappers in it (CliClient looks beside `sbatch`)."""
@@ -238,10 +243,10 @@ def test_managed_jobs_are_permuted_among_their_places_when_priorities_leave_room
                                                                                   ordinary_user, tmp_path):
     """Spaced priorities, as age and fair-share give them (set here by root on every job, since the dev
     cluster's weights are 0): plain P1 9000, managed M1 8000, plain P2 7000, managed M2 6000 and M3 5000.
-    The plan (makespan: longest first) wants M3 (most work) first. After a round the plain jobs hold
-    places 1 and 3 with their own values, managed jobs were reordered among places 2, 4 and 5, and with
-    `managed_first = true` managed jobs may pass the plain ones."""
-    cfg = _site(tmp_path)
+    The plan (objective makespan: longest first) wants M3 (most work) first. After a round the plain jobs
+    hold places 1 and 3 with their own values, managed jobs were reordered among places 2, 4 and 5, and
+    with `managed_first = true` managed jobs may pass the plain ones."""
+    cfg = _site(tmp_path, extra=MAKESPAN)
     janitor.extend(_fill_gpus(slurm_cluster, janitor))
 
     def plain_job() -> str:
@@ -263,10 +268,10 @@ def test_managed_jobs_are_permuted_among_their_places_when_priorities_leave_room
     q = _squeue(slurm_cluster, ids)
     assert order[0] == p1 and order[2] == p2                                   # plain places kept
     assert (q[p1]["priority"], q[p2]["priority"]) == ("9000", "7000")          # and never written
-    assert order[1] == m3 and order != ids                                     # the plan moved M3 up
+    assert order[1] == m3 and order != ids, (out.stdout, out.stderr)            # the plan moved M3 up
     # opt-in: managed jobs first
     (tmp_path / "first").mkdir()
-    cfg_first = _site(tmp_path / "first", extra="managed_first = true\n")
+    cfg_first = _site(tmp_path / "first", extra=MAKESPAN + "managed_first = true\n")
     out = _reorder(cfg_first)
     assert out.returncode == 0, out.stderr
     order = _order(slurm_cluster, ids)
@@ -330,7 +335,7 @@ def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, 
             return {i: int(q) for i, q in (ln.split() for ln in out.splitlines())}
         before = prio()
         assert len(set(before.values())) == 5 and before[p1] > before[m1] > before[p2] > before[m2] > before[m3]
-        cfg = _site(tmp_path)
+        cfg = _site(tmp_path, extra=MAKESPAN)
         out = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True, timeout=120,
                              env=sl.env)
         assert out.returncode == 0, out.stderr

@@ -199,7 +199,7 @@ class Reorderer:
                 backfill = True
             self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
                                           managed_first=self.config.managed_first,
-                                          time_box_s=self.config.plan_time_s)
+                                          time_box_s=self.config.plan_time_s, planner=self.config.planner)
         return self._policy
 
     @property
@@ -422,11 +422,11 @@ class Reorderer:
 
 
 def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
-                   managed_first: bool = False, time_box_s: float = 2.0):  # noqa: ANN201
+                   managed_first: bool = False, time_box_s: float = 2.0, planner: str = "optimize"):  # noqa: ANN201
     from msched.rounds.core import round_policy
 
     return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
-                        managed_first=managed_first, time_box_s=time_box_s)
+                        managed_first=managed_first, time_box_s=time_box_s, planner=planner)
 
 
 def default_estimator(config: Config):  # noqa: ANN201
