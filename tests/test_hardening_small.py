@@ -68,11 +68,8 @@ def _corrupt(path: Path) -> None:
             fh.write(bytes(range(256)) * 8)
 
 
-def test_reorderer_refuses_a_damaged_database_with_one_clean_line(tmp_path):
-    """`msched reorder` on a database failing quick_check: exit 1, one printable line naming the check,
-    nothing changed in Slurm (Slurm is unreachable here: the check comes first); `msched report` on it
-    prints no raw byte either."""
-    from msched.commands.report_cmd import report as report_cmd
+def _damaged_site(tmp_path: Path) -> Path:
+    """A site config whose database holds a filled store with pages corrupted (it fails quick_check)."""
     from msched.store.db import Store
     state = tmp_path / "state"
     path = state / "msched.db"
@@ -84,13 +81,22 @@ def test_reorderer_refuses_a_damaged_database_with_one_clean_line(tmp_path):
     _corrupt(path)
     cfg = tmp_path / "msched.toml"
     cfg.write_text(f'state_dir = "{state}"\ndatabase_url = "sqlite:///{path}"\nbackend = "cli"\n')
+    return cfg
+
+
+def test_reorderer_refuses_a_damaged_database_with_one_clean_line(tmp_path):
+    """`msched reorder` on a database failing quick_check: exit 1, one printable line naming the check,
+    nothing changed in Slurm (Slurm is unreachable here: the check comes first); `msched report` on it
+    prints no raw byte either."""
+    from msched.commands.report_cmd import report as report_cmd
+    cfg = _damaged_site(tmp_path)
     proc = subprocess.run([str(VENV_BIN / "msched"), "reorder", "--config", str(cfg)], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "SLURM_CONF": "/nonexistent/slurm.conf"})
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "quick_check" in lines[0] or "malformed" in lines[0]
     assert "nothing changed in Slurm" in lines[0] and lines[0].isprintable()
-    res = CliRunner().invoke(report_cmd, ["--db", str(path), "--no-slurm"])
+    res = CliRunner().invoke(report_cmd, ["--db", str(tmp_path / "state" / "msched.db"), "--no-slurm"])
     assert all(ch.isprintable() or ch in "\n" for ch in res.output), repr(res.output[-300:])
 
 
@@ -135,17 +141,7 @@ def test_a_killed_rounds_scontrol_does_not_keep_writing(tmp_path):
 def test_release_works_without_a_usable_database(tmp_path):
     """The off switch must work when the database does not: a damaged database gives one warning and
     --release goes on (here it then stops at Slurm, unreachable, with its own one line)."""
-    from msched.store.db import Store
-    state = tmp_path / "state"
-    path = state / "msched.db"
-    store = Store(f"sqlite:///{path}")
-    report_fill.fill(store, time.time())
-    store.dispose()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    _corrupt(path)
-    cfg = tmp_path / "msched.toml"
-    cfg.write_text(f'state_dir = "{state}"\ndatabase_url = "sqlite:///{path}"\nbackend = "cli"\n')
+    cfg = _damaged_site(tmp_path)
     proc = subprocess.run([str(VENV_BIN / "msched"), "reorder", "--config", str(cfg), "--release"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "SLURM_CONF": str(_dead_slurm_conf(tmp_path))})
