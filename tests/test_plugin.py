@@ -329,6 +329,7 @@ def test_decide_tags_a_named_model_and_ands_the_types_into_the_users_constraint(
     (tmp_path / "gpu_free_time.json").write_text(json.dumps({"time": now, "free_at": {"a100": now, "titanv": now}}))
     (tmp_path / "msched.toml").write_text(f'state_dir = "{tmp_path}"\n')
     monkeypatch.setenv("MSCHED_CONFIG", str(tmp_path / "msched.toml"))
+    monkeypatch.delenv("SLURM_CONF", raising=False)   # no dev cluster: its nodes carry no `ib` (no type fits)
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#MSCHED --iterations=300\npython train.py\n")
     changes, warnings = _decide({"gres": "gres:gpu:1", "constraint": "ib", "comment": "msched:v1;model=vgg16 mine",
