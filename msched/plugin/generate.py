@@ -19,6 +19,8 @@ import shutil
 import sys
 from importlib import resources
 
+from msched.util.files import write_atomically
+
 CLI_FILTER = "cli_filter.lua"
 JOB_SUBMIT = "job_submit.lua"
 MARK = "-- @GENERATED@"
@@ -199,10 +201,6 @@ def install(directory: str, config=None, *, python: str | None = None, admin_uid
     paths = []
     for name, text in texts.items():
         path = os.path.join(directory, name)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomically(path, text, mode=0o644)
         paths.append(path)
     return paths
