@@ -17,6 +17,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
     write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
+    moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
@@ -87,6 +88,7 @@ class Config:
     constraint_slack: float = 1.25
     write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
+    moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
@@ -109,6 +111,8 @@ class Config:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if not isinstance(self.write_budget, int) or self.write_budget < 0:
             raise ConfigError(f"write_budget {self.write_budget!r} must be a whole number >= 0")
+        if not isinstance(self.moves_per_change, int) or self.moves_per_change < 0:
+            raise ConfigError(f"moves_per_change {self.moves_per_change!r} must be a whole number >= 0")
         if not 0 <= float(self.settle_margin) < 1:
             raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
         if not float(self.retention_days) > 0:

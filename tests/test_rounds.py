@@ -4,6 +4,7 @@ real backends implement), plus the constraint forms checked on the real local Sl
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import sys
 from pathlib import Path
@@ -498,7 +499,7 @@ def test_online_workload_settles_with_few_writes_per_job(planner):
                      Classifier(models, truth), policy_options={"planner": planner})
     settled = replay(trace, "msched", setup).metrics
     eager = replay(trace, "msched", dataclasses.replace(setup, settle=SettleOptions(
-        write_budget=10**9, plan_margin=0.0, job_margin=0.0))).metrics
+        write_budget=10**9, plan_margin=0.0, job_margin=0.0, moves_per_change=None))).metrics
     assert settled["writes_per_job"] <= 3.0
     assert settled["makespan_s"] <= 1.05 * eager["makespan_s"]
     assert settled["mean_jct_s"] <= 1.05 * eager["mean_jct_s"]
@@ -733,3 +734,35 @@ def test_the_report_shows_a_simulated_runs_churn_as_the_simulator_counted_it(tmp
     assert run.rounds.max_changes == m["max_writes_per_round"]
     assert run.rounds.mean_writes_per_job == pytest.approx(m["writes_per_job"])
     assert run.rounds.max_writes_per_job == m["max_writes_per_job"]
+
+
+def test_moves_are_rate_limited_by_what_changed():
+    """Against a bad incumbent (WorstFirst's plan held), a round that saw nothing change makes at most
+    `drift_share` of the queue in optional moves and one after two departures at most `moves_per_change`
+    per departure; the rest waits (largest gain first) and is taken by later rounds. Without the limit
+    the same round moves far more: the limit, not the margins, is what held them."""
+    c, _b, perf = br.busy_sim(400, seed=6, plain_share=0.0)
+    est = TagEstimator(perf)
+    bad = run_round(c, WorstFirst(), est)
+    c.advance(1)
+    unlimited = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True,
+                          settle_options=SettleOptions(moves_per_change=None))
+    opts = SettleOptions(moves_per_change=8, drift_share=0.01)
+    quiet = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True, settle_options=opts)
+    managed = len(quiet.incumbent)
+    assert unlimited.settle.moved > 4 * math.ceil(0.01 * managed)
+    assert 0 < quiet.settle.moved <= math.ceil(0.01 * managed) and quiet.settle.held_back > 0
+    gone = [d.job_id for d in bad.plan.decisions[:2]]
+    for j in gone:
+        c.cancel(j)
+    after = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, settle_options=opts)
+    assert after.settle.changes == 2
+    assert 0 < after.settle.moved <= 16
+    incumbent, spans = after.incumbent, [after.settle.makespan_held]
+    for _ in range(4):                                   # later rounds keep taking the waiting moves
+        c.advance(1)
+        r = run_round(c, get_policy("msched"), est, incumbent=incumbent, settle_options=opts)
+        assert r.settle.moved <= math.ceil(0.01 * managed)
+        incumbent = r.incumbent
+        spans.append(r.settle.makespan_held)
+    assert spans[-1] < spans[0]

@@ -308,7 +308,8 @@ class Reorderer:
         from msched.rounds.settle import SettleOptions
 
         return SettleOptions(write_budget=int(self.config.write_budget),
-                             plan_margin=float(self.config.settle_margin))
+                             plan_margin=float(self.config.settle_margin),
+                             moves_per_change=int(self.config.moves_per_change))
 
     def _incumbent(self, dry_run: bool):  # noqa: ANN202
         """The plan the store holds the pending jobs to (None: no store, or none readable; the round then
