@@ -248,8 +248,9 @@ def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plai
     return c, blockers, perf
 
 
-def site(tmp: Path, name: str) -> Config:
-    return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli")
+def site(tmp: Path, name: str, **settings) -> Config:  # noqa: ANN003 - Config keys (write_budget, ...)
+    return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli",
+                  **settings)
 
 
 def models_of(perf: PerfTable, types) -> list[str]:  # noqa: ANN001
@@ -389,7 +390,8 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print) -> dict | None:  # noqa: ANN001
+def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
+                write_budget: int | None = None) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, two rounds on the unchanged queue, a round after `ends` blockers end (one
@@ -402,7 +404,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     if why:
         log(f"real cluster: skipped ({why})")
         return None
-    cfg = site(tmp, f"settle-{n_pending}")
+    cfg = site(tmp, f"settle-{n_pending}", **({} if write_budget is None else {"write_budget": write_budget}))
     client = CliClient(cfg)
     nodes = [n for n in client.nodes() if n.gpu_type and n.usable]
     types = tuple(sorted({n.gpu_type for n in nodes}))
@@ -464,15 +466,18 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
 
 
-def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print) -> dict:  # noqa: ANN001
+def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
+               write_budget: int | None = None) -> dict:
     """`real_settle`'s rounds on the simulator (`busy_sim`: the dev cluster's shape, the same queue),
     through the round core with the incumbent carried from round to round; writes are the round's
     Slurm update calls. For sizes the dev cluster cannot take (MaxJobCount) and a machine without Slurm."""
     from msched.estimate.estimators import TagEstimator
     from msched.policy import get_policy
     from msched.rounds.core import run_round
+    from msched.rounds.settle import SettleOptions
 
     c, blockers, perf = busy_sim(n_pending, seed)
+    options = SettleOptions() if write_budget is None else SettleOptions(write_budget=write_budget)
     est = TagEstimator(perf)
     policy = get_policy("msched")
     out: dict = {"pending": n_pending, "rounds": []}
@@ -480,7 +485,7 @@ def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print) -> di
 
     def measured(label: str) -> dict:
         w0, cpu0 = time.perf_counter(), time.process_time()
-        r = run_round(c, policy, est, incumbent=state["incumbent"])
+        r = run_round(c, policy, est, incumbent=state["incumbent"], settle_options=options)
         wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
         state["incumbent"] = r.incumbent
         st = r.settle
@@ -519,14 +524,17 @@ def main() -> None:
     ap.add_argument("--settle", default="", metavar="N[,N...]",
                     help="only the rounds-settle scenario (simulated, then the real cluster unless --no-real) "
                          "at these queue lengths (e.g. 1000,5000)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="the settle scenario's write budget per round (default: the config's write_budget)")
     args = ap.parse_args()
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]
         res: dict = {}
         with tempfile.TemporaryDirectory(prefix="bench-settle-") as d:
             for n in sizes:
-                res[str(n)] = {"sim": sim_settle(n, args.seed) if not args.no_sim else None,
-                               "real": real_settle(n, Path(d), args.seed) if not args.no_real else None}
+                res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
+                               "real": real_settle(n, Path(d), args.seed, write_budget=args.budget)
+                               if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return

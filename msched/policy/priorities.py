@@ -31,6 +31,7 @@ standing against unmanaged jobs is that of the values around it. Priorities are 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping, Sequence
 
 SPACING = 1000
@@ -166,6 +167,7 @@ def fewest_moves(order: Sequence[str], current: Mapping[str, int]) -> int:
 
 
 # ------------------------------------------------------------------ plain jobs keep their rank
+@functools.lru_cache(maxsize=1 << 16)   # a round sorts the queue by it several times
 def _id_key(job_id: str) -> tuple[int, str]:
     """Slurm's tie-break among equal priorities: the older (lower) job id first."""
     head = job_id.split("_")[0]

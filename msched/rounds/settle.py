@@ -68,14 +68,14 @@ class SettleOptions:
             raise ValueError(f"write budget must be >= 0 (got {self.write_budget})")
         if (self.moves_per_change is not None and self.moves_per_change < 0) or not 0 <= self.drift_share <= 1:
             raise ValueError("moves_per_change must be >= 0 and drift_share in [0, 1]")
+        if self.plan_margin < 0 or (self.job_margin is not None and self.job_margin < 0):
+            raise ValueError("margins must be >= 0")
 
     def move_cap(self, changes: int, managed: int) -> int | None:
         """Optional moves one round may make after `changes` arrivals and departures (None: no cap)."""
         if self.moves_per_change is None:
             return None
         return max(self.moves_per_change * changes, math.ceil(self.drift_share * managed))
-        if self.plan_margin < 0 or (self.job_margin is not None and self.job_margin < 0):
-            raise ValueError("margins must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -135,18 +135,25 @@ class SettleReport:
 
 
 def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapping[str, tuple[str, ...]], *,
-             backfill: bool = False, unknown_runtime_s: float = UNKNOWN_RUNTIME_S) -> Evaluation:
-    """The queue with these managed priorities and types (others as Slurm holds them), run by the model."""
+             backfill: bool = False, unknown_runtime_s: float = UNKNOWN_RUNTIME_S,
+             memo: dict | None = None) -> Evaluation:
+    """The queue with these managed priorities and types (others as Slurm holds them), run by the model.
+    `memo`: a dict shared by the evaluations of one snapshot (a round evaluates it several times with
+    mostly the same types per job), keeping each job's (types, runtimes) for the types it was held to."""
     order = sorted(snapshot.pending, key=lambda j: queue_key(j, priority.get(j.job_id)))
+    memo = {} if memo is None else memo
 
     def choose(job: PendingJob, tl: Timeline, _not_before: float):
         held = types.get(job.job_id) if job.managed and not job.pinned_type else None
-        if held:
-            ts = tuple(t for t in held if t in tl.by_type)
-            if ts:
-                return ts, as_is_runtime(job, ts, unknown_runtime_s)
-        ts = default_types(job, tl)
-        return ts, as_is_runtime(job, ts, unknown_runtime_s)
+        key = (job.job_id, held)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        ts = tuple(t for t in held if t in tl.by_type) if held else ()
+        if not ts:
+            ts = default_types(job, tl)
+        memo[key] = hit = (ts, as_is_runtime(job, ts, unknown_runtime_s))
+        return hit
 
     placed, tl = simulate(snapshot, order, choose, backfill=backfill)
     ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
@@ -233,9 +240,14 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     new_rank = {j: k for k, j in enumerate(new_order)}
     new_prio = {j: int(d.priority) for j, d in new.items()}
     new_types = {j: (tuple(d.gpu_types) or inc_types.get(j, ())) for j, d in new.items()}
-    inc_eval = evaluate(snapshot, inc_prio, inc_types, backfill=backfill, unknown_runtime_s=unknown_runtime_s)
-    new_eval = evaluate(snapshot, {**inc_prio, **new_prio}, {**inc_types, **new_types}, backfill=backfill,
-                        unknown_runtime_s=unknown_runtime_s)
+    memo: dict = {}
+    inc_eval = evaluate(snapshot, inc_prio, inc_types, backfill=backfill, unknown_runtime_s=unknown_runtime_s,
+                        memo=memo)
+    if all(new_types[j] == inc_types.get(j, ()) and new_prio[j] == inc_prio[j] for j in new):
+        new_eval = inc_eval                  # the plan is the incumbent (an unchanged queue): nothing to weigh
+    else:
+        new_eval = evaluate(snapshot, {**inc_prio, **new_prio}, {**inc_types, **new_types}, backfill=backfill,
+                            unknown_runtime_s=unknown_runtime_s, memo=memo)
     report.makespan_incumbent = inc_eval.makespan_end - now
     report.makespan_new = new_eval.makespan_end - now
     report.mean_end_incumbent = inc_eval.mean_end - now if math.isfinite(inc_eval.mean_end) else None
@@ -255,24 +267,33 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         return age is not None and now - pending[j].submit_time > age and \
             set(new_types[j]) - set(inc_types.get(j, ()))
 
-    obliged = [j for j in new if incumbent is None or j not in incumbent or starving_unwidened(j)]
-    report.new_jobs = len(obliged)
+    arrived = [j for j in new if incumbent is None or j not in incumbent]
+    obliged = arrived if incumbent is None else [j for j in new if starving_unwidened(j)]
+    report.new_jobs = len(arrived)
     obliged_set = set(obliged)
     def worth(j: str) -> bool:
         """The job's own finish improves by the margin of its runtime, or of its horizon when that is
         longer: a job planned days out is re-planned many times before it starts, and moving it now
         buys little a later round could not (an estimate's error grows with the horizon too)."""
-        horizon = inc_eval.end(j) - now
-        return gain[j] > job_margin * max(runtime(j), horizon if math.isfinite(horizon) else 0.0)
+        return share[j] > job_margin
 
+    def relative_gain(j: str) -> float:
+        horizon = inc_eval.end(j) - now
+        scale = max(runtime(j), horizon if math.isfinite(horizon) else 0.0, 1.0)
+        return gain[j] / scale
+
+    share = {j: relative_gain(j) for j in new}
+    rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
+    waiting: set[str] = set()
     optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
     report.candidates = len(optional)
     if incumbent is not None:
-        report.changes = len(obliged) + sum(1 for j in incumbent.priority if j not in pending)
+        report.changes = len(arrived) + sum(1 for j in incumbent.priority if j not in pending)
         cap = opts.move_cap(report.changes, len(new))
         if cap is not None and len(optional) > cap:
-            optional.sort(key=lambda j: (-gain[j], new_rank[j]))
+            optional.sort(key=rank.__getitem__)
             report.held_back += len(optional) - cap
+            waiting.update(optional[cap:])
             optional = optional[:cap]
 
     def cost(j: str) -> int:
@@ -280,8 +301,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         (where plain jobs keep their rank, many moves can change only the type)."""
         return int(new_types[j] != inc_types.get(j, ())) + int(new_prio[j] != inc_prio[j])
 
-    by_gain = sorted(obliged, key=lambda j: (-gain[j], new_rank[j])) + \
-        sorted(optional, key=lambda j: (-gain[j], new_rank[j]))
+    by_gain = sorted(obliged, key=rank.__getitem__) + sorted(optional, key=rank.__getitem__)
     budget = opts.write_budget
     chosen: list[str] = []
     spent = 0
@@ -289,6 +309,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         c = cost(j) if differs(j) else 0
         if spent + c > budget:
             report.held_back += 1
+            waiting.add(j)
             continue
         chosen.append(j)
         spent += c
@@ -303,7 +324,8 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         types = dict(inc_types)
         for j in moves:
             types[j] = new_types[j]
-        return prio, types, evaluate(snapshot, prio, types, backfill=backfill, unknown_runtime_s=unknown_runtime_s)
+        return prio, types, evaluate(snapshot, prio, types, backfill=backfill, unknown_runtime_s=unknown_runtime_s,
+                                     memo=memo)
 
     base = hybrid(forced) if forced else (dict(inc_prio), dict(inc_types), inc_eval)
     held = base
@@ -323,7 +345,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     prio, types, ev = held
     report.makespan_held = ev.makespan_end - now
     report.mean_end_held = ev.mean_end - now if math.isfinite(ev.mean_end) else None
-    report.placed = {j for j in new if j not in obliged_set} | set(taken)
+    report.placed = set(new) - waiting     # a job whose move waits (budget, rate limit) keeps its old entry
     decisions = []
     for j in sorted(new, key=lambda j: -prio[j]):
         p = ev.placed.get(j)
