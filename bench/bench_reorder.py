@@ -439,11 +439,13 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
                  "update_calls": r.update_calls, "wall_s": wall, "cpu_s": cpu, "plan_s": r.plan_seconds,
                  "est_makespan_s": r.plan.est_makespan_end - r.time, "moved": st.moved, "kept": st.kept,
                  "held_back": st.held_back, "buys": st.buys(),
-                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 "load1": os.getloadavg()[0]}
             out["rounds"].append(m)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
                 f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, plan {r.plan_seconds:.2f} s), est. makespan "
-                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}")
+                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}; "
+                f"peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
             return m
 
         measured("round 1 (the burst)")
