@@ -471,19 +471,20 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
 def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
                write_budget: int | None = None) -> dict:
     """`real_settle`'s rounds on the simulator (`busy_sim`: the dev cluster's shape, the same queue),
-    through the round core with the incumbent carried from round to round; writes are the round's
+    through the round core with the incumbent carried from round to round (an empty one first, as the
+    reorderer's first round reads from an empty store); writes are the round's
     Slurm update calls. For sizes the dev cluster cannot take (MaxJobCount) and a machine without Slurm."""
     from msched.estimate.estimators import TagEstimator
     from msched.policy import get_policy
     from msched.rounds.core import run_round
-    from msched.rounds.settle import SettleOptions
+    from msched.rounds.settle import Incumbent, SettleOptions
 
     c, blockers, perf = busy_sim(n_pending, seed)
     options = SettleOptions() if write_budget is None else SettleOptions(write_budget=write_budget)
     est = TagEstimator(perf)
     policy = get_policy("msched")
     out: dict = {"pending": n_pending, "rounds": []}
-    state = {"incumbent": None}
+    state = {"incumbent": Incumbent()}        # as the reorderer's first round reads an empty store
 
     def measured(label: str) -> dict:
         w0, cpu0 = time.perf_counter(), time.process_time()
@@ -493,11 +494,12 @@ def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # no
         st = r.settle
         m = {"label": label, "pending": len(r.snapshot.pending), "writes": r.update_calls, "wall_s": wall,
              "cpu_s": cpu, "plan_s": r.plan_seconds, "est_makespan_s": r.plan.est_makespan_end - r.time,
-             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys()}
+             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys(),
+             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         out["rounds"].append(m)
         log(f"  {label}: {m['pending']} pending, {m['writes']} writes, round {wall:.2f} s (CPU {cpu:.2f} s, plan "
             f"{r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, "
-            f"waiting {st.held_back}; buys {st.buys()}")
+            f"waiting {st.held_back}; buys {st.buys()}; peak RSS {m['peak_rss_mb']:.0f} MB")
         c.advance(1)
         return m
 
