@@ -149,10 +149,11 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
 def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIMEOUT_S) -> list[str]:
     from msched.msub.directives import known_models
     from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES
+    from msched.plugin.resident import STALE
     from msched.tag import PREFIX, untagged_record
 
     names = sorted({m.lower() for m in known_models()})
-    return [
+    tables = [
         f"local PREFIX = {lua_string(PREFIX)}",
         f"local NO_MODEL_RECORD = {lua_string(untagged_record('no model named'))}",
         "local FAILED_RECORD = "
@@ -164,7 +165,19 @@ def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIM
         "local KNOWN_MODELS = {",
         *[f"    [{lua_string(n)}] = true," for n in names],
         "}",
+        f"local STALE = {lua_string(STALE)}",
     ]
+    return [*tables, f"local GENERATION = {lua_string(generation(tables))}"]
+
+
+def generation(tables: list[str]) -> str:
+    """Names one generated cli_filter.lua: its tables and msched's version. A resident decider answers
+    only the filter it was started for (msched.plugin.resident)."""
+    import hashlib
+
+    from msched import __version__
+
+    return hashlib.sha256("\n".join([__version__, *tables]).encode("utf-8")).hexdigest()[:16]
 
 
 def default_admin_uids() -> list[int]:
