@@ -234,30 +234,26 @@ def test_the_first_submission_leaves_a_decider_that_answers_the_next_alike(ordin
     assert again.returncode == 0 and again.stdout == "" and "warning" not in again.stderr
     assert status2 == status                                   # the same decision, through the decider
     assert _decider_pid(path) == pid                           # answered by it: no second decider
-    # a decider that stops answering: the job goes in unchanged, one line, within the filter's timeout
+    # a reinstalled filter is another generation: the old decider answers it "stale" and exits, the
+    # one-shot path decides, and its process stays on as the new decider
     install(str(top), Config(), timeout_s=2)
     os.chmod(top / CLI_FILTER, 0o644)
-    os.kill(pid, signal.SIGSTOP)
+    stale, status3 = _submit(ordinary_user, top, env)
+    assert stale.returncode == 0 and status3 == status and "warning" not in stale.stderr
+    new = wait_for(lambda: _decider_pid(path) not in (None, pid) and os.path.exists(path) and _decider_pid(path),
+                   timeout=60)
+    assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    # a decider that stops answering (its whole group: the spare waiting on the socket too): the job
+    # goes in unchanged, one line, within the filter's timeout
+    os.killpg(new, signal.SIGSTOP)
     try:
-        # the reinstalled filter is another generation: its first call is answered by the one-shot path,
-        # and the (stopped) old decider cannot answer; so start a decider of this generation first
-        os.kill(pid, signal.SIGCONT)
-        _submit(ordinary_user, top, env)                          # the old decider says stale and exits
-        wait_for(lambda: _decider_pid(path) not in (None, pid) and os.path.exists(path), timeout=60)
-        new = _decider_pid(path)
-        os.kill(new, signal.SIGSTOP)
         t0 = time.monotonic()
-        hung, status3 = _submit(ordinary_user, top, env)
+        hung, status4 = _submit(ordinary_user, top, env)
         elapsed = time.monotonic() - t0
     finally:
-        for p in (pid, _decider_pid(path)):
-            if p:
-                try:
-                    os.kill(p, signal.SIGCONT)
-                except OSError:
-                    pass
+        os.killpg(new, signal.SIGCONT)
     assert hung.returncode == 0 and hung.stdout == ""
     warnings = [ln for ln in hung.stderr.splitlines() if ln.startswith("msched: warning:")]
     assert len(warnings) == 1 and "submitted without msched's tag" in warnings[0], hung.stderr
-    assert status3.startswith("comment msched:v1;why=") and status3.endswith("keep me constraint nil")
+    assert status4.startswith("comment msched:v1;why=") and status4.endswith("keep me constraint nil")
     assert elapsed < 10, elapsed

@@ -8,11 +8,13 @@ ask it over a Unix socket: the interpreter and msched's tables are already loade
 request costs a millisecond or two.
 
 The decision is the one-shot entry point's, unchanged (`msched.plugin.filter.respond`): each request is
-answered in a child forked for it (the stdlib's ForkingMixIn), which first takes the environment and the
-working directory of the sbatch that asked (read from /proc/<pid>, the pid the kernel gives for the
-socket's peer), so MSCHED_MODEL, MSCHED_CONFIG, SLURM_CONF and relative script paths mean what they
-mean for the one-shot path. A child that hangs is killed at the deadline; the resident process
-itself runs no decision, so one bad request never stalls the next.
+answered by a child forked for it, which first takes the environment and the working directory of
+the sbatch that asked (read from /proc/<pid>, the pid the kernel gives for the socket's peer), so
+MSCHED_MODEL, MSCHED_CONFIG, SLURM_CONF and relative script paths mean what they mean for the one-shot
+path. The child is forked before the request comes (a "spare" waiting on the socket, which has already
+run a decision of its own so that the fork's copy-on-write faults are behind it), and the next spare is
+forked as soon as one takes a request. A child that hangs is killed at the deadline; the resident
+process itself runs no decision, so one bad request never stalls the next.
 
 Protocol (cli_filter.lua with LuaSocket's socket.unix): the client connects to
 `<user cache dir>/filter-<host>.sock`, sends `msched-filter-request 1 KIND GENERATION TIMEOUT\\n` and
@@ -32,7 +34,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import socketserver
 import stat
 import struct
 import sys
@@ -43,6 +44,9 @@ STALE = "msched-filter-stale\n"
 IDLE_S = 600.0                 # a decider nobody asked for ten minutes exits
 MAX_REQUEST_BYTES = 4 << 20    # Slurm's option JSON is a few KB; more is not a request
 POLL_S = 0.5
+SPARES = 2                     # children waiting on the socket, warmed up
+REFILL_PAUSE_S = 0.2           # a used spare is replaced once submissions pause this long
+SPARE_FAILED = 3               # a spare's exit status when it could not even wait for a request
 
 
 def socket_path(environ=None, host: str | None = None) -> str:
@@ -99,48 +103,63 @@ def _read_request(conn: socket.socket, timeout_s: float) -> bytes:
             raise ValueError("request too large")
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    """One request, in the child forked for it."""
+def _answer(conn: socket.socket, generation: str, timeout_s: float) -> bool:
+    """Answer one request on `conn` (in a spare child); False when it came from another generation."""
+    pid, uid = _peer(conn)
+    if uid != os.geteuid():
+        return True                                    # only the user's own clients are answered
+    data = _read_request(conn, timeout_s)
+    header, _, body = data.partition(b"\n")
+    words = header[len(REQUEST_HEADER):].decode("ascii", "replace").split()
+    if not header.startswith(REQUEST_HEADER) or len(words) != 3:
+        return True
+    kind, asked_generation, timeout = words
+    if asked_generation != generation:
+        conn.sendall(STALE.encode())
+        return False
+    env, cwd = _peer_environment(pid)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    from msched.plugin.filter import respond
 
-    def handle(self) -> None:
-        server: Decider = self.server  # type: ignore[assignment]
-        conn: socket.socket = self.request
-        pid, uid = _peer(conn)
-        if uid != os.geteuid():
-            return                                     # only the user's own clients are answered
-        data = _read_request(conn, server.timeout_s)
-        header, _, body = data.partition(b"\n")
-        words = header[len(REQUEST_HEADER):].decode("ascii", "replace").split()
-        if not header.startswith(REQUEST_HEADER) or len(words) != 3:
-            return
-        kind, generation, timeout = words
-        if generation != server.generation:
-            conn.sendall(STALE.encode())
-            os.kill(os.getppid(), signal.SIGTERM)      # an older decider: let a new one take over
-            return
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        env, cwd = _peer_environment(pid)
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        from msched.plugin.filter import respond
-
-        conn.sendall(respond(kind, body, float(timeout)).encode("utf-8"))
+    conn.sendall(respond(kind, body, float(timeout)).encode("utf-8"))
+    return True
 
 
-class Decider(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
-    block_on_close = False
-    max_children = 64
-
-    def __init__(self, path: str, generation: str, timeout_s: float) -> None:
-        self.generation = generation
-        self.timeout_s = timeout_s
-        self.last_request = time.monotonic()
-        super().__init__(path, _Handler)
-
-    def process_request(self, request, client_address) -> None:  # noqa: ANN001 - socketserver's signature
-        self.last_request = time.monotonic()
-        super().process_request(request, client_address)
+def _spare(listener: socket.socket, notify: int, parent: int, generation: str, timeout_s: float) -> None:
+    """A forked child that waits for one request, answers it and exits. It is forked before the request
+    comes and first runs a decision of its own, so the copy-on-write faults of a fresh fork are paid
+    while nobody waits: a request then costs only its own decision. It tells the decider `a` when it
+    takes a request, `d` when done, `s` when the request came from another generation."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        _prefault()
+        listener.settimeout(POLL_S)
+        while True:
+            try:
+                conn, _ = listener.accept()
+                break
+            except TimeoutError:
+                if os.getppid() != parent:             # the decider is gone: nobody will ask
+                    os._exit(0)
+    except BaseException:  # noqa: BLE001 - a spare that cannot wait is replaced (a few times at most)
+        os._exit(SPARE_FAILED)
+    status = 0
+    try:
+        os.write(notify, b"a")
+        if not _answer(conn, generation, timeout_s):
+            os.write(notify, b"s")
+    except BaseException:  # noqa: BLE001 - a broken request is the client's to time out
+        status = 1
+    finally:
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+        except OSError:
+            pass
+        os.write(notify, b"d")
+    os._exit(status)
 
 
 def _source_mtimes() -> dict[str, int]:
@@ -166,6 +185,22 @@ def _changed(mtimes: dict[str, int]) -> bool:
     return False
 
 
+def _still_ours(path: str, inode: int) -> bool:
+    """Whether `path` is still this decider's socket (not removed, not taken over by another)."""
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def _still_ours(path: str, inode: int) -> bool:
+    """Whether `path` is still this decider's socket (not removed, not taken over by another)."""
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
 def _warm(timeout_s: float) -> None:
     """Import and fill what every decision needs, so each forked child inherits it: the modules, their
     compiled patterns, the shipped model list, the classification tables and the user's cached node
@@ -174,6 +209,18 @@ def _warm(timeout_s: float) -> None:
     from msched.plugin.filter import respond
 
     respond("sbatch", b'{"gres":"gres:gpu:1","wrap":"python train.py --arch resnet50"}', timeout_s)
+
+
+def _prefault() -> None:
+    """A decision that starts no process (no GPUs asked), touching what a real one touches."""
+    from msched.msub.gpu_request import gpu_request
+    from msched.plugin.filter import decide, request_from_options
+
+    try:
+        decide("sbatch", {"wrap": "python train.py --arch resnet50"}, environ={})
+        gpu_request(request_from_options({"gres": "gres:gpu:1", "time": "10"}))
+    except Exception:  # noqa: BLE001 - best effort; the request reports its own errors
+        pass
 
 
 class _Stop(Exception):
@@ -230,32 +277,78 @@ def detach_and_serve(path: str, generation: str, timeout_s: float) -> None:
         status = 1
     os._exit(status)
 
-
 def serve(path: str, generation: str, timeout_s: float, lock_fd: int, idle_s: float = IDLE_S) -> int:
-    """Serve on `path` (holding `lock_fd`, from claim) until idle for `idle_s`, stale, or SIGTERM."""
+    """Serve on `path` (holding `lock_fd`, from claim) until idle for `idle_s`, stale, or SIGTERM.
+
+    SPARES children wait on the socket, warmed up; each tells this process (a byte on a pipe) when it
+    takes a request and when it is done. A used spare is replaced once submissions pause, so its fork
+    does not compete for the CPU with the sbatch just answered, and at once when none is left waiting,
+    so a burst of submissions in parallel is answered in parallel."""
+    import gc
+    import select
+
     os.ftruncate(lock_fd, 0)
     os.write(lock_fd, f"{os.getpid()}\n".encode())
     try:
         os.unlink(path)                                   # a dead decider's socket
     except FileNotFoundError:
         pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)
     try:
-        server = Decider(path, generation, timeout_s)
+        listener.bind(path)
     finally:
         os.umask(old_umask)
     ours = os.stat(path).st_ino                           # removed at exit only if still this socket
+    listener.listen(128)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    notify_r, notify_w = os.pipe()
+    me = os.getpid()
+    live: set[int] = set()                                # spares, waiting or answering
+    answering = failed = 0
+
+    def fork_spare() -> None:
+        pid = os.fork()
+        if pid == 0:
+            os.close(notify_r)
+            os.close(lock_fd)                             # the lock is the decider's alone: it ends with it
+            _spare(listener, notify_w, me, generation, timeout_s)
+        live.add(pid)
+
     try:
         _warm(timeout_s)
+        gc.collect()
+        gc.freeze()                                       # children's collections leave these pages alone
         mtimes = _source_mtimes()
-        server.timeout = POLL_S
+        last = time.monotonic()
         while True:
-            server.handle_request()
-            server.collect_children()
-            if time.monotonic() - server.last_request > idle_s or _changed(mtimes):
+            waiting = len(live) - answering
+            # replace a used spare once submissions pause (its fork and warm-up would compete for the
+            # CPU with the submission just answered), at once when none is left waiting
+            if waiting < 1 or (waiting < SPARES and time.monotonic() - last > REFILL_PAUSE_S):
+                fork_spare()
+                continue
+            ready, _, _ = select.select([notify_r], [], [], REFILL_PAUSE_S if waiting < SPARES else POLL_S)
+            if ready:
+                events = os.read(notify_r, 64)
+                if b"s" in events:
+                    break                                 # a newer filter asked: make way
+                answering += events.count(b"a") - events.count(b"d")
+                if b"a" in events:
+                    last = time.monotonic()
+                    failed = 0
+            while live:                                   # reap the spares that answered
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                live.discard(pid)
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == SPARE_FAILED:
+                    failed += 1
+                    if failed > 5:
+                        raise _Stop                       # something is wrong here: the one-shot path decides
+            if time.monotonic() - last > idle_s or _changed(mtimes) or not _still_ours(path, ours):
                 break
     except _Stop:
         pass
@@ -266,7 +359,8 @@ def serve(path: str, generation: str, timeout_s: float, lock_fd: int, idle_s: fl
                 os.unlink(path)
         except OSError:
             pass
-        server.server_close()
+        listener.close()
+        # the spares: one answering finishes, one waiting sees its parent gone within POLL_S and exits
         os.close(lock_fd)
     return 0
 
@@ -277,7 +371,7 @@ def stop(path: str) -> bool:
         with open(path + ".lock", encoding="ascii") as fh:
             pid = int(fh.read().strip() or 0)
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            if b"msched.plugin.resident" not in fh.read():
+            if b"msched.plugin." not in fh.read():        # started as msched.plugin.filter (the one-shot path)
                 return False
         os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError):
