@@ -26,6 +26,8 @@ JOB_SUBMIT = "job_submit.lua"
 MARK = "-- @GENERATED@"
 FILTER_TIMEOUT_S = 2
 SLURM_CONF_LINES = ("CliFilterPlugins=cli_filter/lua", "JobSubmitPlugins=lua")
+# why a heterogeneous job's components go untagged (its components start together; msub leaves them alone)
+HETJOB_WHY = "heterogeneous job: msched places single jobs only"
 
 
 def lua_string(text: str) -> str:
@@ -156,6 +158,7 @@ def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIM
     tables = [
         f"local PREFIX = {lua_string(PREFIX)}",
         f"local NO_MODEL_RECORD = {lua_string(untagged_record('no model named'))}",
+        f"local HETJOB_RECORD = {lua_string(untagged_record(HETJOB_WHY))}",
         "local FAILED_RECORD = "
         + lua_string(untagged_record(f"msched's decision did not answer within {int(timeout_s)} s or failed")),
         f"local COMMENT_MAX = {SLURM_COMMENT_MAX_BYTES}",

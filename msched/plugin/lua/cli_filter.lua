@@ -154,23 +154,40 @@ end
 -- Could msched's decision find a model here? A superset of what it looks for (MSCHED_MODEL, an #MSCHED
 -- line, a `file.py:factory`, or any word that is a known model's name), checked without starting
 -- Python: a job msched cannot manage costs no process at all.
-local function worth_asking(kind, options)
+local function script_text(kind, options)
+    local argv = options.argv
+    if kind ~= "sbatch" or not argv or not argv[1] then return nil end
+    local fh = io.open(argv[1], "rb")
+    if not fh then return nil end
+    local text = fh:read(1048576)
+    fh:close()
+    return text
+end
+
+local function worth_asking(kind, options, script)
     local named = os.getenv("MSCHED_MODEL")
     if named and named ~= "" then return true end
     if kind ~= "sbatch" then return false end       -- srun/salloc: only the environment can name a model
-    local texts = { options.wrap }
-    local argv = options.argv
-    if argv and argv[1] then
-        local fh = io.open(argv[1], "rb")
-        if fh then
-            texts[#texts + 1] = fh:read(1048576)
-            fh:close()
-        end
-    end
-    for _, text in pairs(texts) do
+    for _, text in pairs({ options.wrap, script }) do
         if text:find("#MSCHED", 1, true) or text:find(".py:", 1, true) then return true end
         for word in text:gmatch("[%w_]+") do
             if KNOWN_MODELS[word:lower()] then return true end
+        end
+    end
+    return false
+end
+
+-- A heterogeneous job's component (msched places single jobs only, as msub leaves such jobs alone).
+-- Component 0 cannot see the others: sbatch's own command line (`opts : opts script`, srun's `:`
+-- steps) and the script's `#SBATCH hetjob` lines tell.
+local function heterogeneous(offset, script)
+    if tonumber(offset) and tonumber(offset) > 0 then return true end
+    local cmdline = read_all("/proc/self/cmdline")
+    if cmdline and ("\0" .. cmdline):find("\0:\0", 1, true) then return true end
+    if script then
+        for line in script:gmatch("[^\n]+") do
+            if line:match("^#SBATCH%s+hetjob%s*$") or line:match("^#SBATCH%s+packjob%s*$") then return true end
+            if not line:match("^#") and line:match("%S") then break end      -- sbatch stops reading #SBATCH here
         end
     end
     return false
@@ -197,17 +214,22 @@ local function record_untagged(options, record)
     if #new <= COMMENT_MAX then options.comment = new end
 end
 
-local function pre_submit(options)
+local function pre_submit(options, offset)
     local kind = options.type
     if kind ~= "sbatch" and kind ~= "srun" and kind ~= "salloc" then return end
     if kind ~= "sbatch" and os.getenv("SLURM_JOB_ID") then return end     -- a step inside an allocation
+    local script = script_text(kind, options)
+    if heterogeneous(offset, script) then
+        if asks_for_gpus(options) then record_untagged(options, HETJOB_RECORD) end
+        return
+    end
     local comment = options.comment
     if comment and comment:sub(1, #PREFIX) == PREFIX then
         -- already decided: msub ran before this sbatch (deciding again would read msub's constraint as
         -- the user's pinned type), or the user wrote a tag; either way the controller checks it
         return
     end
-    if not worth_asking(kind, options) then
+    if not worth_asking(kind, options, script) then
         if asks_for_gpus(options) then record_untagged(options, NO_MODEL_RECORD) end
         return
     end
@@ -233,7 +255,7 @@ function slurm_cli_setup_defaults(options, early)
 end
 
 function slurm_cli_pre_submit(options, offset)
-    local ok, err = pcall(pre_submit, options)
+    local ok, err = pcall(pre_submit, options, offset)
     if not ok then warn(tostring(err) .. "; submitted without msched's tag") end
     return slurm.SUCCESS
 end
