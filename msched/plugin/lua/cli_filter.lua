@@ -52,10 +52,16 @@ local function read_answer(answer)
     return changes, warning
 end
 
--- LuaSocket's Unix sockets (Debian: lua-socket), when installed: the way to the user's resident decider
-local have_unix, unix = pcall(require, "socket.unix")
-local have_socket, lsocket = pcall(require, "socket")
-if not (have_unix and have_socket) then unix = nil end
+-- LuaSocket's Unix sockets (Debian: lua-socket), when installed: the way to the user's resident decider.
+-- Loaded only when a decision is asked: every libslurm caller (squeue, scontrol...) loads this script.
+local unix = nil
+local function load_unix()
+    if unix == nil then
+        local ok, module = pcall(require, "socket.unix")
+        unix = ok and module or false
+    end
+    return unix
+end
 
 local function my_uid()
     local fh = io.open("/proc/self/status", "r")
@@ -70,7 +76,7 @@ end
 
 -- where the user's decider listens (msched.plugin.resident.socket_path: the user's msched cache, per host)
 local function resident_socket()
-    if unix == nil or my_uid() == 0 then return nil end      -- root's submissions take the one-shot path
+    if my_uid() == 0 or not load_unix() then return nil end     -- root's submissions take the one-shot path
     local dir = os.getenv("MSCHED_CACHE_DIR")
     if dir == nil or dir == "" then
         local base = os.getenv("XDG_CACHE_HOME")
@@ -92,8 +98,7 @@ end
 -- (no socket yet, a decider of another generation) and the one-shot path should decide.
 local function ask_resident(path, kind, options_json)
     local sock = (unix.stream or unix)()
-    local deadline = lsocket.gettime() + TIMEOUT_S
-    sock:settimeout(TIMEOUT_S, "t")
+    sock:settimeout(TIMEOUT_S, "t")         -- each step's bound; connecting and sending take no time
     if not sock:connect(path) then
         sock:close()
         return false
@@ -102,7 +107,6 @@ local function ask_resident(path, kind, options_json)
     local answer, partial
     if sock:send(header .. options_json) then
         sock:shutdown("send")
-        sock:settimeout(math.max(0.01, deadline - lsocket.gettime()), "t")
         local _
         answer, _, partial = sock:receive("*a")
     end
