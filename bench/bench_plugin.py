@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import pwd
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,10 +69,31 @@ def _as_user() -> dict:
     return {"user": USER.pw_uid, "group": USER.pw_gid, "extra_groups": []}
 
 
-def _timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, str]:
+CPU: dict[str, list[float]] = {}               # client -> CPU ms of each measured submission (its processes)
+
+
+def _cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000.0
+
+
+def _decider_cpu_ms(lock: Path) -> float | None:
+    """CPU ms the user's decider and its reaped spares have used so far (/proc: clock ticks)."""
+    try:
+        pid = int(lock.read_text().strip())
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return sum(int(f) for f in fields[11:15]) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: str, cpu: list[float] | None = None) -> tuple[float, str]:
+    c0 = _cpu_ms()
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, **_as_user())
     elapsed = (time.perf_counter() - t0) * 1000.0
+    if cpu is not None:
+        cpu.append(_cpu_ms() - c0)
     if proc.returncode != 0:
         raise SystemExit(f"bench_plugin: {' '.join(argv[:2])} failed ({proc.returncode}): {proc.stderr.strip()}")
     return elapsed, proc.stdout.strip().split(";")[0]
@@ -157,17 +179,26 @@ def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
             for name in ("msub", "plugin", "one-shot", "plain", "plugin"):
                 ids.append(_timed([*argv_for[name], "--hold", "--parsable", str(script)], env_for[name], work)[1])
             times: dict[str, list[float]] = {name: [] for name in (*clients, "python")}
+            cpu: dict[str, list[float]] = {name: [] for name in clients}
+            lock = Path(resident.socket_path({"MSCHED_CACHE_DIR": str(cache)}) + ".lock")
+            decider_before = _decider_cpu_ms(lock)
             for _ in range(runs):
                 for name in clients:
-                    ms, job = _timed([*argv_for[name], "--hold", "--parsable", str(script)], env_for[name], work)
+                    ms, job = _timed([*argv_for[name], "--hold", "--parsable", str(script)], env_for[name], work,
+                                     cpu[name])
                     times[name].append(ms)
                     ids.append(job)
                 # the floor any Python entry point pays: the interpreter's own start, same flags
                 times["python"].append(_timed([sys.executable, "-I", "-c", "pass"], env_plain, work)[0])
+            decider_after = _decider_cpu_ms(lock)
+            decider_ms = (decider_after - decider_before) / runs if None not in (decider_before, decider_after) else None
             med = {k: statistics.median(v) for k, v in times.items()}
             results[label] = {
                 "plain_ms": med["plain"], "plugin_ms": med["plugin"], "one_shot_ms": med["one-shot"],
                 "msub_ms": med["msub"], "python_start_ms": med["python"], "runs": runs,
+                **{f"{key}_cpu_ms": statistics.median(cpu[name])
+                   for key, name in (("plain", "plain"), ("plugin", "plugin"), ("one_shot", "one-shot"), ("msub", "msub"))},
+                "decider_cpu_ms": decider_ms,
                 **{f"{key}_added_ms": statistics.median(p - s for p, s in zip(times[name], times["plain"], strict=True))
                    for key, name in (("plugin", "plugin"), ("one_shot", "one-shot"), ("msub", "msub"))},
             }
@@ -197,6 +228,15 @@ def _bench(args: argparse.Namespace, conf: Path, runs: int) -> int:
         print(f"| {label} | {r['plain_ms']:.0f} ms | {r['plugin_ms']:.0f} ms | {r['one_shot_ms']:.0f} ms | "
               f"{r['msub_ms']:.0f} ms | **{r['plugin_added_ms']:+.0f} ms** | {r['one_shot_added_ms']:+.0f} ms | "
               f"{r['msub_added_ms']:+.0f} ms | {r['python_start_ms']:.0f} ms |")
+    print("\nCPU time per submission (median; the client's processes: sbatch and what it starts, or msub and its "
+          "sbatch; for the plugin, plus the mean CPU of the user's decider per request, its spares' warm-up included):\n")
+    print("| job | plain sbatch | sbatch + plugin (client + decider) | plugin one-shot | msub |")
+    print("|---|---|---|---|---|")
+    for label, r in results.items():
+        decider = r["decider_cpu_ms"]
+        both = f"{r['plugin_cpu_ms'] + decider:.0f} ms ({r['plugin_cpu_ms']:.0f} + {decider:.0f})" if decider is not None \
+            else f"{r['plugin_cpu_ms']:.0f} ms + ?"
+        print(f"| {label} | {r['plain_cpu_ms']:.0f} ms | {both} | {r['one_shot_cpu_ms']:.0f} ms | {r['msub_cpu_ms']:.0f} ms |")
     print(f"\nLoad average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.")
     if lua_us is not None:
         print(f"\njob_submit.lua in the controller: {lua_us:.1f} µs per tagged submission "

@@ -44,6 +44,7 @@ STALE = "msched-filter-stale\n"
 IDLE_S = 600.0                 # a decider nobody asked for ten minutes exits
 MAX_REQUEST_BYTES = 4 << 20    # Slurm's option JSON is a few KB; more is not a request
 POLL_S = 0.5
+CHECK_S = 5.0                  # how often the decider checks its socket and msched's source files
 SPARES = 2                     # children waiting on the socket, warmed up
 REFILL_PAUSE_S = 0.2           # a used spare is replaced once submissions pause this long
 SPARE_FAILED = 3               # a spare's exit status when it could not even wait for a request
@@ -322,7 +323,7 @@ def serve(path: str, generation: str, timeout_s: float, lock_fd: int, idle_s: fl
         gc.collect()
         gc.freeze()                                       # children's collections leave these pages alone
         mtimes = _source_mtimes()
-        last = time.monotonic()
+        last = checked = time.monotonic()
         while True:
             waiting = len(live) - answering
             # replace a used spare once submissions pause (its fork and warm-up would compete for the
@@ -348,8 +349,13 @@ def serve(path: str, generation: str, timeout_s: float, lock_fd: int, idle_s: fl
                     failed += 1
                     if failed > 5:
                         raise _Stop                       # something is wrong here: the one-shot path decides
-            if time.monotonic() - last > idle_s or _changed(mtimes) or not _still_ours(path, ours):
+            now = time.monotonic()
+            if now - last > idle_s:
                 break
+            if now - checked > CHECK_S:                   # a few hundred stat calls: not at every tick
+                checked = now
+                if _changed(mtimes) or not _still_ours(path, ours):
+                    break
     except _Stop:
         pass
     finally:
