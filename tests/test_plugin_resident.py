@@ -257,3 +257,80 @@ def test_the_first_submission_leaves_a_decider_that_answers_the_next_alike(ordin
     assert len(warnings) == 1 and "submitted without msched's tag" in warnings[0], hung.stderr
     assert status4.startswith("comment msched:v1;why=") and status4.endswith("keep me constraint nil")
     assert elapsed < 10, elapsed
+
+
+# 16 submissions at once, from one process with the site's environment: every answer is msub's
+BURST_CLIENT = r"""
+import json, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+from msched.msub.main import build_submission
+
+path, generation = sys.argv[1], sys.argv[2]
+case = json.load(sys.stdin)
+
+def ask(_):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(path)
+    s.sendall(f"msched-filter-request 1 sbatch {generation} 20\n".encode() + json.dumps(case["options"]).encode())
+    s.shutdown(socket.SHUT_WR)
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+    return answer.decode()
+
+with ThreadPoolExecutor(16) as pool:
+    answers = list(pool.map(ask, range(16)))
+sub, _ = build_submission(case["argv"])
+print(json.dumps({"answers": answers, "msub": list(sub.added)}))
+"""
+
+
+def test_a_burst_of_parallel_submissions_is_answered_alike(decider, tmp_path):
+    path, env, proc = decider
+    script = tmp_path / "burst.sh"
+    script.write_text("#!/bin/sh\n#MSCHED --model=densenet121\npython train.py\n")
+    case = {"argv": ["--gres=gpu:1", "--time=60", str(script)],
+            "options": {"gres": "gres:gpu:1", "time": "60", "argv": [str(script)]}}
+    out = subprocess.run([sys.executable, "-I", "-c", BURST_CLIENT, path, "gen1"], input=json.dumps(case), env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert len(got["answers"]) == 16 and len(set(got["answers"])) == 1         # every one answered, alike
+    from urllib.parse import unquote
+    lines = got["answers"][0].splitlines()
+    assert lines[0] == "msched-filter 1" and lines[-1] == "end"
+    decider_says = sorted(f"--{k}={unquote(v)}" for k, _, v in (ln.partition(" ") for ln in lines[1:-1]))
+    assert decider_says == sorted(got["msub"]) and any("added=" in w for w in decider_says)
+    assert proc.poll() is None                                                   # still serving
+
+
+def test_an_idle_decider_exits_and_removes_its_socket(tmp_path):
+    env = _site(tmp_path)
+    sock_dir = tmp_path / "cache"
+    sock_dir.mkdir(mode=0o700)
+    path = str(sock_dir / "filter-test.sock")
+    code = ("import os, sys; from msched.plugin.resident import serve; "
+            "fd = os.open(sys.argv[1] + '.lock', os.O_RDWR | os.O_CREAT, 0o600); "
+            "sys.exit(serve(sys.argv[1], 'gen1', 20.0, fd, 1.0))")
+    proc = subprocess.Popen([sys.executable, "-I", "-c", code, path], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not os.path.exists(path)
+    # and its spare, which only waited on the socket, went with it
+    wait_for(lambda: not _processes_naming(path), timeout=10)
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass                                  # gone meanwhile
+    return found
