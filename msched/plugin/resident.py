@@ -4,25 +4,26 @@ Why: the filter's budget is +50 ms per sbatch, and a Python interpreter that sta
 decision costs 100-450 ms on a loaded submit host (bench/bench_plugin.py). So the one-shot decision of
 a user's first submission (`python -m msched.plugin.filter`, started by cli_filter.lua), once it has
 answered, stays on in the background as that user's decider (never for root), and later submissions
-ask it over a Unix socket: the interpreter and msched's tables are already loaded, and a fork per
-request costs a millisecond or two.
+ask it over a Unix socket: the interpreter and msched's tables are already loaded, and a request costs
+its decision alone (2-3 ms of CPU; bench/bench_plugin.py and BENCHMARKS.md).
 
 The decision is the one-shot entry point's, unchanged (`msched.plugin.filter.respond`): each request is
 answered by a child forked for it, which first takes the environment and the working directory of
 the sbatch that asked (read from /proc/<pid>, the pid the kernel gives for the socket's peer), so
 MSCHED_MODEL, MSCHED_CONFIG, SLURM_CONF and relative script paths mean what they mean for the one-shot
-path. The child is forked before the request comes (a "spare" waiting on the socket, which has already
-run a decision of its own so that the fork's copy-on-write faults are behind it), and the next spare is
-forked as soon as one takes a request. A child that hangs is killed at the deadline; the resident
-process itself runs no decision, so one bad request never stalls the next.
+path. The child is forked before the request comes (SPARES "spares" wait on the socket, each having run
+a decision of its own so that the fork's copy-on-write faults are behind it); a used one is replaced
+once submissions pause, at once when none is left. A child that hangs is killed at the deadline; the
+resident process itself runs no decision, so one bad request never stalls the next.
 
 Protocol (cli_filter.lua with LuaSocket's socket.unix): the client connects to
 `<user cache dir>/filter-<host>.sock`, sends `msched-filter-request 1 KIND GENERATION TIMEOUT\\n` and
 Slurm's option JSON, shuts down its sending side, and reads the filter's line protocol back under its
 hard timeout. GENERATION names the cli_filter.lua that asks (msched.plugin.generate): a request from
 another generation gets `msched-filter-stale` and this process exits, so a reinstalled plugin or an
-upgraded msched never talks to an old decider. Any doubt (no LuaSocket, no socket yet, a stale or
-silent decider) sends the filter back to the one-shot path, which fails open as before.
+upgraded msched never talks to an old decider. No LuaSocket, no socket yet, or a stale decider send
+the filter to the one-shot path; a decider that does not answer in time makes it submit the job
+unchanged with one line, as any failure does.
 
 Trust: the socket lives in the user's own cache directory (refused unless owned by the user and
 writable by no one else); the decider answers only peers of its own uid (SO_PEERCRED) and exits after
@@ -53,13 +54,12 @@ SPARE_FAILED = 3               # a spare's exit status when it could not even wa
 def socket_path(environ=None, host: str | None = None) -> str:
     """Where a user's decider listens: the user's msched cache (msched.config.user_cache_dir's rule,
     which cli_filter.lua repeats), one socket per host (home directories are often shared)."""
-    env = os.environ if environ is None else environ
-    base = env.get("MSCHED_CACHE_DIR") or os.path.join(
-        env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache"), "msched")
+    from msched.config import user_cache_dir
+
     if host is None:
         with open("/proc/sys/kernel/hostname", encoding="utf-8") as fh:
             host = fh.read().strip()
-    return os.path.join(base, f"filter-{host}.sock")
+    return os.path.join(user_cache_dir(environ), f"filter-{host}.sock")
 
 
 def _private_dir(path: str) -> str | None:
