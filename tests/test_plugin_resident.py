@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_as, wait_for
+from helpers import run_as, user_env, wait_for
 
 from msched.config import Config
 from msched.plugin import resident
@@ -334,3 +334,23 @@ def _processes_naming(text: str) -> list[str]:
         except OSError:
             pass                                  # gone meanwhile
     return found
+
+
+def test_the_filter_looks_for_the_decider_where_it_listens(ordinary_user, user_site):
+    """cli_filter.lua repeats msched.config.user_cache_dir's rule in Lua: both name the same socket."""
+    top, _env, _path = user_site
+    install(str(top), Config())
+    os.chmod(top / CLI_FILTER, 0o644)
+    probe = top / "probe.lua"
+    probe.write_text('slurm = { SUCCESS = 0 }\ndofile(arg[1])\nio.write(tostring(msched_resident_socket()))\n')
+    os.chmod(probe, 0o644)
+    home = str(ordinary_user.home)
+    for env in ({"HOME": home}, {"HOME": home, "XDG_CACHE_HOME": "/tmp/xdg-elsewhere"},
+                {"HOME": home, "XDG_CACHE_HOME": "/tmp/xdg", "MSCHED_CACHE_DIR": "/tmp/mine"},
+                {"HOME": home, "XDG_CACHE_HOME": "", "MSCHED_CACHE_DIR": ""}):
+        proc = run_as(ordinary_user.name, [LUA, str(probe), str(top / CLI_FILTER)], env, cwd=top)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == resident.socket_path(user_env(ordinary_user.name, env)), env
+    # root never asks a decider (its submissions take the one-shot path)
+    proc = subprocess.run([LUA, str(probe), str(top / CLI_FILTER)], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "nil"

@@ -94,6 +94,8 @@ local function resident_socket()
     return path
 end
 
+msched_resident_socket = resident_socket      -- for tests: the same path as msched.plugin.resident.socket_path
+
 -- The resident decider's answer: (changes, warning), (nil, why), or false when there is none to ask
 -- (no socket yet, a decider of another generation) and the one-shot path should decide.
 local function ask_resident(path, kind, options_json)
