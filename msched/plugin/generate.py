@@ -170,17 +170,17 @@ def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIM
         "}",
         f"local STALE = {lua_string(STALE)}",
     ]
-    return [*tables, f"local GENERATION = {lua_string(generation(tables))}"]
+    return [*tables, f"local GENERATION = {lua_string(generation([_template(CLI_FILTER), *tables]))}"]
 
 
-def generation(tables: list[str]) -> str:
-    """Names one generated cli_filter.lua: its tables and msched's version. A resident decider answers
-    only the filter it was started for (msched.plugin.resident)."""
+def generation(parts: list[str]) -> str:
+    """Names one generated cli_filter.lua: its template, its tables and msched's version. A resident
+    decider answers only the filter it was started for (msched.plugin.resident)."""
     import hashlib
 
     from msched import __version__
 
-    return hashlib.sha256("\n".join([__version__, *tables]).encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256("\n".join([__version__, *parts]).encode("utf-8")).hexdigest()[:16]
 
 
 def default_admin_uids() -> list[int]:
