@@ -15,7 +15,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
-    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
@@ -86,7 +86,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
-    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after

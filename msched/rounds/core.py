@@ -456,7 +456,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever)
-    updates, waiting = within_budget(wanted, opts.write_budget, report.gain)
+    updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
                          snapshot_seconds=t1 - t0, new_plan=new_plan, settle=report, held_back=waiting,
