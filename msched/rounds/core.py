@@ -19,7 +19,10 @@ Reading the queue (`build_snapshot`):
   at their time limit, else an hour from now. A job already past its estimate is expected to run a
   quarter of its age longer (at least a minute), not to end "now": planning the next job onto a GPU
   that is visibly still busy puts a waiting job on top of a strictly ordered queue (measured on static
-  batches with the real classifier: msched/fifo 0.591 -> 0.573, msched/oracle 1.19 -> 1.16);
+  batches with the real classifier: msched/fifo 0.591 -> 0.573, msched/oracle 1.19 -> 1.16). The
+  expectation is revised each time the clock passes it (by a quarter of the age then), not every
+  minute: a step function of the clock, so the view stays the same between revisions and the simulator
+  can skip those rounds (20,000 jobs on 1,000 GPUs: about half the rounds were due to overdue jobs alone);
 - held jobs (priority 0) are left out entirely: writing a priority would release them;
 - nodes that are down/drained are left out; GPU types are canonicalised with `gpu_type_of`.
 
@@ -337,9 +340,9 @@ def _end_of(job: SlurmJob, est: float | None, now: float) -> tuple[float, float 
     else:
         end = start + est
         changes_at = end
-        if end < now:                 # overdue: the estimate was low; it is still running, so not "now"
-            end = now + max(OVERDUE_MIN_S, OVERDUE_FRACTION * (now - start))
-            changes_at = now
+        while end < now:              # overdue: the estimate was low; it is still running, so not "now":
+            end += max(OVERDUE_MIN_S, OVERDUE_FRACTION * (end - start))    # revised each time it is passed
+            changes_at = end
         if job.time_limit_s and start + job.time_limit_s <= end:
             end, changes_at = start + job.time_limit_s, None
     return max(now, end), changes_at
