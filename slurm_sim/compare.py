@@ -201,9 +201,11 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             free = published or dict.fromkeys(types, sim.now)
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
+        node_gpus = sizes.get(tj.partition)
+        if node_gpus is None:
+            node_gpus = sizes[tj.partition] = cluster_node_gpus(setup.cluster, tj.partition)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
-                                   ClusterView(node_gpus=sizes.setdefault(tj.partition, cluster_node_gpus(
-                                       setup.cluster, tj.partition)), free_at=free, fresh=True), sim.now,
+                                   ClusterView(node_gpus=node_gpus, free_at=free, fresh=True), sim.now,
                                    claim=setup.claim_factors.get(tj.user, 1.0))
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if tj.dependency:
