@@ -80,10 +80,11 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
             ref_profile = _profile_of(ref, profiles)
             if ref_profile is None:
                 continue
-            measured = perf.iter_ms(ref, gpu_type, n, batch_size, precision)
-            predicted = cost.iteration_ms(ref_profile, spec, precision, batch_size, n, optimizer)
-            if measured and predicted > 0:
-                residual = math.log(measured / predicted)
+            # the residual at the reference's own measured row nearest to the job's batch and GPU count
+            row = perf.nearest_row(ref, gpu_type, n, batch_size, precision)
+            predicted = cost.iteration_ms(ref_profile, spec, precision, row.batch_size, row.num_gpus, optimizer)
+            if row.iter_ms > 0 and predicted > 0:
+                residual = math.log(row.iter_ms / predicted)
                 return Prediction(gpu_type, mine * math.exp(correction_weight * residual), CORRECTED, ref, mine)
     return Prediction(gpu_type, mine, COST_MODEL, "", mine)
 
@@ -158,7 +159,10 @@ class PredictorTimes:
         return list(dict.fromkeys([*table, *self.types]))
 
     def __call__(self, model: str, num_gpus: int, batch_size: int | None,
-                 types=None) -> dict[str, tuple[float, str]]:  # noqa: ANN001
+                 types=None, precision: str | None = None) -> dict[str, tuple[float, str]]:  # noqa: ANN001
+        """`precision`: the job's (its tag's `prec`), else the source's own: it picks the measured rows, the
+        cost model's peak (tensor cores for half) and the memory check."""
+        prec = precision or self.precision
         prof = self.profile(model)
         if prof is None:
             return {}
@@ -167,9 +171,9 @@ class PredictorTimes:
         out = {}
         for t in (types if types is not None else self.all_types()):
             spec = self.specs.get(t)
-            if self.memory_check and spec is not None and not fits(prof, spec, bs, self.precision, self.optimizer).fits:
+            if self.memory_check and spec is not None and not fits(prof, spec, bs, prec, self.optimizer).fits:
                 continue
-            p = predict(prof, t, num_gpus, bs, self.precision, model=model, perf=self.perf, references=refs,
+            p = predict(prof, t, num_gpus, bs, prec, model=model, perf=self.perf, references=refs,
                         profiles=self.profiles, specs=self.specs, cost=self.cost)
             if p is not None:
                 out[t] = (p.iter_ms / 1000.0, describe(p))

@@ -34,9 +34,24 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
 
 
+def job_precision(settings: MschedSettings, req: SbatchRequest, script: str | None) -> str:
+    """The job's precision for its tag: `#MSCHED --precision=` (or msub's option), else a precision flag on
+    the script's command lines or in --wrap (msched.models.precision); "" when nothing says."""
+    if settings.precision:
+        return settings.precision
+    from msched.models.precision import detect_precision
+    from msched.msub.directives import script_command_lines
+
+    texts = [script_command_lines(script)] if script else []
+    if req.wrap:
+        texts.append(req.wrap)
+    return detect_precision(texts) or ""
+
+
 def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,  # noqa: ANN001, ANN201
-                       warnings: list[str] | None = None):
-    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
+                       warnings: list[str] | None = None, script: str | None = None):
+    """Classify the model and make the submit decision: (JobTag, types to add, pinned types). `script`:
+    the batch script's text, where the job's precision flags are found.
 
     Every exception raised here means "submit as a plain job with a warning"; a model classified by
     name only (`classify_model`) adds its one warning to WARNINGS and keeps the job managed.
@@ -66,7 +81,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     known_types = table_types | {n[1] for n in nodes}
     pinned = pinned_types(req, gpus, known_types, config.canonical_gpu_type)
     tag = JobTag(model=spec, iters=settings.iterations, bs=settings.batch_size, pinned="|".join(pinned),
-                 ver=__version__, **fields)
+                 ver=__version__, prec=job_precision(settings, req, script), **fields)
     if gpus is None or pinned:
         why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
         return tag._replace(why=why), (), pinned
