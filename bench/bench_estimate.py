@@ -31,23 +31,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from msched.estimate.cost_fit import FitRow, fit, rows_from_perf  # noqa: E402
+from msched.estimate import training_data  # noqa: E402
+from msched.estimate.cost_fit import FitRow, fit  # noqa: E402
 from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
 from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfRow, PerfTable  # noqa: E402
 from msched.estimate.predictor import predict  # noqa: E402
+from msched.estimate.training_data import gavel_family, gavel_profiles  # noqa: E402
 from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
-# Gavel's job types written as model files from their published architectures (bench/gavel_models/):
-# Gavel's name -> (SPEC, the family it is held out with)
-GAVEL_MODEL_FILES = {"resnet18": ("bench/gavel_models/resnet18_cifar.py:resnet18_cifar", "resnet")}
-FAMILY_OVERRIDE: dict[str, str] = {}
 
 
 def family(model: str) -> str:
-    return FAMILY_OVERRIDE.get(model) or family_of(model) or model
+    return gavel_family(model) or family_of(model) or model
 
 
 def shared_data() -> Path:
@@ -67,27 +65,13 @@ def roofline() -> CostModel:
 
 def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, str]]:
     """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each.
-    Gavel's job types with a model file here are profiled (torch, on the meta device) and added to
-    `profiles` under the file's SPEC; Gavel's multi-GPU rows count steps summed over GPUs (another unit)
-    and are left out."""
-    from msched.models.profiler import profile_in_process
-
+    Gavel's job types with a model file (msched/data/gavel_models/) are profiled (torch, on the meta device,
+    cached per user) and added to `profiles` as `gavel:<type>`."""
     specs = load_specs()
-    for spec, fam in GAVEL_MODEL_FILES.values():
-        profiles[spec] = profile_in_process(str(REPO / spec)).to_dict()
-        FAMILY_OVERRIDE[spec] = fam
-    bench = rows_from_perf(PerfTable.load(data / "gpu-train-benchmarks" / "perf_table.csv").rows)
-    gavel = []
-    for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True):
-        if r.model in GAVEL_MODEL_FILES:
-            r = r._replace(model=GAVEL_MODEL_FILES[r.model][0])
-        elif r.model not in profiles:
-            continue
-        if r.num_gpus == 1:
-            gavel.append(r)
-    rows = [r for r in bench + gavel if r.model in profiles and specs.get(r.gpu_type)]
-    origin = {r: ("gavel" if r.optimizer else "torchvision") for r in rows}
-    return rows, origin
+    profiles.update(gavel_profiles())
+    rows, origin = training_data.load_rows(data, profiles)
+    rows = [r for r in rows if specs.get(r.gpu_type)]
+    return rows, {r: origin[r] for r in rows}
 
 
 def as_table(rows: list[FitRow]) -> PerfTable:
@@ -122,7 +106,7 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
         if only is not None and fam not in only:
             continue
         kept = [r for r in rows if family(r.model) != fam]
-        cm = CostModel(fit(kept, profiles, specs))
+        cm = CostModel(fit(training_data.fit_rows(kept), profiles, specs))
         known = as_table(kept)
         measured = sorted({r.model for r in kept if r.model in load_table()["models"]})
         refset = ReferenceSet.from_profiles(measured, profiles=profiles, source=f"-{fam}")
@@ -156,7 +140,7 @@ def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
         kept = [r for r in rows if specs.get(r.gpu_type).gpu_type != t]
-        cm = CostModel(fit(kept, profiles, specs))
+        cm = CostModel(fit(training_data.fit_rows(kept), profiles, specs))
         out[t] = [(r, {"cost_model": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
                                                       r.batch_size, r.num_gpus, r.optimizer)}) for r in held]
         gen = specs.get(t).generation
