@@ -83,7 +83,12 @@ def times_for(config, perf: PerfTable, precision: str = DEFAULT_PRECISION):  # n
     # H100 partition, is named by an alias onto its spec row); never every spec row, which msub would
     # otherwise write into constraints naming types the cluster lacks
     types = sorted(set(config.gpu_aliases.values()))
-    return PredictorTimes(perf, precision, types=types, specs=specs_for_config(config))
+    cost = None
+    if getattr(config, "cost_model", ""):
+        from msched.estimate.cost_model import load_cost_model
+
+        cost = load_cost_model(config.cost_model)     # a site's refit (`msched calibrate refit`)
+    return PredictorTimes(perf, precision, types=types, specs=specs_for_config(config), cost=cost)
 
 
 def iteration_seconds(
