@@ -28,6 +28,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
     estimator      = "table"               # iteration times: "table" (measured + FLOPs-scaled reference) or
                                            # "predictor" (per-layer cost model, reference-corrected, memory check)
+    cost_model     = "site_cost_model.json"  # the predictor's parameters refitted by `msched calibrate refit`
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -96,6 +97,7 @@ class Config:
     type_partitions: Mapping[str, str] = MappingProxyType({})
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
+    cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -201,7 +203,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance", "gpu_specs"):
+    for key in ("references", "performance", "gpu_specs", "cost_model"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])

@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from msched.estimate.memory import usable_by_type
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.rounds.settle import (
@@ -177,8 +178,12 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
 
-    def possible(job: SlurmJob, expr: str, partition: str | None = None) -> tuple[str, ...]:
-        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape."""
+    usable_gb = usable_by_type(known)
+
+    def possible(job: SlurmJob, expr: str, partition: str | None = None,
+                 peak_gb: float | None = None) -> tuple[str, ...]:
+        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape
+        and whose memory holds its training step (`peak_gb`, the tag's `mem`)."""
         partition = job.partition or "" if partition is None else partition
         key = (expr, partition)
         sizes = sizes_cache.get(key)
@@ -188,7 +193,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             except ConstraintError:
                 sizes = {}
             sizes_cache[key] = sizes
-        return feasible_types(job, sizes)
+        return feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
 
     def as_type(name: str) -> str | None:
         c = canon(name) if name else ""
@@ -398,7 +403,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
     fits = possible(job, user_part if not (pinned or not writable) else "",
-                    "" if partition_types is not None else None)
+                    "" if partition_types is not None else None, peak_gb=tag.mem)
     est = bounded_claim({t: v for t, v in est.items() if t in known and t in fits}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
