@@ -121,6 +121,9 @@ class SimClient(SlurmClient):
         except SimError as exc:
             raise SlurmError(f"scontrol: error: {exc}") from None
 
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        self.sim.set_begin_time(self._pending(job_id), self.sim.now if when is None else float(when))
+
     def hold(self, job_id: str) -> None:
         self.sim.hold(self._pending(job_id))
 

@@ -119,6 +119,7 @@ class SimSetup:
     claim_factors: Mapping[str, float] = field(default_factory=dict)
     settle: Any = None                           # msched.rounds.settle.SettleOptions; None: the defaults
     policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
+    begin_times: Any = None                      # msched.policy.reservations.BeginTimeOptions (the lever)
 
 
     @property
@@ -243,7 +244,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
                                    starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
-                                   incumbent=incumbent, settle_options=setup.settle)
+                                   incumbent=incumbent, settle_options=setup.settle,
+                                   begin_times=setup.begin_times)
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent
                 rounds += 1

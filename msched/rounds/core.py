@@ -143,6 +143,7 @@ class RoundResult:
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
     settle: SettleReport | None = None
     held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
+    begin_times: list = field(default_factory=list)   # begin-time lever writes (msched.policy.reservations)
 
 
 # --------------------------------------------------------------------------------- reading
@@ -426,14 +427,16 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               gpu_type_of: Callable[[str], str] | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
-              lever: TypeLever = FEATURE_LEVER) -> RoundResult:
+              lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None) -> RoundResult:  # noqa: ANN001
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
     (`free_time`, each type clamped to now) and until when the same Slurm state would give the same
     plan (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
-    `result.incumbent` (None: none known, the plan is written as it stands)."""
+    `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
+    `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -467,10 +470,32 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     report.held_back += waiting
     if not dry_run and updates:
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
+    if begin_times is not None and begin_times.enabled:
+        _begin_time_lever(client, result, jobs, plan, begin_times, journal, policy)
     written = {u.job_id for u in result.updates}
     not_written = {u.job_id for u in wanted} - written if not dry_run else set()
     result.incumbent = incumbent_after(snap, incumbent, plan, report, not_written | set(result.skipped))
     return result
+
+
+def _begin_time_lever(client: SlurmClient, result: RoundResult, jobs: Sequence[SlurmJob], plan: Plan,
+                      options, journal, policy) -> None:  # noqa: ANN001
+    """The begin-time lever's part of a round: decide (msched.policy.reservations), then write through the
+    hold journal (msched.rounds.holds) unless this is a dry run."""
+    import dataclasses
+
+    from msched.policy.reservations import begin_time_changes
+    from msched.rounds.holds import apply_begin_times, begin_time_owners
+
+    options = dataclasses.replace(options, backfill=bool(getattr(policy, "backfill", True)))
+    ours, foreign = begin_time_owners(jobs, journal, result.time)
+    changes = begin_time_changes(result.snapshot, plan, ours=ours, foreign=foreign, options=options,
+                                 unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)))
+    if result.dry_run or not changes:
+        result.begin_times = changes
+        return
+    result.begin_times, skipped = apply_begin_times(client, changes, journal)
+    result.update_calls += len(result.begin_times) + len(skipped)
 
 
 def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:

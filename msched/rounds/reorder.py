@@ -236,6 +236,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
+        from msched.policy.reservations import BeginTimeOptions
         from msched.rounds.core import TypeLever, run_round
         from msched.store.db import StoreError
         from msched.store.writes import ingest_jobs
@@ -275,7 +276,9 @@ class Reorderer:
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
                                incumbent=incumbent, settle_options=self.settle_options,
-                               lever=TypeLever.from_config(self.config))
+                               lever=TypeLever.from_config(self.config),
+                               begin_times=BeginTimeOptions.from_config(self.config),
+                               journal=self.journal if self.config.begin_time_lever else None)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None

@@ -89,6 +89,11 @@ class SlurmJob:
     reason: str = ""
     admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
     nice: int = 0
+    begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
+
+    def held_until(self, now: float) -> float | None:
+        """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
+        return self.begin_time if self.is_pending and self.begin_time is not None and self.begin_time > now else None
 
     @property
     def tag(self) -> JobTag | None:

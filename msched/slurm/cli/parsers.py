@@ -165,6 +165,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         reason=_field(_json_str(d.get("state_reason"))),
         admin_comment=_json_str(d.get("admin_comment")),
         nice=_json_signed(d.get("nice")),
+        begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
     )
 
 
