@@ -182,7 +182,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     published: dict[str, float] = {}
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
-    rounds = skipped = calls = 0
+    rounds = skipped = calls = begin_writes = 0
     writes_per_round: list[int] = []
     incumbent = None                     # what the last round held each job to (msched.rounds.settle)
     plan_s = 0.0
@@ -250,6 +250,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 incumbent = result.incumbent
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
+                begin_writes += len(result.begin_times)
                 writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
@@ -287,6 +288,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "writes_per_round": calls / rounds if rounds else 0.0,
                     "max_writes_per_round": max(writes_per_round, default=0),
+                    "begin_time_writes": begin_writes,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
         recorder.finish(client, sim.now)

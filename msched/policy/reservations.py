@@ -13,12 +13,14 @@ The decision is a pure function of the snapshot and the plan the round holds:
 - candidates: managed pending jobs the plan starts later (planned start more than `min_hold_s` away)
   that could start *now* on a type their constraint allows (free GPUs now on one node or whole nodes);
 - a candidate "would delay" the plan when, with it booked now on such a type for its estimated runtime,
-  an earlier-planned job within `horizon_s` starts more than `tolerance_s` later than in the plan's
-  replay without it (both replays: `msched.policy.base.simulate`, the planner's model of Slurm);
+  an earlier-planned job within `horizon_s` starts later than in the plan's replay without it (both
+  replays: `msched.policy.base.simulate`, the planner's model of Slurm) by more than `tolerance_s` and
+  by more than the hold costs the candidate (its planned start from now): a hold must gain more
+  completion time than it costs;
 - such a job's begin time becomes its planned start, never later, never beyond `now + horizon_s`;
 - a begin time msched set earlier (`ours`, from the hold journal) is moved only when the plan moved the
   job's start by more than the tolerance, and cleared when the plan now starts the job within
-  `min_hold_s`; one another hand set (the user's own, not in `ours`) is never touched;
+  `min_hold_s` (unless it expires within the tolerance anyway); one another hand set (the user's own, not in `ours`) is never touched;
 - plain (unmanaged) jobs are never written; at most `max_jobs` writes per round (clears first).
 """
 
@@ -81,71 +83,78 @@ def begin_time_changes(snapshot: ClusterSnapshot, plan: Plan, *, ours: Mapping[s
             return types, {t: job.est_runtime_s[t] for t in types}
         return types, as_is_runtime(job, types, unknown_runtime_s)
 
-    # the jobs to protect: planned to start within the horizon, in Slurm's order under the plan's priorities
-    protected = sorted((d for d in decisions.values() if d.est_start is not None and d.est_start <= horizon
-                        and d.job_id not in foreign),
-                       key=lambda d: queue_key(pending[d.job_id], d.priority))
+    # Slurm's order under the plan's priorities: backfill tries candidates in it, and the jobs above a
+    # candidate in it are the ones it must not delay (the plan's priorities follow its planned starts)
+    queue = sorted(decisions.values(), key=lambda d: queue_key(pending[d.job_id], d.priority))
+    protected = [d for d in queue if d.est_start is not None and d.est_start <= horizon and d.job_id not in foreign]
+    rank = {d.job_id: k for k, d in enumerate(queue)}
 
-    def replay(tl: Timeline, upto: float) -> dict[str, float]:
-        order = [pending[d.job_id] for d in protected if d.est_start < upto]
-        placed, _ = simulate(snapshot, order,
-                             lambda job, tl_, _nb: choose_for(decisions[job.job_id], job, tl_),
+    def replay(tl: Timeline, before: int) -> dict[str, float]:
+        """Starts of the protected jobs above queue position `before`, placed by the planner's model of
+        Slurm on `tl` (a prefix of the queue: its placements do not depend on the jobs below it)."""
+        order = [pending[d.job_id] for d in protected if rank[d.job_id] < before]
+        placed, _ = simulate(snapshot, order, lambda job, tl_, _nb: choose_for(decisions[job.job_id], job, tl_),
                              backfill=options.backfill, timeline=tl)
         return {j: p.start for j, p in placed.items()}
 
-    baseline: dict[float, dict[str, float]] = {}
+    starts: dict[str, float] = {}
+
+    def baseline() -> dict[str, float]:
+        if not starts:
+            starts.update(replay(base.copy(), len(queue)))
+        return starts
+
     clears: list[BeginTimeChange] = []
     sets: list[BeginTimeChange] = []
-    # candidates in Slurm's order: the jobs backfill looks at first
-    for d in sorted(decisions.values(), key=lambda d: queue_key(pending[d.job_id], d.priority)):
+    checks = 0
+    for d in queue:
         job = pending[d.job_id]
         if not job.managed or d.job_id in foreign or d.est_start is None:
             continue
         held = ours.get(d.job_id)
         start = d.est_start
         if start <= now + options.min_hold_s:
-            if held is not None:
+            if held is not None and held > now + options.tolerance_s:   # a nearer one expires by itself
                 clears.append(BeginTimeChange(d.job_id, None, held, "the plan starts it now"))
             continue
         want = min(start, horizon)
-        if held is not None:
-            if want < held - options.tolerance_s:      # the plan moved it earlier: follow, never hold longer
+        if held is None and checks >= 4 * options.max_jobs:
+            continue                                  # enough candidates checked for this round's writes
+        if held is not None and not (want > held + options.tolerance_s and held - now < options.min_hold_s):
+            if want < held - options.tolerance_s:     # the plan moved it earlier: follow, never hold longer
                 sets.append(BeginTimeChange(d.job_id, want, held, "the plan starts it earlier"))
-            elif want > held + options.tolerance_s and held - now < options.min_hold_s:
-                if _would_delay(d, job, base, choose_for, replay, baseline, options):
-                    sets.append(BeginTimeChange(d.job_id, want, held, "still kept off the plan's GPUs"))
             continue
-        if len(sets) >= 4 * options.max_jobs:       # enough candidates checked for this round's writes
-            continue
-        blocker = _would_delay(d, job, base, choose_for, replay, baseline, options)
+        blocker = _would_delay(d, job, base, choose_for, lambda tl, k=rank[d.job_id]: replay(tl, k), baseline, options)
+        checks += blocker is not None
         if blocker:
-            sets.append(BeginTimeChange(d.job_id, want, None, blocker))
+            sets.append(BeginTimeChange(d.job_id, want, held, blocker if held is None else f"still {blocker}"))
     return (clears + sets)[:options.max_jobs]
 
 
-def _would_delay(d: JobDecision, job: PendingJob, base: Timeline, choose_for, replay, baseline,  # noqa: ANN001
-                 options: BeginTimeOptions) -> str:
-    """Why backfill starting this job now would delay an earlier-planned one ("" when it would not):
-    for each type its constraint allows with room for it now, book it there and replay the jobs planned
-    before it; compare their starts with the replay without it."""
+def _would_delay(d: JobDecision, job: PendingJob, base: Timeline, choose_for, replay_above, baseline,  # noqa: ANN001
+                 options: BeginTimeOptions) -> str | None:
+    """Why backfill starting this job now would delay a job above it: "" when it would not, None when it
+    could not start now on any type it may use (nothing to check). For each such type with room for it
+    now, book it there and replay the jobs above it (`replay_above`); compare their starts with the
+    replay of the protected queue without it (`baseline()`)."""
     now = base.now
     types, runtime = choose_for(d, job, base)
-    upto = d.est_start
+    checked = None
     for t in types:
         if t not in runtime or not base.fits(t, job.num_gpus):
             continue
         p = base.earliest(t, job.num_gpus)
         if p is None or p.start > now:
             continue                                  # no room now: backfill cannot start it there
-        if upto not in baseline:
-            baseline[upto] = replay(base.copy(), upto)
-        before = baseline[upto]
+        checked = ""
+        before = baseline()
         tl = base.copy()
         tl.commit(tl.earliest(t, job.num_gpus), now + runtime[t])
-        after = replay(tl, upto)
-        for jid, s in before.items():
-            if after.get(jid, float("inf")) > s + options.tolerance_s:
-                late = after.get(jid, float("inf")) - s
-                return (f"kept off {t} for job {jid} (planned {s - now:.0f}s from now; "
-                        f"{'never' if late == float('inf') else f'{late:.0f}s later'} if this one started now)")
-    return ""
+        after = replay_above(tl)
+        hold = d.est_start - now                      # what waiting for its planned start costs this job
+        for jid, s in after.items():            # the jobs above it (a prefix of the baseline's queue)
+            late = s - before.get(jid, s)
+            if late > max(options.tolerance_s, hold):     # only a hold that gains more than it costs
+                return (f"kept off {t} for job {jid} (planned {before[jid] - now:.0f}s from now; "
+                        f"{late:.0f}s later if this one started now)")
+    return checked

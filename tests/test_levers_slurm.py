@@ -1,0 +1,157 @@
+"""The begin-time lever on the real dev cluster, with an ordinary user's jobs (the decision and the
+simulator: tests/test_levers.py).
+
+The scenario (node n1 = 4 a100 GPUs; the other nodes held by plain blockers): X runs on 2 GPUs; B (4 GPUs)
+is planned when X ends (by its estimate); C (2 GPUs, long) is planned after B. Slurm's backfill knows
+only time limits: it reserves n1 for B at X's *limit*, so once C's limit fits before that (here: its
+owner shortens it, as users may), backfill would start C now on the 2 free GPUs and B would wait for C.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from msched.slurm.base import SlurmJob
+from msched.tag import JobTag, with_tag
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import wait_for  # noqa: E402
+from test_hardening_slurm import _reorder, _site, _squeue, _user_submit  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+
+
+def _fill_others(cluster, janitor) -> None:
+    """Plain jobs holding every GPU but n1's, running (they are never written)."""
+    ids = []
+    for node in ("n2", "n3", "n4"):
+        proc = cluster.run(["sbatch", "--parsable", "--gres=gpu:4", f"--nodelist={node}", "--time=60",
+                            "--output=/dev/null", "--wrap=sleep 600"])
+        assert proc.returncode == 0, proc.stderr
+        ids.append(janitor.add(proc.stdout.strip().split(";")[0]))
+    wait_for(lambda: all(v["state"] == "RUNNING" for v in _squeue(cluster, ids).values()), 30,
+             message="the blockers running")
+
+
+def _iters_for(config, seconds: float, gpus: int) -> int:
+    """Iterations of vgg16 (batch 12) that the site's estimator puts at `seconds` on a100."""
+    from msched.rounds.reorder import default_estimator
+
+    job = SlurmJob("0", "PENDING", num_gpus=gpus)
+    per_1000 = default_estimator(config)(job, JobTag(model="vgg16", ref="vgg16", iters=1000, bs=12))["a100"]
+    return max(1, round(seconds * 1000 / per_1000))
+
+
+def _tagged(config, seconds: float, gpus: int) -> str:
+    return with_tag(JobTag(model="vgg16", ref="vgg16", group="vgg", sim=1.0, flops=1.0,
+                           iters=_iters_for(config, seconds, gpus), bs=12, added="a100", ver="test"), None)
+
+
+def _scenario(cluster, janitor, user, config, *, x_s: float, b_s: float, c_s: float, c_limit_min: int) -> tuple[str, str, str]:
+    """X running on n1 (2 GPUs, actually sleeping x_s, estimated x_s, limit 10 min), then B and C pending."""
+    def submit(gpus: int, est: float, sleep: float, limit_min: int) -> str:
+        return janitor.add(_user_submit(user, cluster, f"--gres=gpu:{gpus}", "--constraint=a100",
+                                        f"--time={limit_min}", f"--comment={_tagged(config, est, gpus)}",
+                                        f"--wrap=sleep {sleep:g}"))
+    x = submit(2, x_s, x_s, 10)
+    wait_for(lambda: _squeue(cluster, [x])[x]["state"] == "RUNNING", 30, message="X running")
+    b = submit(4, b_s, b_s * 0.75, 5)
+    c = submit(2, c_s, 5, c_limit_min)
+    time.sleep(2)                 # several backfill passes (bf_interval=1): C's limit keeps it waiting
+    state = _squeue(cluster, [b, c])
+    assert state[b]["state"] == state[c]["state"] == "PENDING", state
+    return x, b, c
+
+
+def _jobs(cluster, ids) -> dict[str, dict]:
+    """state, reason, start and begin time (epoch) of jobs, from fields no user text can hold."""
+    out = {}
+    for line in cluster.run(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T|%r|%S"]).stdout.splitlines():
+        jid, state, reason, start = line.split("|")
+        out[jid] = {"state": state, "reason": reason, "start": _epoch(start)}
+    return out
+
+
+def _begin_time(cluster, job: str) -> float | None:
+    return _epoch(cluster.run(["squeue", "-h", "-j", job, "-O", "EligibleTime"]).stdout.strip())
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def test_a_job_held_by_the_lever_starts_at_its_begin_time_after_the_job_it_was_kept_for(
+        slurm_cluster, janitor, ordinary_user, tmp_path):
+    from msched.config import load_config
+    from msched.policy.reservations import BeginTimeOptions
+    from msched.rounds.core import run_round
+    from msched.rounds.reorder import default_estimator, default_policy, open_site_store
+    from msched.slurm import get_client
+    from msched.store.holds import HoldJournal
+
+    config = load_config(_site(tmp_path, extra='begin_time_lever = true\n'))
+    client = get_client("cli", config=config)
+    _fill_others(slurm_cluster, janitor)
+    x, b, c = _scenario(slurm_cluster, janitor, ordinary_user, config, x_s=20, b_s=20, c_s=600, c_limit_min=15)
+    store = open_site_store(config)
+    journal = HoldJournal(store)
+    # the round core as the reorderer runs it; short hold thresholds keep the test under a minute
+    result = run_round(client, default_policy("jct", backfill=True, planner="greedy"), default_estimator(config),
+                       begin_times=BeginTimeOptions(True, min_hold_s=5, tolerance_s=5), journal=journal,
+                       gpu_type_of=config.canonical_gpu_type)
+    assert [ch.job_id for ch in result.begin_times] == [c], result.begin_times     # never X, B or a blocker
+    (change,) = result.begin_times
+    planned = result.plan.by_job()
+    assert change.when == pytest.approx(planned[c].est_start, abs=1)               # its planned start, no later
+    assert planned[b].est_start < change.when
+    (entry,) = journal.open_entries()
+    assert (entry.job_id, entry.kind, int(float(entry.value))) == (c, "begin_time", int(change.when))
+    wait_for(lambda: _squeue(slurm_cluster, [c])[c]["reason"] == "BeginTime", 20, message="C held by its begin time")
+    assert abs(_begin_time(slurm_cluster, c) - change.when) <= 1
+    # C's owner shortens its limit (users may): by the limits backfill would now start it on n1's free GPUs
+    proc = ordinary_user.run(["scontrol", "update", f"jobid={c}", "TimeLimit=2"], env={"SLURM_CONF": str(slurm_cluster.conf)})
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(3)
+    assert _squeue(slurm_cluster, [c])[c]["state"] == "PENDING"
+    # no more rounds: X ends, B starts on all four GPUs, C starts by itself at its begin time, after B
+    wait_for(lambda: _squeue(slurm_cluster, [c])[c]["state"] in ("RUNNING", "COMPLETED", "COMPLETING"), 90,
+             interval=0.5, message="C to start at its begin time")
+    start = {j: v["start"] for j, v in _jobs(slurm_cluster, [x, b, c]).items()}
+    assert start[b] < start[c] and start[c] >= change.when - 1, (start, change.when)
+    store.dispose()
+
+
+def test_release_clears_the_begin_times_a_round_set(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """`msched reorder` (cron's command, the site's `begin_time_lever = true`) sets C's begin time
+    through the journal; `msched reorder --release` clears it: the job is startable at once."""
+    from msched.config import load_config
+    from msched.rounds.reorder import open_site_store
+    from msched.store.holds import HoldJournal
+
+    cfg = _site(tmp_path, extra='begin_time_lever = true\nobjective = "jct"\nplanner = "greedy"\n')
+    config = load_config(cfg)
+    _fill_others(slurm_cluster, janitor)
+    _, _, c = _scenario(slurm_cluster, janitor, ordinary_user, config, x_s=150, b_s=150, c_s=900, c_limit_min=15)
+    out = _reorder(cfg)
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: _squeue(slurm_cluster, [c])[c]["reason"] == "BeginTime", 20, message="C held by its begin time")
+    journal = HoldJournal(open_site_store(config))
+    assert [(e.job_id, e.kind) for e in journal.open_entries()] == [(c, "begin_time")]
+    held = _begin_time(slurm_cluster, c)
+    assert time.time() + 200 < held <= time.time() + 310       # the plan's start: X's end + B (150 s each)
+    out = _reorder(cfg)                                              # a second round: nothing to change
+    assert out.returncode == 0, out.stderr
+    assert [e.job_id for e in journal.open_entries()] == [c] and abs(_begin_time(slurm_cluster, c) - held) <= 1
+    out = _reorder(cfg, "--release")
+    assert out.returncode == 0, out.stderr
+    assert journal.open_entries() == []
+    wait_for(lambda: _squeue(slurm_cluster, [c])[c]["reason"] != "BeginTime", 20, message="the begin time cleared")
+    assert (_begin_time(slurm_cluster, c) or 0) <= time.time() + 1
+    journal.store.dispose()
