@@ -2,7 +2,8 @@
 workloads, under Slurm's backfill (the simulator honours begin times as Slurm does: docs/backfill.md).
 
     python bench/bench_levers.py [--workloads philly,static,alibaba,gavel] [--seeds N] [--scale F]
-                                 [--policies msched,oracle] [--planner greedy|optimize] [--json FILE]
+                                 [--policies msched,oracle] [--planner greedy|optimize]
+                                 [--objective balanced|makespan|jct] [--min-gain G] [--json FILE]
 
 Each (workload, seed) is one trace (bench/workloads.py) replayed by `msched sim` twice, once with the
 site config's `begin_time_lever = false` and once with `true` (everything else the same), so each ratio
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every trace's job count")
     ap.add_argument("--policies", default="msched,oracle", help="policies msched sim runs (each with and without)")
     ap.add_argument("--planner", choices=("greedy", "optimize"), default="greedy", help="the round's planner")
+    ap.add_argument("--objective", choices=("balanced", "makespan", "jct"), default="balanced",
+                    help="the round's objective (config objective)")
+    ap.add_argument("--min-gain", type=float, default=1.0, help="config begin_time_min_gain for the lever's runs")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per sim call")
     ap.add_argument("--json", type=Path, help="write every run here")
     args = ap.parse_args(argv)
@@ -57,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = {}
         for lever in (False, True):
             configs[lever] = work / f"lever-{lever}.toml"
-            configs[lever].write_text(f'planner = "{args.planner}"\nbegin_time_lever = {str(lever).lower()}\n')
+            configs[lever].write_text(f'planner = "{args.planner}"\nobjective = "{args.objective}"\n'
+                                      f'begin_time_lever = {str(lever).lower()}\nbegin_time_min_gain = {args.min_gain}\n')
         for name in names:
             for seed in range(1, args.seeds + 1):
                 try:

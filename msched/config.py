@@ -24,7 +24,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
                                            # or "partition" (-p, where a site gives each type its partition)
     begin_time_lever = false               # reorder: keep backfill off GPUs the plan keeps for an earlier job
     begin_time_max_jobs = 20               #   by a begin time (StartTime=, expires by itself; hold journal),
-    begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead
+    begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
+    begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -100,6 +101,7 @@ class Config:
     begin_time_lever: bool = False          # reorder: the begin-time lever (msched.policy.reservations)
     begin_time_max_jobs: int = 20
     begin_time_horizon_s: float = 14400.0
+    begin_time_min_gain: float = 1.0
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     source: str = "defaults"
@@ -135,6 +137,8 @@ class Config:
             raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
         if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):
             raise ConfigError(f"begin_time_horizon_s {self.begin_time_horizon_s!r} must be a positive number of seconds")
+        if not (isinstance(self.begin_time_min_gain, int | float) and self.begin_time_min_gain >= 0):
+            raise ConfigError(f"begin_time_min_gain {self.begin_time_min_gain!r} must be a number >= 0")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,

@@ -15,8 +15,8 @@ The decision is a pure function of the snapshot and the plan the round holds:
 - a candidate "would delay" the plan when, with it booked now on such a type for its estimated runtime,
   an earlier-planned job within `horizon_s` starts later than in the plan's replay without it (both
   replays: `msched.policy.base.simulate`, the planner's model of Slurm) by more than `tolerance_s` and
-  by more than the hold costs the candidate (its planned start from now): a hold must gain more
-  completion time than it costs;
+  by more than `min_gain` times what the hold costs the candidate (its planned start from now): by
+  default a hold must gain more completion time than it costs;
 - such a job's begin time becomes its planned start, never later, never beyond `now + horizon_s`;
 - a begin time msched set earlier (`ours`, from the hold journal) is moved only when the plan moved the
   job's start by more than the tolerance, and cleared when the plan now starts the job within
@@ -44,11 +44,13 @@ class BeginTimeOptions:
     horizon_s: float = 4 * 3600.0    # protect planned starts this far ahead; never hold a job longer
     min_hold_s: float = 120.0        # a planned start closer than this is "now": no hold, clear ours
     tolerance_s: float = 300.0       # delays and moves smaller than this are not worth a write
+    min_gain: float = 1.0            # hold only where the delay avoided exceeds this times the hold
     backfill: bool = True            # the replays follow the planner's model of the scheduler (the round sets it)
 
     @classmethod
     def from_config(cls, config) -> BeginTimeOptions:  # noqa: ANN001
-        return cls(bool(config.begin_time_lever), int(config.begin_time_max_jobs), float(config.begin_time_horizon_s))
+        return cls(bool(config.begin_time_lever), int(config.begin_time_max_jobs), float(config.begin_time_horizon_s),
+                   min_gain=float(config.begin_time_min_gain))
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ def _would_delay(d: JobDecision, job: PendingJob, base: Timeline, choose_for, re
         hold = d.est_start - now                      # what waiting for its planned start costs this job
         for jid, s in after.items():            # the jobs above it (a prefix of the baseline's queue)
             late = s - before.get(jid, s)
-            if late > max(options.tolerance_s, hold):     # only a hold that gains more than it costs
+            if late > max(options.tolerance_s, options.min_gain * hold):    # a hold must gain more than it costs
                 return (f"kept off {t} for job {jid} (planned {before[jid] - now:.0f}s from now; "
                         f"{late:.0f}s later if this one started now)")
     return checked
