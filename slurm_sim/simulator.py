@@ -109,6 +109,7 @@ class SimJob:
     priority: int = 0
     held: bool = False
     begin_time: float = 0.0                  # not startable before it (scontrol update StartTime=)
+    nice: int = 0
     model: str = ""
     iterations: float | None = None
     batch_size: int | None = None
@@ -356,6 +357,11 @@ class Simulator:
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
+
+    def set_nice(self, job: SimJob, nice: int) -> None:
+        """`scontrol update Nice=`: as priority/basic does, the priority moves by the change of nice."""
+        self.set_priority(job, max(1, job.priority + job.nice - int(nice)))
+        job.nice = int(nice)
 
     def set_begin_time(self, job: SimJob, when: float) -> None:
         """`scontrol update StartTime=`: the job waits until `when` (a time not ahead: startable now)."""
@@ -660,7 +666,8 @@ class Simulator:
                 num_nodes=max(1, len(job.nodes)), num_gpus=job.num_gpus, gres_gpu_type=job.pinned,
                 features=job.features, comment=job.comment,
                 nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason,
-                begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None)
+                begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,
+                nice=job.nice)
         return job.view
 
     def node_view(self, n: int) -> SlurmNode:

@@ -61,6 +61,23 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
             log.info("job %s: released (held by an interrupted round: %s)", e.job_id, e.reason)
             released.append(e.job_id)
             outcome.setdefault("released", []).append(e.id)
+        elif e.kind == "nice":
+            if not everything:
+                continue                      # the record of the job's own offset, kept while msched steers it
+            try:
+                own = int(e.value)
+            except ValueError:
+                own = 0
+            if job.nice != own:
+                try:
+                    client.set_nice(e.job_id, own)
+                except SlurmUnavailable:
+                    raise
+                except JobNotPending:
+                    outcome.setdefault("gone", []).append(e.id)
+                    continue
+                released.append(e.job_id)
+            outcome.setdefault("restored", []).append(e.id)
         elif e.kind == "begin_time":
             try:
                 when = float(e.value)
@@ -90,6 +107,17 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
 
 
 # ------------------------------------------------------------------------------ the begin-time lever
+
+
+def record_nice_originals(journal, updates) -> None:  # noqa: ANN001
+    """Before msched's first nice write on a job (config `priority_lever = "nice"`), the job's own nice
+    offset (its owner's `--nice`, usually 0) into the journal, so `--release` can put it back: nice
+    offsets, unlike explicit priorities, survive the hold and release that resets a priority."""
+    have = {e.job_id for e in journal.open_entries("nice")}
+    new = [(u.job_id, "nice", str(int(u.old or 0)), "the job's own nice offset before msched's")
+           for u in updates if u.job_id not in have]
+    if new:
+        journal.record_holds(new)
 
 
 def begin_time_owners(jobs: Sequence[SlurmJob], journal, now: float) -> tuple[dict[str, float], set[str]]:  # noqa: ANN001

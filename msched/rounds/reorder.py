@@ -278,7 +278,9 @@ class Reorderer:
                                incumbent=incumbent, settle_options=self.settle_options,
                                lever=TypeLever.from_config(self.config),
                                begin_times=BeginTimeOptions.from_config(self.config),
-                               journal=self.journal if self.config.begin_time_lever else None)
+                               journal=self.journal if self.config.begin_time_lever
+                               or self.config.priority_lever == "nice" else None,
+                               priority_lever=self.config.priority_lever)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
