@@ -155,3 +155,62 @@ def test_release_clears_the_begin_times_a_round_set(slurm_cluster, janitor, ordi
     wait_for(lambda: _squeue(slurm_cluster, [c])[c]["reason"] != "BeginTime", 20, message="the begin time cleared")
     assert (_begin_time(slurm_cluster, c) or 0) <= time.time() + 1
     journal.store.dispose()
+
+
+@pytest.mark.slow
+def test_nice_lever_writes_the_order_and_multifactor_ages_keep_moving(slurm_cluster, ordinary_user, tmp_path):
+    """`priority_lever = "nice"` on a cluster with multifactor's age weight on (the measurement behind the
+    lever: test_hardening_slurm's explicit-priority test): the round writes the plan's order as nice
+    offsets on managed jobs only, plain jobs keep their places, every job keeps aging, the owner can
+    only lower a job (a nice >= 0: at most back to where plain sbatch puts it) and `--release` puts the
+    offsets back."""
+    import subprocess
+
+    from test_hardening_slurm import MAKESPAN, MSCHED, _age_weighted_cluster, _tag
+
+    with _age_weighted_cluster() as sl:
+        ids = []
+        for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
+            argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
+            if kind == "managed":
+                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": sl.env["SLURM_CONF"]})
+                assert p.returncode == 0, p.stderr
+                ids.append(p.stdout.strip())
+            else:
+                ids.append(sl(*argv).strip())
+            time.sleep(3)
+        p1, m1, p2, m2, m3 = ids
+
+        def nice() -> dict[str, int]:
+            return {i: int(n) for i, n in (ln.split() for ln in sl("squeue", "-h", "-j", ",".join(ids), "-o", "%i %y").splitlines())}
+
+        def prio() -> dict[str, int]:
+            for jid, n in nice().items():     # a multifactor recalculation of every job now (same offset)
+                sl("scontrol", "update", f"jobid={jid}", f"nice={n}")
+            return {i: int(q) for i, q in (ln.split() for ln in sl("squeue", "-h", "-j", ",".join(ids), "-o", "%i %Q").splitlines())}
+
+        before = prio()
+        assert before[p1] > before[m1] > before[p2] > before[m2] > before[m3]
+        cfg = _site(tmp_path, extra=MAKESPAN + 'priority_lever = "nice"\n')
+        out = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True, timeout=120,
+                             env=sl.env)
+        assert out.returncode == 0, out.stderr
+        offsets = nice()
+        assert offsets[p1] == offsets[p2] == 0                       # plain jobs: never written
+        assert offsets[m3] < 0 < offsets[m1]                         # longest first (makespan): m3 up, m1 down
+        after = prio()
+        order = sorted(ids, key=lambda j: -after[j])
+        assert order == [p1, m3, p2, m2, m1], (before, after, offsets)   # managed permuted among their places
+        time.sleep(4)
+        later = prio()
+        assert all(later[j] - after[j] >= 4000 for j in ids), (after, later)    # ~1667 a second: age keeps moving
+        assert sorted(ids, key=lambda j: -later[j]) == order
+        # what the owner can undo: a demotion, back to plain sbatch's place (nice 0), never a boost
+        env = {"SLURM_CONF": sl.env["SLURM_CONF"]}
+        assert ordinary_user.run(["scontrol", "update", f"jobid={m1}", "nice=0"], env=env).returncode == 0
+        refused = ordinary_user.run(["scontrol", "update", f"jobid={m3}", f"nice={offsets[m3] - 1000}"], env=env)
+        assert refused.returncode != 0 and nice()[m3] == offsets[m3], refused.stderr
+        out = subprocess.run([MSCHED, "reorder", "--config", str(cfg), "--release"], capture_output=True, text=True,
+                             timeout=120, env=sl.env)
+        assert out.returncode == 0, out.stderr
+        assert nice() == dict.fromkeys(ids, 0)
