@@ -47,8 +47,11 @@ def _iters_for(config, seconds: float, gpus: int) -> int:
 
 
 def _tagged(config, seconds: float, gpus: int) -> str:
+    """A tag claiming `seconds` on a100, the type its owner pinned (`--constraint=a100`: msched moves
+    its priority and begin time, never its type, and `--release` leaves the constraint, so a released
+    job stays on n1 behind B's reservation)."""
     return with_tag(JobTag(model="vgg16", ref="vgg16", group="vgg", sim=1.0, flops=1.0,
-                           iters=_iters_for(config, seconds, gpus), bs=12, added="a100", ver="test"), None)
+                           iters=_iters_for(config, seconds, gpus), bs=12, pinned="a100", ver="test"), None)
 
 
 def _scenario(cluster, janitor, user, config, *, x_s: float, b_s: float, c_s: float, c_limit_min: int) -> tuple[str, str, str]:
@@ -214,3 +217,63 @@ def test_nice_lever_writes_the_order_and_multifactor_ages_keep_moving(slurm_clus
                              timeout=120, env=sl.env)
         assert out.returncode == 0, out.stderr
         assert nice() == dict.fromkeys(ids, 0)
+
+
+@pytest.mark.slow
+def test_a_round_killed_at_any_step_of_the_lever_leaves_nothing_held(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """`msched reorder` with the lever on, killed (SIGKILL, SIGTERM) before or after each of its scontrol
+    calls (the scheduler read, the batched writes, the begin time), sometimes followed by a whole round:
+    the journal's replay (what `--release` runs first) then leaves C startable and the journal empty,
+    whether the begin time was written (cleared) or only recorded (closed)."""
+    import os
+    import subprocess
+
+    from test_hardening_slurm import MSCHED, _wrappers
+
+    from msched.config import load_config
+    from msched.rounds.holds import replay
+    from msched.rounds.reorder import open_site_store
+    from msched.slurm import get_client
+    from msched.store.holds import HoldJournal
+
+    wrap = _wrappers(tmp_path)
+    cfg = _site(tmp_path, wrap_dir=wrap, extra='begin_time_lever = true\nobjective = "jct"\nplanner = "greedy"\n')
+    config = load_config(cfg)
+    _fill_others(slurm_cluster, janitor)
+    _, _, c = _scenario(slurm_cluster, janitor, ordinary_user, config, x_s=300, b_s=150, c_s=900, c_limit_min=15)
+    count = tmp_path / "count"
+    env = {**os.environ, "COUNT_FILE": str(count), "KILL_AT": "0", "KILL_WHEN": "after", "KILL_SIG": "KILL"}
+    client = get_client("cli", config=config)
+    journal = HoldJournal(open_site_store(config))
+
+    def undo() -> None:
+        """--release's journal step (msched.rounds.holds.replay, everything): its hold-and-release of every
+        managed job would let backfill start C while B is held, which is not what this test is about."""
+        replay(client, journal, everything=True)
+
+    undo()
+    whole = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True, timeout=120, env=env)
+    assert whole.returncode == 0, whole.stderr
+    calls = int(count.read_text().strip())
+    assert "StartTime=" in (tmp_path / "count.log").read_text().splitlines()[-1]    # the lever's write, last
+    killed_held = 0
+    for k in range(1, calls + 1):
+        for when in ("before", "after"):
+            for sig in ("KILL", "TERM"):
+                undo()                                                     # a clean start: nothing held
+                count.unlink(missing_ok=True)
+                last = subprocess.run([MSCHED, "reorder", "--config", str(cfg)], capture_output=True, text=True,
+                                      timeout=120, env={**env, "KILL_AT": str(k), "KILL_WHEN": when, "KILL_SIG": sig})
+                killed_held += _squeue(slurm_cluster, [c])[c]["reason"] == "BeginTime"
+                out = _reorder(cfg) if (k + (when == "after")) % 2 else None     # sometimes a round runs first
+                assert out is None or out.returncode == 0, out.stderr
+                undo()
+                state = _squeue(slurm_cluster, [c])[c]
+                assert state["state"] == "PENDING" and state["reason"] not in ("BeginTime", "JobHeldAdmin"), \
+                    (k, when, sig, state, last.stderr[-500:])
+                assert (_begin_time(slurm_cluster, c) or 0) <= time.time() + 1
+                assert journal.open_entries() == [], (k, when, sig)
+    assert killed_held >= 2        # the kills after the begin-time call did leave it set: the journal cleared it
+    out = _reorder(cfg, "--release")
+    assert out.returncode == 0, out.stderr
+    journal.store.dispose()

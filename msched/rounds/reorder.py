@@ -271,16 +271,17 @@ class Reorderer:
                             "nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
         incumbent = self._incumbent(dry_run)
+        journal = self.journal if self.config.begin_time_lever or self.config.priority_lever == "nice" else None
         try:
             result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
                                incumbent=incumbent, settle_options=self.settle_options,
                                lever=TypeLever.from_config(self.config),
-                               begin_times=BeginTimeOptions.from_config(self.config),
-                               journal=self.journal if self.config.begin_time_lever
-                               or self.config.priority_lever == "nice" else None,
-                               priority_lever=self.config.priority_lever)
+                               # the lever needs the journal to tell msched's begin times from the owners':
+                               # a dry run without a database leaves it out
+                               begin_times=BeginTimeOptions.from_config(self.config) if journal is not None else None,
+                               journal=journal, priority_lever=self.config.priority_lever)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
