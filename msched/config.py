@@ -22,6 +22,12 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
+    priority_lever = "priority"            # reorder: write the order as explicit priorities, or as "nice"
+                                           #   offsets (multifactor sites: age and fair-share keep moving)
+    begin_time_lever = false               # reorder: keep backfill off GPUs the plan keeps for an earlier job
+    begin_time_max_jobs = 20               #   by a begin time (StartTime=, expires by itself; hold journal),
+    begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
+    begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -57,6 +63,7 @@ METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
 ESTIMATORS = ("table", "predictor")
 TYPE_LEVERS = ("feature", "partition")
+PRIORITY_LEVERS = ("priority", "nice")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -95,6 +102,11 @@ class Config:
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
+    priority_lever: str = "priority"        # reorder: "priority" (explicit) or "nice" (msched.rounds.core.diff_plan)
+    begin_time_lever: bool = False          # reorder: the begin-time lever (msched.policy.reservations)
+    begin_time_max_jobs: int = 20
+    begin_time_horizon_s: float = 14400.0
+    begin_time_min_gain: float = 1.0
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
@@ -125,6 +137,16 @@ class Config:
             raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
         if self.type_lever == "partition" and not self.type_partitions:
             raise ConfigError("type_lever = \"partition\" needs a [type_partitions] table (GPU type -> partition)")
+        if self.priority_lever not in PRIORITY_LEVERS:
+            raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
+        if not isinstance(self.begin_time_lever, bool):
+            raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
+        if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:
+            raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
+        if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):
+            raise ConfigError(f"begin_time_horizon_s {self.begin_time_horizon_s!r} must be a positive number of seconds")
+        if not (isinstance(self.begin_time_min_gain, int | float) and self.begin_time_min_gain >= 0):
+            raise ConfigError(f"begin_time_min_gain {self.begin_time_min_gain!r} must be a number >= 0")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
