@@ -313,7 +313,9 @@ def test_build_snapshot_reads_pins_user_parts_holds_and_running_ends():
     snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 2000.0, gpu_type_of=str.lower)
     assert [n.name for n in snap.nodes] == ["n1", "n2"]                 # the drained node is left out
     (run,) = snap.running
-    assert run.gpu_type == "a100" and run.est_end == 2000.0 + 0.25 * 2000.0   # 900 s estimate, overdue
+    # 900 s estimate, overdue at 2000: revised by a quarter of its age each time it was passed
+    # (900 -> 1125 -> 1406.25 -> 1757.8125 -> 2197.265625)
+    assert run.gpu_type == "a100" and run.est_end == pytest.approx(2197.265625)
     pend = {p.job_id: p for p in snap.pending}
     assert set(pend) == {"2", "3", "5"}                                  # held and GPU-less jobs left out
     assert pend["2"].pinned_type == "titanv" and views["2"].pinned
@@ -640,8 +642,10 @@ def test_a_round_says_until_when_its_plan_holds_and_what_to_publish():
     assert waiting in {p.job_id for p in res.snapshot.pending} and blocker in {r.job_id for r in res.snapshot.running}
 
 
-def test_an_overdue_running_job_makes_every_round_due():
-    """A running job past its estimate is expected to end later as the clock moves: no round is skipped."""
+def test_an_overdue_running_job_makes_the_round_due_when_its_expected_end_is_passed():
+    """A running job past its estimate is expected to run a quarter of its age longer (at least a
+    minute), revised each time the clock passes the expectation: the round is due then, not every
+    minute (the simulator skips the rounds in between, whose snapshot would be the same)."""
     from msched.rounds.core import round_due
 
     c = client("a100:1x1")
@@ -650,9 +654,13 @@ def test_an_overdue_running_job_makes_every_round_due():
     submit(c, "mobilenet_v2")
     c.advance(100.0)
     assert by_id(c)[jid].is_running
+    assert by_id(c)[jid].start_time == 0.0
     res = run_round(c, get_policy("msched"), TagEstimator(short), starvation_age_s=None)
-    assert res.stable_until == pytest.approx(c.now())
-    assert round_due(res.stable_until, c.now() + 60.0, changed=False)
+    # 36 s estimate: passed at 36 and at 96, revised by a minute each time (a quarter of its age is less)
+    (run,) = res.snapshot.running
+    assert run.est_end == pytest.approx(156.0) and res.stable_until == pytest.approx(156.0)
+    assert not round_due(res.stable_until, c.now() + 50.0, changed=False)
+    assert round_due(res.stable_until, 156.0, changed=False)
     assert not round_due(float("inf"), c.now() + 60.0, changed=False)
 
 

@@ -344,6 +344,10 @@ class CliClient(SlurmClient):
         self._require_pending(job_id)
         self._run(["scontrol", "update", f"jobid={job_id}", f"priority={int(priority)}"], error=JobNotPending)
 
+    def set_nice(self, job_id: str, nice: int) -> None:
+        self._require_pending(job_id)
+        self._run(["scontrol", "update", f"jobid={job_id}", f"nice={int(nice)}"], error=JobNotPending)
+
     def set_features(self, job_id: str, features: str) -> None:
         self._run(["scontrol", "update", f"jobid={job_id}", f"Features={features}"], error=JobNotPending)
 
@@ -383,7 +387,7 @@ class CliClient(SlurmClient):
                 else:
                     applied[job_id].append(name)
             for job_id, value in one_by_one:
-                text = str(int(value)) if name == "priority" else str(value)
+                text = str(int(value)) if name in ("priority", "nice") else str(value)
                 try:
                     self._run(["scontrol", "update", f"jobid={job_id}", f"{_SCONTROL_KEY[name]}={text}"],
                               error=JobNotPending)
