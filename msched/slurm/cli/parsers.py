@@ -181,7 +181,7 @@ def _json_signed(value: object) -> int:
 SQUEUE_FIELDS = frozenset((
     "job_id", "job_state", "node_count", "tasks", "tres_per_job", "tres_per_node", "tres_per_task", "nodes",
     "time_limit", "priority", "name", "user_name", "user_id", "partition", "submit_time", "start_time",
-    "end_time", "features", "comment", "state_reason", "admin_comment", "nice",
+    "end_time", "features", "comment", "state_reason", "admin_comment", "nice", "eligible_time",
 ))
 
 
