@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from msched.estimate.memory import usable_by_type
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
 from msched.rounds.settle import (
@@ -55,6 +56,7 @@ from msched.rounds.settle import (
     within_budget,
 )
 from msched.slurm.base import (
+    NICE_LIMIT,
     JobNotPending,
     JobUpdate,
     SlurmClient,
@@ -94,6 +96,7 @@ class JobView:
     pinned: bool = False
     writable: bool = True              # False: the user's expression cannot be combined (left alone)
     partition: str = ""                # the job's partition list as Slurm holds it
+    nice: int = 0                      # the job's nice offset as Slurm holds it (the nice priority lever)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class RoundResult:
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
     settle: SettleReport | None = None
     held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
+    begin_times: list = field(default_factory=list)   # begin-time lever writes (msched.policy.reservations)
 
 
 # --------------------------------------------------------------------------------- reading
@@ -177,8 +181,12 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
 
-    def possible(job: SlurmJob, expr: str, partition: str | None = None) -> tuple[str, ...]:
-        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape."""
+    usable_gb = usable_by_type(known)
+
+    def possible(job: SlurmJob, expr: str, partition: str | None = None,
+                 peak_gb: float | None = None) -> tuple[str, ...]:
+        """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape
+        and whose memory holds its training step (`peak_gb`, the tag's `mem`)."""
         partition = job.partition or "" if partition is None else partition
         key = (expr, partition)
         sizes = sizes_cache.get(key)
@@ -188,7 +196,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             except ConstraintError:
                 sizes = {}
             sizes_cache[key] = sizes
-        return feasible_types(job, sizes)
+        return feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
 
     def as_type(name: str) -> str | None:
         c = canon(name) if name else ""
@@ -360,7 +368,8 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         pj = PendingJob(job.job_id, job.submit_time, job.num_gpus, job.priority, {}, allowed,
                         pinned_type="|".join(allowed) or None, current_types=(), time_limit_s=job.time_limit_s,
                         managed=False, num_nodes=job.num_nodes, gpus_per_node=job.gpus_per_node)
-        return pj, JobView(job.job_id, job.priority, job.features or "", job.features or "", (), False, bool(allowed))
+        return pj, JobView(job.job_id, job.priority, job.features or "", job.features or "", (), False, bool(allowed),
+                           nice=job.nice)
     pinned_names = [t for t in (tag.pinned.split("|") if tag.pinned else []) if t]
     pinned_types = tuple(dict.fromkeys(((gres_type,) if gres_type else ())
                                        + tuple(t for t in (as_type(n) for n in pinned_names) if t)))
@@ -398,7 +407,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         log.warning("job %s: no estimate (%s)", job.job_id, exc)
         est = {}
     fits = possible(job, user_part if not (pinned or not writable) else "",
-                    "" if partition_types is not None else None)
+                    "" if partition_types is not None else None, peak_gb=tag.mem)
     est = bounded_claim({t: v for t, v in est.items() if t in known and t in fits}, job.time_limit_s)
     fixed = pinned or not writable
     if fixed:
@@ -416,7 +425,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         group=tag.group, reference=tag.ref, gpus_per_node=job.gpus_per_node,
     )
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
-                   msched_types if not fixed else (), True, pinned, writable, job.partition or "")
+                   msched_types if not fixed else (), True, pinned, writable, job.partition or "", job.nice)
     return pj, view
 
 
@@ -436,13 +445,15 @@ def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str
 
 # --------------------------------------------------------------------------------- diffing
 def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan,
-              lever: TypeLever = FEATURE_LEVER) -> list[Update]:
+              lever: TypeLever = FEATURE_LEVER, priority_lever: str = "priority") -> list[Update]:
     """The updates that bring Slurm to the plan: the type lever (features, or the partition list on a
     site that steers types by partition) first, then priorities.
 
     Only managed jobs are ever written; pinned ones and ones whose constraint cannot be extended keep
     their constraint; a constraint that already names the planned types (in any order or form) is not
-    rewritten."""
+    rewritten. With `priority_lever="nice"` (config `priority_lever`) the planned priority is written as
+    a nice offset (`nice_for`) instead of an explicit priority, which would freeze multifactor's age
+    and fair-share for the job."""
     by_id = views if isinstance(views, dict) else {v.job_id: v for v in views}
     feats: list[Update] = []
     prios: list[Update] = []
@@ -460,8 +471,20 @@ def diff_plan(views: Iterable[JobView] | dict[str, JobView], plan: Plan,
                 if expr is not None and expr != v.features:
                     feats.append(Update(d.job_id, "features", expr, v.features))
         if d.priority != v.priority and d.priority >= 1:
-            prios.append(Update(d.job_id, "priority", int(d.priority), v.priority))
+            if priority_lever == "nice":
+                nice = nice_for(v.priority, v.nice, int(d.priority))
+                if nice != v.nice:
+                    prios.append(Update(d.job_id, "nice", nice, v.nice))
+            else:
+                prios.append(Update(d.job_id, "priority", int(d.priority), v.priority))
     return feats + prios
+
+
+def nice_for(priority: int, nice: int, target: int) -> int:
+    """The nice offset that moves a job Slurm shows at `priority` (with offset `nice`) to `target`:
+    Slurm's priority is the plugin's value minus nice, so the plugin's own value is priority + nice and
+    the new offset is that minus the target, bounded to Slurm's range (msched.slurm.base.NICE_LIMIT)."""
+    return max(-NICE_LIMIT, min(NICE_LIMIT, priority + nice - target))
 
 
 def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[Update], list[str], int]:
@@ -475,15 +498,18 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
     priority: dict[str, int] = {}
     features: dict[str, str] = {}
     partition: dict[str, str] = {}
+    nice: dict[str, int] = {}
     for u in updates:
         if u.field == "priority":
             priority[u.job_id] = int(u.value)
+        elif u.field == "nice":
+            nice[u.job_id] = int(u.value)
         elif u.field == "partition":
             partition[u.job_id] = str(u.value)
         else:
             features[u.job_id] = str(u.value)
     batch = [JobUpdate(job_id, priority=priority.get(job_id), features=features.get(job_id),
-                       partition=partition.get(job_id))
+                       partition=partition.get(job_id), nice=nice.get(job_id))
              for job_id in dict.fromkeys(u.job_id for u in updates)]
     results = {r.job_id: r for r in client.update_jobs(batch)} if batch else {}
     applied = [u for u in updates if u.field in results[u.job_id].applied]
@@ -505,14 +531,17 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               gpu_type_of: Callable[[str], str] | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
-              lever: TypeLever = FEATURE_LEVER) -> RoundResult:
+              lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
+              priority_lever: str = "priority") -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
     (`free_time`, each type clamped to now) and until when the same Slurm state would give the same
     plan (`stable_until`: see `round_due`). Slurm errors other than JobNotPending propagate (every
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
-    `result.incumbent` (None: none known, the plan is written as it stands)."""
+    `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
+    `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -534,8 +563,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)),
                           managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
-    wanted = diff_plan(views, plan, lever)
-    updates, waiting = within_budget(wanted, opts.write_budget, report.gain)
+    wanted = diff_plan(views, plan, lever, priority_lever)
+    updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
                          snapshot_seconds=t1 - t0, new_plan=new_plan, settle=report, held_back=waiting,
@@ -545,11 +574,36 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                          if snap.pending else float("inf"))
     report.held_back += waiting
     if not dry_run and updates:
+        if journal is not None and priority_lever == "nice":
+            from msched.rounds.holds import record_nice_originals
+            record_nice_originals(journal, [u for u in updates if u.field == "nice"])
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
+    if begin_times is not None and begin_times.enabled:
+        _begin_time_lever(client, result, jobs, plan, begin_times, journal, policy)
     written = {u.job_id for u in result.updates}
     not_written = {u.job_id for u in wanted} - written if not dry_run else set()
     result.incumbent = incumbent_after(snap, incumbent, plan, report, not_written | set(result.skipped))
     return result
+
+
+def _begin_time_lever(client: SlurmClient, result: RoundResult, jobs: Sequence[SlurmJob], plan: Plan,
+                      options, journal, policy) -> None:  # noqa: ANN001
+    """The begin-time lever's part of a round: decide (msched.policy.reservations), then write through the
+    hold journal (msched.rounds.holds) unless this is a dry run."""
+    import dataclasses
+
+    from msched.policy.reservations import begin_time_changes
+    from msched.rounds.holds import apply_begin_times, begin_time_owners
+
+    options = dataclasses.replace(options, backfill=bool(getattr(policy, "backfill", True)))
+    ours, foreign = begin_time_owners(jobs, journal, result.time)
+    changes = begin_time_changes(result.snapshot, plan, ours=ours, foreign=foreign, options=options,
+                                 unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)))
+    if result.dry_run or not changes:
+        result.begin_times = changes
+        return
+    result.begin_times, skipped = apply_begin_times(client, changes, journal)
+    result.update_calls += len(result.begin_times) + len(skipped)
 
 
 def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:
