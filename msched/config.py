@@ -15,7 +15,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
-    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
@@ -34,6 +34,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
     estimator      = "table"               # iteration times: "table" (measured + FLOPs-scaled reference) or
                                            # "predictor" (per-layer cost model, reference-corrected, memory check)
+    cost_model     = "site_cost_model.json"  # the predictor's parameters refitted by `msched calibrate refit`
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -93,7 +94,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
-    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
@@ -108,6 +109,7 @@ class Config:
     begin_time_min_gain: float = 1.0
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
+    cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -169,12 +171,14 @@ class Config:
         return self.gpu_aliases.get(key, key)
 
 
-def user_cache_dir() -> str:
-    """The calling user's msched cache: MSCHED_CACHE_DIR, else XDG_CACHE_HOME/msched, else ~/.cache/msched."""
-    explicit = os.environ.get("MSCHED_CACHE_DIR")
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> str:
+    """The calling user's msched cache: MSCHED_CACHE_DIR, else XDG_CACHE_HOME/msched, else ~/.cache/msched
+    (read from `environ`, default os.environ: the plugin's resident decider locates another process's)."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("MSCHED_CACHE_DIR")
     if explicit:
         return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "msched")
 
 
@@ -221,7 +225,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance", "gpu_specs"):
+    for key in ("references", "performance", "gpu_specs", "cost_model"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])

@@ -164,6 +164,7 @@ class Simulator:
         self.node_gpus = [n.gpus for n in cluster.nodes]
         self.node_features = [frozenset(f.lower() for f in n.features) for n in cluster.nodes]
         self.free = list(self.node_gpus)
+        self.free_total = sum(self.free)          # free GPUs over all nodes
         self.all_features = frozenset().union(*self.node_features) if cluster.nodes else frozenset()
         classes: dict[tuple, list[int]] = {}
         for i, n in enumerate(cluster.nodes):
@@ -553,6 +554,7 @@ class Simulator:
         c = self.node_class[node]
         self.by_free[c][self.free[node]].discard(node)
         self.free[node] -= gpus
+        self.free_total -= gpus
         self.by_free[c][self.free[node]].add(node)
         self._node_views[node] = None
 
@@ -597,8 +599,17 @@ class Simulator:
 
     # --------------------------------------------------------------------- backfill
     def _backfill(self) -> None:
-        """Reservations for blocked jobs, starts for jobs that fit in front of them (time limits only)."""
+        """Reservations for blocked jobs, starts for jobs that fit in front of them (time limits only).
+
+        A pass can start only a job that fits in the GPUs free now (reservations only take from them),
+        so when none of the jobs it would look at does, it is skipped: it would change nothing."""
         now = self.now
+        candidates = heapq.nsmallest(self.bf_max_job_test,
+                                     (e for e in self._queue if self.jobs[e[1]].state == PENDING
+                                      and e[0] == self.jobs[e[1]].key))
+        if not any(self._startable_now(self.jobs[job_id]) for _key, job_id in candidates):
+            self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
+            return
         prof: dict[int, _Profile] = {}
 
         def profile(n: int) -> _Profile:
@@ -613,12 +624,9 @@ class Simulator:
                 per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
                 for n in job.nodes:
                     profile(n).add(end, math.inf, per_node)
-        candidates = heapq.nsmallest(self.bf_max_job_test,
-                                     (e for e in self._queue if self.jobs[e[1]].state == PENDING
-                                      and e[0] == self.jobs[e[1]].key))
         horizon = now + self.bf_window
         for _key, job_id in candidates:
-            if not any(self.free):
+            if not self.free_total:
                 break                  # nothing can start now: further reservations would change nothing
             job = self.jobs[job_id]
             if job.held or job.waiting_on or not job.classes or job.state != PENDING or job.begin_time > now:
@@ -647,6 +655,11 @@ class Simulator:
             if t <= now and all(self.free[n] >= per_node for n in nodes):
                 self._start(job, c, nodes)
         self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
+
+    def _startable_now(self, job: SimJob) -> bool:
+        """Whether the job could start in the GPUs free now, were no reservation in the way."""
+        return (job.state == PENDING and not job.held and not job.waiting_on and bool(job.classes)
+                and self._place(job) is not None)
 
     # --------------------------------------------------------------------- views (squeue / sinfo)
     def job_view(self, job: SimJob) -> SlurmJob:
