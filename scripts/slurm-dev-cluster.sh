@@ -158,6 +158,12 @@ install_plugins() {
     [[ -x "$py" ]] || die "--plugins needs msched: $py is missing (make install, or set MSCHED_PYTHON)"
     "$py" -m msched.cli plugin install --dir "$DIR" >"$DIR/log/plugin-install.log" 2>&1 \
         || die "msched plugin install failed: $(tail -n 1 "$DIR/log/plugin-install.log")"
+    # LuaSocket lets cli_filter.lua reach the user's resident decider (msched.plugin.resident); without
+    # it every tagged submission starts Python (slower, still correct)
+    if ! dpkg -s lua-socket >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=120 --no-install-recommends \
+            lua-socket >/dev/null 2>&1 || log "lua-socket not installed: the filter starts Python for each decision"
+    fi
 }
 
 write_config() {
@@ -214,6 +220,8 @@ write_config() {
         if [[ ${#SHARDS_PER_GPU[@]} -gt 0 ]]; then echo "GresTypes=gpu,shard"; else echo "GresTypes=gpu"; fi
         # Finished jobs stay visible to `squeue -t all` for this long (completion tracking).
         echo "MinJobAge=1800"
+        # Room for 10,000 pending jobs plus the finished ones MinJobAge keeps (Slurm's default is 10,000).
+        echo "MaxJobCount=40000"
         echo "KillWait=2"
         echo "InactiveLimit=0"
         echo "SlurmdTimeout=120"
