@@ -1,7 +1,8 @@
 """Distance to optimal: the greedy plan, the time-boxed optimizing planner and the exact optimum (issue 17).
 
     .venv/bin/python bench/bench_planner.py [--seeds 5] [--jobs 16,30] [--exact-s 120] [--box-s 2]
-                                            [--gavel-jobs 100] [--gavel-cp-s 60] [--no-gavel]
+                                            [--gavel-jobs 100] [--gavel-cp-s 60] [--no-gavel] [--no-small]
+                                            [--workloads static,philly] [--variant NAME=K:V;K:V]
 
 (a) Small static batches (every job at t=0), one plan of the snapshot each: `--jobs` one-GPU jobs of 1-5 h
     (on the middle type) with the shared table's relative speeds (a model drawn per job), on 8 one-GPU
@@ -20,6 +21,11 @@
     bound (`--gavel-cp-s` per seed). `--starvation-age 0` turns the rounds' starvation guard off (a job
     waiting longer than the age is widened to every type, k80 included, where it runs 3-5x longer).
     Needs the shared Gavel table (MSCHED_SHARED_DATA); skipped without it.
+
+(c) `--workloads static,philly,...`: each bench workload (bench/workloads.py, `--workload-jobs` sizes,
+    bench_quality --quick's by default) replayed in-process with backfill for every policy: msched (one
+    column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`) over backfill fifo on makespan
+    and mean JCT, the simulator's plan() seconds, and oracle's makespan over the LP bound.
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -246,11 +252,11 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=5, help="seeds 1..N of every part [default: 5]")
     ap.add_argument("--jobs", default="16,30", help="sizes of the small instances (comma separated)")
     ap.add_argument("--exact-s", type=float, default=120.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--box-s", type=float, default=2.0, help="the planner's time box")
-    ap.add_argument("--gavel-jobs", type=int, default=100)
+    ap.add_argument("--gavel-jobs", type=int, default=100, help="(b): jobs in the Gavel-shaped batch [default: 100]")
     ap.add_argument("--gavel-cp-s", type=float, default=60.0, help="CP-SAT seconds per Gavel seed")
     ap.add_argument("--no-gavel", action="store_true", help="skip (b)")
     ap.add_argument("--starvation-age", type=float, default=86400.0,

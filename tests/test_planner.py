@@ -293,3 +293,17 @@ def test_cpsat_model_is_reproducible_and_respects_the_fixed_bookings():
             assert using + held <= cap
     with pytest.raises(ValueError, match="choose one of makespan, jct"):
         cpsat.solve(jobs, {"a100": 2}, objective="sum")
+
+
+def test_the_site_config_takes_the_cpsat_planner_and_lists_the_choices(tmp_path):
+    from msched.config import ConfigError, load_config
+
+    path = tmp_path / "msched.toml"
+    path.write_text('planner = "cpsat"\nplan_time_s = 1.5\n')
+    cfg = load_config(path)
+    assert (cfg.planner, cfg.plan_time_s) == ("cpsat", 1.5)
+    path.write_text('planner = "cp"\n')
+    with pytest.raises(ConfigError, match="not one of optimize, greedy, cpsat"):
+        load_config(path)
+    with pytest.raises(ValueError, match="cpsat_jobs must be >= 0"):
+        get_policy("msched", cpsat_jobs=-1)
