@@ -307,3 +307,23 @@ def test_the_site_config_takes_the_cpsat_planner_and_lists_the_choices(tmp_path)
         load_config(path)
     with pytest.raises(ValueError, match="cpsat_jobs must be >= 0"):
         get_policy("msched", cpsat_jobs=-1)
+
+
+def test_a_round_whose_cpsat_is_cut_by_the_time_box_still_writes_a_valid_plan(caplog):
+    """Through the simulator's Slurm client: ten jobs behind the blockers, CP-SAT given far more work than
+    the box allows; the round still types and ranks every job, and Slurm then runs them all."""
+    c = client()
+    blockers(c)
+    ids = [submit(c, "vgg16" if k % 2 else "mobilenet_v2", iters=12_000 * (1 + k % 4)) for k in range(10)]
+    c.advance(0)
+    policy = get_policy("msched", planner="cpsat", cpsat_work=1e6, time_box_s=0.2)
+    with caplog.at_level(logging.INFO, logger="msched.policy.planner"):
+        res = run_round(c, policy, TagEstimator(TRUTH))
+    assert policy.last_search["timed_out"] and policy.last_search["cpsat_phases"] >= 1
+    assert "time box" in caplog.text
+    d = res.plan.by_job()
+    assert set(d) == set(ids) and all(len(d[j].gpu_types) == 1 for j in ids)
+    jobs = by_id(c)
+    assert all(jobs[j].features == d[j].gpu_types[0] and jobs[j].priority >= 1 for j in ids)
+    c.run_until(10 * 24 * 3600)
+    assert set(ids).isdisjoint(by_id(c))          # all ran and left the queue
