@@ -27,20 +27,24 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from msched.config import DATA_DIR
+from msched.util.record import record
 
 MODEL_FILE = os.path.join(DATA_DIR, "interference_model.json")
 FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread", "log_batch_size")
+# a pair predicted below this combined throughput is never packed (bench/bench_interference.py: of the pairs
+# predicted above 1.0, leave-one-job-type-out, 5.5% measured below 0.8; higher thresholds were no safer)
+DEFAULT_THRESHOLD = 1.0
+DEFAULT_BATCH = 32          # a job that names no batch size: its estimating rows' batch, this for the features
 
 
 class InterferenceError(ValueError):
     """A job without estimates on the type, or an unreadable model file; one line naming it."""
 
 
-@dataclass(frozen=True)
+@record
 class JobSpeeds:
     """What the predictor knows of one job: solo iteration time (ms) per GPU type, and its per-GPU batch."""
 
@@ -63,7 +67,7 @@ def pair_features(a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> list[float]:
     return [x + y for x, y in zip(fa, fb, strict=True)] + [abs(x - y) for x, y in zip(fa, fb, strict=True)]
 
 
-@dataclass(frozen=True)
+@record
 class InterferenceModel:
     """A fitted forest: each tree as parallel lists (left, right, feature, threshold, value), sklearn's layout."""
 
@@ -106,8 +110,53 @@ def load_model(path: str = MODEL_FILE) -> InterferenceModel:
         raise InterferenceError(f"cannot read interference model {path}: {exc}") from exc
 
 
+def speeds_from_tag(tag, times) -> JobSpeeds | None:  # noqa: ANN001 - a JobTag and an iteration-time source
+    """What the predictor knows of a tagged job: its estimating model's solo iteration time on each type at
+    1 GPU (msched.estimate.runtime.reference_for: the same rule as every runtime estimate), and its batch.
+    None when no type has a figure."""
+    from msched.estimate.runtime import reference_for
+
+    ref, flops = reference_for(tag, times.knows)
+    if not ref:
+        return None
+    figures = times(ref, 1, tag.bs)
+    iter_ms = {t: s * flops * 1000.0 for t, (s, _) in figures.items() if s and s > 0}
+    return JobSpeeds(iter_ms=iter_ms, batch_size=tag.bs or DEFAULT_BATCH) if iter_ms else None
+
+
+def peak_gb(model: str, batch_size: int | None) -> float | None:
+    """Peak training memory of a shipped torchvision model (msched.estimate.memory); None when unknown (a
+    user's own model file, whose profile msub and the round do not hold)."""
+    from msched.estimate.memory import peak_memory_gb
+    from msched.models.shipped import profile_data
+
+    try:
+        profile = profile_data(model)
+    except Exception:  # noqa: BLE001 - an unreadable table means "unknown", never a failed decision
+        return None
+    return peak_memory_gb(profile, batch_size or DEFAULT_BATCH).peak_gb if profile else None
+
+
+def pair_fits(peaks: Sequence[float | None], usable_gb: float | None) -> bool:
+    """Whether jobs with these peak memories fit one GPU together (shards are not fenced: a pair that
+    does not fit fails). Unknown peaks or an unknown GPU size are not held against the pair: the
+    predictor alone decides then."""
+    if usable_gb is None or any(p is None for p in peaks):
+        return True
+    return sum(p for p in peaks if p is not None) <= usable_gb
+
+
+def type_usable_gb(gpu_type: str, specs=None) -> float | None:  # noqa: ANN001 - a SpecTable
+    """Usable memory of one GPU of the type (msched.estimate.memory.usable_gb), None without a spec row."""
+    from msched.estimate.gpu_specs import load_specs
+    from msched.estimate.memory import usable_gb
+
+    spec = (specs or load_specs()).get(gpu_type)
+    return usable_gb(spec) if spec and spec.memory_gb > 0 else None
+
+
 # ------------------------------------------------------------------------------------------ Gavel's data
-@dataclass(frozen=True)
+@record
 class PairSample:
     """One measured pair: job types a and b sharing one GPU of `gpu_type`, and their combined throughput."""
 
@@ -187,7 +236,7 @@ def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: in
     return InterferenceModel(trees=exported, meta=meta)
 
 
-@dataclass(frozen=True)
+@record
 class HoldOutResult:
     """Leave-one-job-type-out: every pair holding the family was left out of the fit that predicted it."""
 
