@@ -37,13 +37,14 @@ from slurm_sim.packing import PairTruth, SimPacking, with_shard_nodes  # noqa: E
 H = 3600.0
 
 
-def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth) -> dict:
+def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,
+             only_when_busy: bool = False) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load)
     cluster = with_shard_nodes(parse_cluster(w.cluster))
     truth = PerfTable.load(w.truth)
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
-                      packing=SimPacking(truth_pairs, threshold=threshold))
+                      packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy))
     trace = list(w.jobs)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound)
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=0.9, help="offered load of the arrivals")
     ap.add_argument("--static", action="store_true", help="every job at t=0 (the makespan setting)")
     ap.add_argument("--threshold", type=float, default=1.0, help="least predicted combined throughput packed")
+    ap.add_argument("--when-busy", action="store_true", help="pack only when no GPU of the job's types is free")
     ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
@@ -93,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"Gavel workload, {args.jobs} jobs x {args.seeds} seeds, "
           f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, every node shard-capable "
-          f"(2 shards/GPU), threshold {args.threshold:g}")
+          f"(2 shards/GPU), threshold {args.threshold:g}{', packing only when busy' if args.when_busy else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8}")
     rows = []
     for seed in range(1, args.seeds + 1):
-        r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs)
+        r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in ("fifo", "msched", "packed")}
         jct = r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"]

@@ -216,6 +216,7 @@ class SimPacking:
     truth: PairTruth
     threshold: float = 1.0
     packable_share: float = 1.0          # share of the 1-GPU jobs whose owners opt in (by job id)
+    only_when_busy: bool = False         # pack only when no GPU of the job's types is free at submit
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -230,6 +231,8 @@ class SimPacking:
             return decision, tj.partition, 0
         types = [t for t in decision.types if t in shard_types] or ([] if decision.types else list(shard_types))
         if not types:
+            return decision, tj.partition, 0
+        if self.only_when_busy and any(sim.free[n] > 0 for n, t in enumerate(sim.node_type) if t in types):
             return decision, tj.partition, 0
         tag = decision.tag
         mine = speeds_from_tag(tag, times)
@@ -247,8 +250,10 @@ class SimPacking:
             perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
             partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, types[0])]
             where = "the reference mix"
+        model = load_model()
         value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, types[0],
-                                       load_model().combined_throughput, type_usable_gb(types[0]), self.threshold)
+                                       model.combined_throughput, type_usable_gb(types[0]), self.threshold,
+                                       model.slower_speed)
         if value is None:
             return decision, tj.partition, 0
         packed = tag._replace(pack=round(value, 3), added="|".join(types),

@@ -190,3 +190,29 @@ def test_the_round_reorders_only_msubs_shard_jobs():
         a, b = (speeds_from_tag(by_id[x].tag, Est.times) for x in (p.a, p.b))
         assert model.combined_throughput(a, b, "titanxp") >= 1.0
     assert packing_round(jobs, [SlurmNode("n1", "a100", 4, features=("a100",))], Est()) == ([], None)
+
+
+def test_a_pair_where_one_job_would_crawl_is_never_formed():
+    """Combined throughput above 1 can hide one job at a fifth of its speed: the slower job's predicted
+    own speed must reach MIN_OWN_SPEED too, at submit and in the round."""
+    from msched.estimate.interference import MIN_OWN_SPEED
+
+    predict = lambda a, b, t: 1.3  # noqa: E731
+    crawl = lambda a, b, t: MIN_OWN_SPEED / 2 if 10.0 in (a.iter_ms[t], b.iter_ms[t]) else 0.65  # noqa: E731
+    jobs = [_job("greedy", 10, 100), _job("b", 50, 99), _job("c", 60, 98)]
+    plan = pair_shard_jobs(jobs, predict, ["v100"], slower=crawl)
+    assert [{p.a, p.b} for p in plan.pairs] == [{"b", "c"}] and plan.alone == ("greedy",)
+    mine, other = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 50.0}, 32)
+    value, why = submit_verdict(mine, None, [(other, None)], "v100", predict, None, slower=crawl)
+    assert value is None and "below" in why
+    assert submit_verdict(other, None, [(other, None)], "v100", predict, None, slower=crawl)[0] == 1.3
+
+
+def test_the_shipped_model_predicts_each_jobs_own_speed():
+    """The shipped model carries both forests; a job's own speed beside a partner is a share of solo."""
+    model = load_model()
+    assert model.own_trees
+    a, b = JobSpeeds({"k80": 200.0, "p100": 80.0, "v100": 50.0}, 64), JobSpeeds({"k80": 30.0, "p100": 20.0, "v100": 15.0}, 5)
+    for x, y in ((a, b), (b, a)):
+        assert 0.0 < model.own_speed(x, y, "v100") < 1.2
+    assert model.slower_speed(a, b, "v100") == min(model.own_speed(a, b, "v100"), model.own_speed(b, a, "v100"))

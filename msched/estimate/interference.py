@@ -37,6 +37,7 @@ FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread",
 # a pair predicted below this combined throughput is never packed (bench/bench_interference.py: of the pairs
 # predicted above 1.0, leave-one-job-type-out, 5.5% measured below 0.8; higher thresholds were no safer)
 DEFAULT_THRESHOLD = 1.0
+MIN_OWN_SPEED = 0.5        # neither job of a packed pair is predicted below this share of its solo speed
 DEFAULT_BATCH = 32          # a job that names no batch size: its estimating rows' batch, this for the features
 
 
@@ -73,32 +74,55 @@ class InterferenceModel:
 
     trees: tuple[tuple[list[int], list[int], list[int], list[float], list[float]], ...]
     meta: Mapping[str, object]
+    own_trees: tuple = ()      # a second forest: one job's own/solo speed beside a partner (ordered pair)
 
-    def predict_features(self, x: Sequence[float]) -> float:
+    @staticmethod
+    def _walk(trees, x: Sequence[float]) -> float:  # noqa: ANN001
         total = 0.0
-        for left, right, feature, threshold, value in self.trees:
+        for left, right, feature, threshold, value in trees:
             node = 0
             while left[node] != -1:
                 node = left[node] if x[feature[node]] <= threshold[node] else right[node]
             total += value[node]
-        return total / len(self.trees)
+        return total / len(trees)
+
+    def predict_features(self, x: Sequence[float]) -> float:
+        return self._walk(self.trees, x)
 
     def combined_throughput(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
         """Predicted own/solo + partner/solo of `a` and `b` sharing one GPU of `gpu_type`."""
         return self.predict_features(pair_features(a, b, gpu_type))
 
+    def own_speed(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """Predicted own/solo speed of `a` beside `b` (None: the model has no such forest). A pair can
+        pay overall (combined above 1) while one job crawls; this is what keeps each job above a floor."""
+        if not self.own_trees:
+            return None
+        return self._walk(self.own_trees, a.features(gpu_type) + b.features(gpu_type))
+
+    def slower_speed(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """The slower job's predicted own/solo speed in the pair (None: unknown)."""
+        x, y = self.own_speed(a, b, gpu_type), self.own_speed(b, a, gpu_type)
+        return None if x is None or y is None else min(x, y)
+
     def to_json(self) -> str:
-        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES),
-                           "trees": [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True))
-                                     for t in self.trees]}, separators=(",", ":"))
+        def out(trees):  # noqa: ANN001, ANN202
+            return [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True)) for t in trees]
+
+        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES), "trees": out(self.trees),
+                           "own_trees": out(self.own_trees)}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> InterferenceModel:
         data = json.loads(text)
-        trees = tuple((t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data["trees"])
+
+        def read(key: str) -> tuple:
+            return tuple((t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data.get(key, ()))
+
+        trees = read("trees")
         if not trees:
             raise InterferenceError("interference model has no trees")
-        return cls(trees=trees, meta=data.get("meta", {}))
+        return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"))
 
 
 @lru_cache(maxsize=2)
@@ -164,6 +188,8 @@ class PairSample:
     b: str
     gpu_type: str
     combined: float
+    own_a: float = 0.0        # a's own/solo speed beside b
+    own_b: float = 0.0
 
     @property
     def families(self) -> tuple[str, str]:
@@ -213,27 +239,33 @@ def read_gavel(path: str | os.PathLike, gpu_types: Iterable[str] = ("k80", "p100
                 b, sb = _parse_key(key2)
                 if sb != 1 or b not in jobs:
                     continue
-                combined = both[0] * jobs[a].iter_ms[g] / 1000.0 + both[1] * jobs[b].iter_ms[g] / 1000.0
-                if combined > 0:
-                    pairs.append(PairSample(a, b, g, combined))
+                own_a, own_b = both[0] * jobs[a].iter_ms[g] / 1000.0, both[1] * jobs[b].iter_ms[g] / 1000.0
+                if own_a + own_b > 0:
+                    pairs.append(PairSample(a, b, g, own_a + own_b, own_a, own_b))
     return jobs, pairs
 
 
 # ------------------------------------------------------------------------------------------ fitting
 def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: int = 50, max_depth: int = 6,
         seed: int = 0) -> InterferenceModel:
-    """A random forest on the pairs' features (scikit-learn, imported here only)."""
+    """Two random forests (scikit-learn, imported here only): the pair's combined throughput from its
+    symmetric features, and one job's own speed from (its features, its partner's), each measured pair
+    giving both orders."""
     from sklearn.ensemble import RandomForestRegressor
 
-    x = [pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs]
-    y = [p.combined for p in pairs]
-    forest = RandomForestRegressor(n_estimators=trees, max_depth=max_depth, min_samples_leaf=3, random_state=seed)
-    forest.fit(x, y)
-    exported = tuple((t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
-                      t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in forest.estimators_)
+    def forest(x, y):  # noqa: ANN001, ANN202
+        f = RandomForestRegressor(n_estimators=trees, max_depth=max_depth, min_samples_leaf=3, random_state=seed)
+        f.fit(x, y)
+        return tuple((t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
+                      t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in f.estimators_)
+
+    combined = forest([pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs], [p.combined for p in pairs])
+    ordered = [(jobs[p.a].features(p.gpu_type) + jobs[p.b].features(p.gpu_type), p.own_a) for p in pairs] + \
+              [(jobs[p.b].features(p.gpu_type) + jobs[p.a].features(p.gpu_type), p.own_b) for p in pairs]
+    own = forest([x for x, _ in ordered], [y for _, y in ordered])
     meta = {"pairs": len(pairs), "trees": trees, "max_depth": max_depth, "seed": seed,
             "families": sorted({f for p in pairs for f in p.families})}
-    return InterferenceModel(trees=exported, meta=meta)
+    return InterferenceModel(trees=combined, meta=meta, own_trees=own)
 
 
 @record
@@ -245,6 +277,8 @@ class HoldOutResult:
     mean_abs_error: float
     predicted: list[float]
     measured: list[float]
+    slower_predicted: list = ()     # the slower job's predicted own speed, per pair
+    slower_measured: list = ()
 
 
 def leave_one_family_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], **fit_opts
@@ -257,5 +291,6 @@ def leave_one_family_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSamp
         pred = [model.combined_throughput(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
         meas = [p.combined for p in test]
         mae = sum(abs(a - b) for a, b in zip(pred, meas, strict=True)) / len(test)
-        out.append(HoldOutResult(fam, len(test), mae, pred, meas))
+        slower = [model.slower_speed(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
+        out.append(HoldOutResult(fam, len(test), mae, pred, meas, slower, [min(p.own_a, p.own_b) for p in test]))
     return out

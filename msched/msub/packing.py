@@ -147,7 +147,7 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
         predicted, reason = submit_verdict(
             mine, peak_gb(tag.model, tag.bs), [(s, peak_gb(m, bs)) for m, bs, s in others], gpu_type,
             model.combined_throughput, type_usable_gb(gpu_type),
-            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)))
+            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed)
     except InterferenceError as exc:
         return no(str(exc))
     if predicted is None:

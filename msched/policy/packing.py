@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from msched.estimate.interference import DEFAULT_THRESHOLD, JobSpeeds, pair_fits
+from msched.estimate.interference import DEFAULT_THRESHOLD, MIN_OWN_SPEED, JobSpeeds, pair_fits
 from msched.util.record import record
 
 MAX_PENDING = 200             # shard jobs paired per round at most (the rest keep their order)
@@ -61,11 +61,14 @@ class PackingPlan:
 
 def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple[JobSpeeds, float | None]],
                    gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
-                   usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD) -> tuple[float | None, str]:
+                   usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
+                   slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None
+                   ) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
-    below the threshold."""
+    below the threshold. `slower(a, b, type)`: the slower job's predicted own speed; partners beside
+    which it falls under MIN_OWN_SPEED count as misfits too."""
     if gpu_type not in mine.iter_ms:
         return None, f"no estimate on the shard nodes' type {gpu_type}"
     known = [(s, p) for s, p in partners if gpu_type in s.iter_ms]
@@ -74,6 +77,10 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
     if len(fitting) < len(known) / 2:
         return None, f"too big to share a {gpu_type} with most partners"
+    if slower is not None:
+        fitting = [s for s in fitting if (v := slower(mine, s, gpu_type)) is None or v >= MIN_OWN_SPEED]
+        if len(fitting) < len(known) / 2:
+            return None, f"one job predicted below {MIN_OWN_SPEED:g}x solo beside most partners"
     predicted = sum(predict(mine, s, gpu_type) for s in fitting) / len(fitting)
     if predicted < threshold:
         return None, f"predicted combined throughput {predicted:.2f} < {threshold:g}"
@@ -82,9 +89,11 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
 
 def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                     shard_types: Sequence[str], usable_gb: Callable[[str], float | None] = lambda t: None, *,
-                    threshold: float = DEFAULT_THRESHOLD) -> PackingPlan:
+                    threshold: float = DEFAULT_THRESHOLD,
+                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> PackingPlan:
     """Pair and order the pending shard jobs (module docstring). `predict(a, b, gpu_type)` is the
-    interference model's combined throughput; `shard_types` the GPU types of the shard nodes."""
+    interference model's combined throughput; `shard_types` the GPU types of the shard nodes; `slower`
+    the slower job's predicted own speed (a pair under MIN_OWN_SPEED is never formed)."""
     if not shard_types:
         return PackingPlan({}, {})
     pending = sorted((j for j in jobs if not j.running), key=lambda j: -j.priority)[:MAX_PENDING]
@@ -99,7 +108,9 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
         options = []
         for t in types:
             if t in a.speeds.iter_ms and t in b.speeds.iter_ms and pair_fits((a.peak_gb, b.peak_gb), usable_gb(t)):
-                options.append((predict(a.speeds, b.speeds, t), t))
+                low = slower(a.speeds, b.speeds, t) if slower is not None else None
+                if low is None or low >= MIN_OWN_SPEED:
+                    options.append((predict(a.speeds, b.speeds, t), t))
         return max(options) if options else None
 
     order: list[str] = []

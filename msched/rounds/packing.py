@@ -66,7 +66,8 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
     known = shard_jobs(jobs, times, canon)
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
-                           threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
+                           threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
+                           slower=model.slower_speed)
     by_id = {j.job_id: j for j in jobs}
     updates = []
     for job_id, gpu_type in plan.gpu_types.items():
