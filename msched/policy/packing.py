@@ -11,9 +11,10 @@ msched knows (their solo speeds and memory), it pairs them and orders them.
 - The pending jobs are paired greedily by predicted combined throughput (msched.estimate.interference),
   best pair first, among pairs at or above the threshold whose memory fits one GPU; greedy matching is
   within a factor of two of the best total and costs O(n^2 log n) for n pending shard jobs (capped).
-- Order: the open slot's partner, then the pairs (each pair adjacent, pairs ranked by the queue position
-  of their better-placed member), then the jobs without a good partner, last, so a badly matched job
-  starts after the good pairs and meets, at worst, another leftover. The priorities written are the
+- Order: the open slot's partner, then the pairs (each pair adjacent, longest first by the pair's longer
+  job's estimate, as the planner orders for makespan; ties by queue position), then the jobs without a
+  good partner, last (longest first), so a badly matched job starts after the good pairs and meets, at
+  worst, another leftover. The priorities written are the
   ones the shard jobs already hold, permuted (nothing moves past a job that is not a shard job).
 """
 
@@ -38,6 +39,7 @@ class ShardJob:
     running: bool = False
     gpu_type: str | None = None       # running: the type it runs on
     start_time: float = 0.0
+    length_s: float = 0.0             # its estimated solo runtime (shortest over its types); 0 = unknown
 
 
 @record
@@ -141,12 +143,16 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
             continue
         taken.update((a, b))
         chosen.append(Pair(a, b, t, -neg))
-    chosen.sort(key=lambda p: min(rank[p.a], rank[p.b]))
+    # longest first (the pair's longer job), as the planner's makespan order: a long job started late
+    # ends the schedule late; ties keep the queue's order
+    length = {j.job_id: j.length_s for j in pending}
+    chosen.sort(key=lambda p: (-max(length[p.a], length[p.b]), min(rank[p.a], rank[p.b])))
     for p in chosen:
         order += [p.a, p.b] if rank[p.a] < rank[p.b] else [p.b, p.a]
         if len(shard_types) > 1:
             gpu_types[p.a] = gpu_types[p.b] = p.gpu_type
-    alone = tuple(j.job_id for j in pending if j.job_id not in taken)
+    alone = tuple(j.job_id for j in sorted(pending, key=lambda j: (-j.length_s, rank[j.job_id]))
+                  if j.job_id not in taken)
     order += alone
     slots = sorted((j.priority for j in pending), reverse=True)
     return PackingPlan(dict(zip(order, slots, strict=True)), gpu_types, tuple(pairs + chosen), alone)

@@ -25,7 +25,8 @@ def is_shard_job(job: SlurmJob) -> bool:
     return tag is not None and tag.pack is not None and job.num_gpus <= 0
 
 
-def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str]) -> list[ShardJob]:  # noqa: ANN001
+def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # noqa: ANN001
+               estimator=None) -> list[ShardJob]:  # noqa: ANN001
     from msched.estimate.interference import InterferenceError, peak_gb, speeds_from_tag
 
     out = []
@@ -40,8 +41,13 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str]) -> 
         except (InterferenceError, ValueError, KeyError) as exc:
             log.warning("job %s: no speeds for packing (%s)", job.job_id, exc)
             speeds = None
+        try:
+            length = min(estimator(job, tag).values(), default=0.0) if estimator is not None else 0.0
+        except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
+            log.warning("job %s: no estimate for packing (%s)", job.job_id, exc)
+            length = 0.0
         out.append(ShardJob(job.job_id, job.priority, speeds, peak_gb(tag.model, tag.bs), job.is_running,
-                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0))
+                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length))
     return out
 
 
@@ -64,7 +70,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         log.warning("packing skipped this round: %s", exc)
         return [], None
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
-    known = shard_jobs(jobs, times, canon)
+    known = shard_jobs(jobs, times, canon, estimator)
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=model.slower_speed)
