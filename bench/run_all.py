@@ -57,9 +57,11 @@ BENCHES = (
           "for a first-time profile of a user's model file.",
           quick=(("--runs", "7", "--user-runs", "1"),), full=((),), slurm=True),
     Bench("plugin", "bench_plugin.py", "msched as a Slurm plugin: per-submit overhead",
-          "Interleaved plain `sbatch`, `sbatch` through msched's cli_filter.lua, and `msub`, on the dev cluster "
-          "started with `--plugins` (budget: the plugin adds at most 50 ms median per sbatch), for a tagged and "
-          "an untagged job; and job_submit.lua's time per tagged submission in Lua 5.1.",
+          "Interleaved plain `sbatch`, `sbatch` through msched's cli_filter.lua (asking the user's resident "
+          "decider), the same filter on its one-shot path (a new Python process per submission, as on a host "
+          "without LuaSocket), and `msub`, all as an ordinary user, on the dev cluster started with `--plugins` "
+          "(budget: the plugin adds at most 50 ms median per sbatch), for a tagged and an untagged job; wall "
+          "time and CPU time per submission; and job_submit.lua's time per tagged submission in Lua 5.1.",
           quick=(("--quick",),), full=((),), slurm=True),
     Bench("profiler", "bench_profiler.py", "Profiler speed",
           "Time to profile each torchvision classification model on the meta device (in one process, torch "

@@ -159,12 +159,14 @@ class Config:
         return self.gpu_aliases.get(key, key)
 
 
-def user_cache_dir() -> str:
-    """The calling user's msched cache: MSCHED_CACHE_DIR, else XDG_CACHE_HOME/msched, else ~/.cache/msched."""
-    explicit = os.environ.get("MSCHED_CACHE_DIR")
+def user_cache_dir(environ: Mapping[str, str] | None = None) -> str:
+    """The calling user's msched cache: MSCHED_CACHE_DIR, else XDG_CACHE_HOME/msched, else ~/.cache/msched
+    (read from `environ`, default os.environ: the plugin's resident decider locates another process's)."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("MSCHED_CACHE_DIR")
     if explicit:
         return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "msched")
 
 

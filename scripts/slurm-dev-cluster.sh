@@ -158,6 +158,12 @@ install_plugins() {
     [[ -x "$py" ]] || die "--plugins needs msched: $py is missing (make install, or set MSCHED_PYTHON)"
     "$py" -m msched.cli plugin install --dir "$DIR" >"$DIR/log/plugin-install.log" 2>&1 \
         || die "msched plugin install failed: $(tail -n 1 "$DIR/log/plugin-install.log")"
+    # LuaSocket lets cli_filter.lua reach the user's resident decider (msched.plugin.resident); without
+    # it every tagged submission starts Python (slower, still correct)
+    if ! dpkg -s lua-socket >/dev/null 2>&1 && [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=120 --no-install-recommends \
+            lua-socket >/dev/null 2>&1 || log "lua-socket not installed: the filter starts Python for each decision"
+    fi
 }
 
 write_config() {

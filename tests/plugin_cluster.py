@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from conftest import SCRIPT, SlurmCluster, _cannot_run, _locked
-from helpers import REPO
+from helpers import REPO, user_env
+
+from msched.plugin import resident
 
 
 def _dir() -> Path:
@@ -42,6 +44,8 @@ def plugin_cluster(ordinary_user) -> Iterator[SlurmCluster]:
     try:
         yield SlurmCluster(dir=sdir, conf=conf, env=cluster_env, started_here=started)
     finally:
+        # the test user's resident decider (msched.plugin.resident), started by its first tagged sbatch
+        resident.stop(resident.socket_path(user_env(ordinary_user.name)))
         if started and os.environ.get("MSCHED_KEEP_SLURM") != "1":
             with _locked(sdir / ".fixture-lock"):
                 subprocess.run(["bash", str(SCRIPT), "down", "--dir", str(sdir)], capture_output=True,

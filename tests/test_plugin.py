@@ -397,3 +397,55 @@ def test_a_site_steering_by_partition_keeps_the_users_features(tmp_path):
     install(str(tmp_path), Config(type_lever="partition", type_partitions={"a100": "gpu-a100"}))
     stamp, features = _stamp(tmp_path, "msched:v1;model=x.py:f;added=a100|warp9000", "ib")
     assert stamp == "msched:v1;model=x.py:f;added=a100" and features == "nil"
+
+
+# ------------------------------------------------------------------------------ heterogeneous jobs
+HET_DRIVER = """
+local script = os.getenv("SCRIPT")
+local options = { type = "sbatch", comment = "keep me", gres = "gres:gpu:1", argv = { script } }
+slurm.json_cli_options = function(o) return '{"gres":"gres:gpu:1","argv":["' .. script .. '"]}' end
+dofile("cli_filter.lua")
+slurm_cli_pre_submit(options, tonumber(os.getenv("OFFSET")))
+io.stderr:write("comment ", tostring(options.comment), " constraint ", tostring(options.constraint), "\\n")
+"""
+
+
+@needs_lua
+@pytest.mark.parametrize(("script", "offset", "heterogeneous"), [
+    ("#!/bin/sh\n#SBATCH -t 5\n#SBATCH hetjob\n#SBATCH --gres=gpu:2\npython t.py --arch resnet50\n", 0, True),
+    ("#!/bin/sh\n#SBATCH packjob\npython t.py --arch resnet50\n", 0, True),
+    ("#!/bin/sh\npython t.py --arch resnet50\n", 1, True),           # a later component: always
+    ("#!/bin/sh\npython t.py --arch resnet50\n# hetjob\n", 0, False),
+    ("#!/bin/sh\necho x\n#SBATCH hetjob\npython t.py --arch resnet50\n", 0, False),   # sbatch stopped reading
+])
+def test_filter_leaves_heterogeneous_jobs_untagged_with_the_reason(tmp_path, script, offset, heterogeneous):
+    marker = tmp_path / "asked"
+    install(str(tmp_path), Config(), python=_fake_python(tmp_path, f"touch {marker}; exit 1"))
+    (tmp_path / "job.sh").write_text(script)
+    proc = run_lua(tmp_path, HET_DRIVER, env={"SCRIPT": str(tmp_path / "job.sh"), "OFFSET": str(offset),
+                                              "MSCHED_MODEL": ""})
+    assert proc.returncode == 0 and proc.stdout == ""
+    status = next(ln for ln in proc.stderr.splitlines() if ln.startswith("comment "))
+    if heterogeneous:
+        assert not marker.exists() and "warning" not in proc.stderr       # decided in Lua, silently
+        from msched.plugin.generate import HETJOB_WHY
+        assert status == f"comment {untagged_record(HETJOB_WHY)} keep me constraint nil"
+    else:
+        assert marker.exists()                                              # a single job: msched decides
+
+
+@needs_lua
+def test_the_controller_never_stamps_a_heterogeneous_jobs_component(plugin_dir):
+    body = """
+dofile("job_submit.lua")
+for _, offset in ipairs({0, 1, 4294967294}) do
+    local job = { comment = "msched:v1;model=resnet50;added=a100 mine", min_nodes = 1, het_job_offset = offset }
+    slurm_job_submit(job, {}, 1001)
+    io.write(offset, "|", tostring(job.admin_comment), "|", tostring(job.features), "\\n")
+end
+"""
+    proc = run_lua(plugin_dir, body)
+    assert proc.returncode == 0, proc.stderr
+    first, second, single = proc.stdout.splitlines()
+    assert first == "0|nil|nil" and second == "1|nil|nil"
+    assert single.startswith("4294967294|msched:v1;model=resnet50;ref=") and single.endswith("|a100")

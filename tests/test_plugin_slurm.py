@@ -219,3 +219,52 @@ def test_msub_on_a_plugin_cluster_is_decided_once_and_stamped(plugin_cluster, us
     fields = show_job(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
     assert_stamped(fields, "resnet50")
     assert not parse_tag(fields["AdminComment"])[0].pinned     # msub's constraint is not read as a pin
+
+
+def _components(cluster, job_id: str) -> list[dict[str, str]]:
+    """AdminComment, Comment and Features of each component of a heterogeneous job."""
+    out = cluster.run(["scontrol", "show", "job", str(job_id)], check=True).stdout
+    records = []
+    for block in re.split(r"\n(?=JobId=)", out.strip()):
+        fields = {"AdminComment": "", "Comment": ""}
+        for line in block.splitlines():
+            line = line.strip()
+            for key in ("AdminComment", "Comment", "Features"):
+                if line.startswith(key + "="):
+                    fields[key] = line[len(key) + 1:].split(" DelayBoot")[0].rstrip()
+        records.append(fields)
+    return records
+
+
+@pytest.mark.parametrize("form", ["script", "command line", "forged tag"])
+def test_heterogeneous_jobs_go_in_untagged_with_the_reason(plugin_cluster, user, jobs, bypass_conf, form):
+    from msched.plugin.generate import HETJOB_WHY
+    from msched.tag import untagged_record
+
+    script = user.home / "het.sh"
+    run(user, plugin_cluster, ["tee", str(script)], input=(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1 -t 5 --comment=first\n#SBATCH hetjob\n#SBATCH --gres=gpu:1 -t 5\n"
+        "python train.py --arch resnet50\n"), check=True)
+    env = {"MSCHED_MODEL": "resnet50"}
+    if form == "script":
+        argv = ["sbatch", "--hold", str(script)]
+    elif form == "command line":
+        argv = ["sbatch", "--hold", "--gres=gpu:1", "-t", "5", "--comment=first", ":", "--gres=gpu:1", "-t", "5",
+                "--wrap", "python train.py --arch resnet50"]
+    else:      # a well-formed tag typed into each component, through a slurm.conf without the filter
+        tag = PREFIX + "model=resnet50;added=a100"
+        argv = ["sbatch", "--hold", "--gres=gpu:1", "-t", "5", f"--comment={tag} first", ":", "--gres=gpu:1",
+                "-t", "5", f"--comment={tag}", "--wrap", "hostname"]
+        env = {"SLURM_CONF": str(bypass_conf)}
+    proc = run(user, plugin_cluster, argv, env)
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"Submitted batch job \d+\n", proc.stdout) and proc.stderr == ""
+    components = _components(plugin_cluster, jobs.add(job_id_of(proc.stdout)))
+    assert len(components) == 2
+    for i, fields in enumerate(components):
+        assert fields["AdminComment"] == "", fields             # never stamped: the reorderer leaves it alone
+        assert fields["Features"] == "(null)", fields
+        if form != "forged tag":
+            record = untagged_record(HETJOB_WHY)
+            assert fields["Comment"] in (record, f"{record} first"), fields   # sbatch may carry the comment over
+            assert i > 0 or fields["Comment"] == f"{record} first"

@@ -96,12 +96,9 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     warnings = list(settings.problems)
     user_comment = parse_comment(req.comment)[1]       # a copied old tag (or msub's reason) is replaced
 
-    def record(why: str) -> dict[str, str]:
-        return untagged_changes(req, why)
-
     spec = find_model(settings.model, script, req.wrap)
     if spec is None:
-        return record("no model named"), warnings
+        return untagged_changes(req, "no model named"), warnings
     try:
         config, config_problem = _load_config()
         if config_problem:
@@ -110,7 +107,7 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
         reason = one_line(exc)
         warnings.append(f"{reason}; submitting untagged")
-        return record(reason), warnings
+        return untagged_changes(req, reason, gpu_jobs_only=False), warnings   # a named model: say why, as msub does
 
     known = _types_the_cluster_has(types, config)
     steer = lever_options(req, known, config)           # --constraint, or --partition (config type_lever)
@@ -130,13 +127,14 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
     return changes, warnings
 
 
-def untagged_changes(req, why: str) -> dict[str, str]:  # noqa: ANN001 - an SbatchRequest
-    """For a GPU job msched leaves untagged: msub's record of why at the start of its comment (the
-    user's own comment kept after it, an old tag or record replaced), when it fits; else no change."""
+def untagged_changes(req, why: str, gpu_jobs_only: bool = True) -> dict[str, str]:  # noqa: ANN001 - an SbatchRequest
+    """For a job msched leaves untagged (a GPU job, unless `gpu_jobs_only` is False: msub records why a
+    named model failed for any job): msub's record of why at the start of its comment (the user's own
+    comment kept after it, an old tag or record replaced), when it fits; else no change."""
     from msched.msub.gpu_request import gpu_request
     from msched.tag import parse_comment, untagged_record
 
-    if gpu_request(req) is None or not fits(req.comment or ""):
+    if (gpu_jobs_only and gpu_request(req) is None) or not fits(req.comment or ""):
         return {}
     comment = with_user(untagged_record(why), parse_comment(req.comment)[1])
     return {"comment": comment} if fits(comment) else {}
@@ -210,22 +208,21 @@ def answer_lines(changes: dict[str, str], warnings: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    kind = argv[0] if argv else "sbatch"
+def respond(kind: str, raw: bytes, timeout_s: float) -> str:
+    """The answer (answer_lines) for one submission: Slurm's option JSON `raw` from client `kind`,
+    decided within DEADLINE_SHARE of the Lua side's `timeout_s`. Shared by the one-shot entry point
+    (main) and the resident decider (msched.plugin.resident), so both decide the same way."""
     global _deadline_s
-    try:
-        _deadline_s = round(max(0.5, float(argv[1]) * DEADLINE_SHARE), 2)   # the Lua side's timeout
-    except (IndexError, ValueError):
-        pass
+    _deadline_s = round(max(0.5, float(timeout_s) * DEADLINE_SHARE), 2)
     import signal
 
     signal.signal(signal.SIGALRM, _on_deadline)
     signal.setitimer(signal.ITIMER_REAL, _deadline_s)
+    options: dict = {}
     try:
         import json
 
-        options = json.loads(sys.stdin.buffer.read() or b"{}")
+        options = json.loads(raw or b"{}")
         if not isinstance(options, dict):
             raise ValueError("the options are not a JSON object")
         if kind not in KINDS:
@@ -240,8 +237,22 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bad input is one warning, never a traceback
         changes, warnings = {}, [f"cannot read the job's options: {exc}; submitting untagged"]
     signal.setitimer(signal.ITIMER_REAL, 0)
-    sys.stdout.write(answer_lines(changes, warnings))
+    return answer_lines(changes, warnings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    kind = argv[0] if argv else "sbatch"
+    try:
+        timeout_s = float(argv[1])                      # the Lua side's timeout
+    except (IndexError, ValueError):
+        timeout_s = _deadline_s / DEADLINE_SHARE
+    sys.stdout.write(respond(kind, sys.stdin.buffer.read(), timeout_s))
     sys.stdout.flush()
+    if len(argv) == 4:           # SOCKET GENERATION: stay on as the user's decider (msched.plugin.resident)
+        from msched.plugin.resident import detach_and_serve
+
+        detach_and_serve(argv[2], argv[3], timeout_s)
     return 0
 
 

@@ -26,6 +26,8 @@ JOB_SUBMIT = "job_submit.lua"
 MARK = "-- @GENERATED@"
 FILTER_TIMEOUT_S = 2
 SLURM_CONF_LINES = ("CliFilterPlugins=cli_filter/lua", "JobSubmitPlugins=lua")
+# why a heterogeneous job's components go untagged (its components start together; msub leaves them alone)
+HETJOB_WHY = "heterogeneous job: msched places single jobs only"
 
 
 def lua_string(text: str) -> str:
@@ -149,12 +151,14 @@ def job_submit_tables(config, admin_uids: list[int]) -> list[str]:
 def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIMEOUT_S) -> list[str]:
     from msched.msub.directives import known_models
     from msched.msub.spawn import SLURM_COMMENT_MAX_BYTES
+    from msched.plugin.resident import STALE
     from msched.tag import PREFIX, untagged_record
 
     names = sorted({m.lower() for m in known_models()})
-    return [
+    tables = [
         f"local PREFIX = {lua_string(PREFIX)}",
         f"local NO_MODEL_RECORD = {lua_string(untagged_record('no model named'))}",
+        f"local HETJOB_RECORD = {lua_string(untagged_record(HETJOB_WHY))}",
         "local FAILED_RECORD = "
         + lua_string(untagged_record(f"msched's decision did not answer within {int(timeout_s)} s or failed")),
         f"local COMMENT_MAX = {SLURM_COMMENT_MAX_BYTES}",
@@ -164,7 +168,19 @@ def cli_filter_tables(python: str, timeout_bin: str, timeout_s: int = FILTER_TIM
         "local KNOWN_MODELS = {",
         *[f"    [{lua_string(n)}] = true," for n in names],
         "}",
+        f"local STALE = {lua_string(STALE)}",
     ]
+    return [*tables, f"local GENERATION = {lua_string(generation([_template(CLI_FILTER), *tables]))}"]
+
+
+def generation(parts: list[str]) -> str:
+    """Names one generated cli_filter.lua: its template, its tables and msched's version. A resident
+    decider answers only the filter it was started for (msched.plugin.resident)."""
+    import hashlib
+
+    from msched import __version__
+
+    return hashlib.sha256("\n".join([__version__, *parts]).encode("utf-8")).hexdigest()[:16]
 
 
 def default_admin_uids() -> list[int]:

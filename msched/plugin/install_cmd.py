@@ -45,3 +45,5 @@ def install(directory: str | None, python: str | None, timeout_s: int) -> None:
     click.echo("add to slurm.conf (then `scontrol reconfigure`; clients read cli_filter.lua at each command):")
     for line in SLURM_CONF_LINES:
         click.echo(f"    {line}")
+    click.echo("on every submit host, install LuaSocket for Lua 5.1 (Debian: lua-socket): the filter then asks "
+               "each user's resident decider instead of starting Python for every submission")

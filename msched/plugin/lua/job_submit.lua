@@ -285,11 +285,20 @@ local function is_admin(uid)
     return ADMIN_UIDS[tonumber(uid) or -1] == true
 end
 
+local NO_VAL = 4294967294       -- Slurm's "not set" for a 32-bit field (het_job_offset of a single job)
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
     local comment = job_desc.comment
     if not starts_with(comment, PREFIX) then return slurm.SUCCESS end
+    local het = tonumber(job_desc.het_job_offset)
+    if het ~= nil and het ~= NO_VAL then
+        -- a heterogeneous job's component: msched places single jobs only (its components start together,
+        -- a type per component is not a decision msched makes), so no tag of one is ever stamped
+        slurm.log_info("msched: job of uid %s: heterogeneous job component %d: tag not stamped", tostring(submit_uid), het)
+        return slurm.SUCCESS
+    end
     local nodes = tonumber(job_desc.min_nodes) or 1
-    local stamp, result = msched_stamp(comment, job_desc.features, nodes > 1 and nodes < 4294967294)
+    local stamp, result = msched_stamp(comment, job_desc.features, nodes > 1 and nodes < NO_VAL)
     if stamp == nil then
         slurm.log_info("msched: job of uid %s: tag not stamped: %s", tostring(submit_uid), tostring(result))
         return slurm.SUCCESS
