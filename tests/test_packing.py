@@ -179,10 +179,13 @@ def test_the_round_reorders_only_msubs_shard_jobs():
 
     jobs = [shard("1", "resnet18", 50), shard("2", "vgg16", 49), shard("3", "resnet18", 48),
             shard("4", "resnet50", 47), shard("9", "resnet18", 60, gpus=1)]
+    other = shard("8", "resnet18", 70)
+    jobs.append(SlurmJob(other.job_id, "PENDING", partition="cpu", priority=70, comment=other.comment,
+                         reason="Priority"))     # a GPU-less job elsewhere whose comment claims `pack`
     nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared"))]
     updates, plan = packing_round(jobs, nodes, Est())
     assert plan is not None
-    assert {u.job_id for u in updates} <= {"1", "2", "3", "4"}
+    assert {u.job_id for u in updates} <= {"1", "2", "3", "4"} and set(plan.priorities) == {"1", "2", "3", "4"}
     assert sorted(plan.priorities.values()) == [47, 48, 49, 50]
     model = load_model()
     for p in plan.pairs:                                   # every pair chosen is predicted above 1.0

@@ -1,8 +1,10 @@
 """The round's packing step: Slurm's shard jobs -> msched.policy.packing -> priority/feature updates.
 
-A shard job is one msub submitted as such: its tag carries `pack` (msched.msub.packing) and it asks
-for no whole GPU. Anything else is never touched here (a plain job, a gpu job whose owner wrote `pack=`
-into a comment). Shard nodes are the GPU nodes carrying the `shard` feature (the site configuration
+A shard job is one msub submitted as such: its tag carries `pack` (msched.msub.packing), it asks
+for no whole GPU, and every partition it names holds shard nodes. Anything else is never touched here
+(a plain job, a gpu job whose owner wrote `pack=` into a comment, a job in another partition). A user
+can still forge `pack=` on a GPU-less job in the shard partition: it is then ordered among the shard
+jobs (the priorities they hold), which is what its owner could have had by submitting it with --pack. Shard nodes are the GPU nodes carrying the `shard` feature (the site configuration
 the README describes: `Feature=<type>,shard`). Pure glue: reading jobs, the estimator's iteration-time
 source and the interference model; the decision is `pair_shard_jobs`'.
 """
@@ -20,18 +22,21 @@ log = logging.getLogger("msched.rounds.packing")
 SHARD_FEATURE = "shard"
 
 
-def is_shard_job(job: SlurmJob) -> bool:
+def is_shard_job(job: SlurmJob, shard_partitions: frozenset[str] | None = None) -> bool:
     tag = job.tag
-    return tag is not None and tag.pack is not None and job.num_gpus <= 0
+    if tag is None or tag.pack is None or job.num_gpus > 0:
+        return False
+    parts = [p for p in (job.partition or "").split(",") if p]
+    return shard_partitions is None or (bool(parts) and all(p in shard_partitions for p in parts))
 
 
 def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # noqa: ANN001
-               estimator=None) -> list[ShardJob]:  # noqa: ANN001
+               estimator=None, shard_partitions: frozenset[str] | None = None) -> list[ShardJob]:  # noqa: ANN001
     from msched.estimate.interference import InterferenceError, peak_gb, speeds_from_tag
 
     out = []
     for job in jobs:
-        if not is_shard_job(job) or not (job.is_pending or job.is_running):
+        if not is_shard_job(job, shard_partitions) or not (job.is_pending or job.is_running):
             continue
         if job.is_pending and (job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency"))):
             continue                          # held or waiting: never written (as in build_snapshot)
@@ -62,7 +67,8 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
     canon = gpu_type_of or (lambda name: name.strip().lower())
     types = list(dict.fromkeys(canon(n.gpu_type) for n in nodes
                                if n.gpu_type and n.gpus > 0 and n.usable and SHARD_FEATURE in n.features))
-    if not types or not any(is_shard_job(j) and j.is_pending for j in jobs):
+    parts = frozenset(p for n in nodes if SHARD_FEATURE in n.features for p in n.partitions)
+    if not types or not any(is_shard_job(j, parts) and j.is_pending for j in jobs):
         return [], None
     try:
         model = load_model()
@@ -70,7 +76,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         log.warning("packing skipped this round: %s", exc)
         return [], None
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
-    known = shard_jobs(jobs, times, canon, estimator)
+    known = shard_jobs(jobs, times, canon, estimator, parts)
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=model.slower_speed)
