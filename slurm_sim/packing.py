@@ -18,8 +18,6 @@ What the simulator does with a shard job (`submit(..., shards=1)`), as Slurm 22.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +28,6 @@ SHARD_PARTITION = "shared"
 SHARD_FEATURE = "shard"
 GAVEL_FAMILIES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "transformer": "Transformer", "lm": "LM",
                   "recommendation": "Recommendation", "a3c": "A3C", "cyclegan": "CycleGAN"}
-_KEY = re.compile(r"\('(.+)', (\d+)\)")
 
 
 def gavel_job_type(model: str, batch_size: int | None) -> str | None:
@@ -49,23 +46,11 @@ class PairTruth:
 
     @classmethod
     def from_gavel(cls, path: str | Path) -> PairTruth:
-        data = json.loads(Path(path).read_text())
-        out = {}
-        for g, table in data.items():
-            solo = {}
-            for key, entry in table.items():
-                m = _KEY.fullmatch(key)
-                if m and m.group(2) == "1" and entry.get("null", 0) > 0:
-                    solo[m.group(1)] = entry["null"]
-            for key, entry in table.items():
-                m = _KEY.fullmatch(key)
-                if not m or m.group(1) not in solo or m.group(2) != "1":
-                    continue
-                for key2, both in entry.items():
-                    m2 = _KEY.fullmatch(key2) if key2 != "null" else None
-                    if m2 and m2.group(2) == "1" and m2.group(1) in solo:
-                        out[(m.group(1), m2.group(1), g)] = (both[0] / solo[m.group(1)], both[1] / solo[m2.group(1)])
-        return cls(out)
+        """Gavel's measured pairs (msched.estimate.interference.read_gavel: pairs that did not fit are absent)."""
+        from msched.estimate.interference import read_gavel
+
+        _, pairs = read_gavel(path)
+        return cls({(p.a, p.b, p.gpu_type): (p.own_a, p.own_b) for p in pairs})
 
     def pair(self, a: tuple[str, int | None], b: tuple[str, int | None], gpu_type: str) -> tuple[float, float]:
         """(fa, fb) for jobs (model, batch) a and b on `gpu_type`; (0, 0) when they do not fit together
