@@ -14,7 +14,7 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
     added   the constraint msched added ("" = none), e.g. `a100|titanv`
     pinned  the GPU type the user pinned, if any
     why     why msub added no constraint (e.g. "claim longer than the time limit"), for the job's owner
-            (`msched jobs`), or why it packed the job; a head with `why` and no `model` (`msched:v1;why=unknown%20model%20x`)
+            (`msched jobs`), or why it packed the job (or, for an owner who asked, why not); a head with `why` and no `model` (`msched:v1;why=unknown%20model%20x`)
             is how msub records why a job went untagged: it is not a tag (no warning), see `why_of`
     pack    msub submitted the job as a shard job (gres/shard, packing): the combined normalized throughput
             msched predicted for it and its likely partners (msched.msub.packing)

@@ -109,6 +109,7 @@ def test_a_job_that_cannot_be_a_shard_job_stays_a_gpu_job_and_says_why(tmp_path,
     argv, tag, warnings = _submit(["--model=resnet18", "--pack", *request_args])
     assert tag.pack is None and not any("shard" in w for w in argv)
     assert any(reason in w for w in warnings), warnings
+    assert tag.pinned or ("not packed" in tag.why and reason in tag.why)    # the owner reads it in `msched jobs`
 
 
 def test_the_users_other_gres_are_kept_beside_the_shard(tmp_path, monkeypatch):

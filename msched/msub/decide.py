@@ -94,6 +94,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
         tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types)
         if tag.pack is not None:                 # a shard job, on the chosen types that shard nodes have
             return tag, tuple(t for t in tag.added.split("|") if t), pinned
+        return tag, decision.types, pinned       # an owner who asked reads why not in `why`
     return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
 
 
