@@ -31,23 +31,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from msched.estimate.cost_fit import FitRow, fit, rows_from_perf  # noqa: E402
+from msched.estimate import training_data  # noqa: E402
+from msched.estimate.cost_fit import FitRow, fit  # noqa: E402
 from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
 from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfRow, PerfTable  # noqa: E402
 from msched.estimate.predictor import predict  # noqa: E402
+from msched.estimate.training_data import gavel_family, gavel_profiles  # noqa: E402
 from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
-# Gavel's job types written as model files from their published architectures (bench/gavel_models/):
-# Gavel's name -> (SPEC, the family it is held out with)
-GAVEL_MODEL_FILES = {"resnet18": ("bench/gavel_models/resnet18_cifar.py:resnet18_cifar", "resnet")}
-FAMILY_OVERRIDE: dict[str, str] = {}
+BLEND_WEIGHTS = (0.5, 1.0)   # predictor.RANK_WEIGHT values compared
 
 
 def family(model: str) -> str:
-    return FAMILY_OVERRIDE.get(model) or family_of(model) or model
+    return gavel_family(model) or family_of(model) or model
 
 
 def shared_data() -> Path:
@@ -67,27 +66,37 @@ def roofline() -> CostModel:
 
 def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, str]]:
     """Both data sets' rows the cost model can see (a profile, a spec row), with the data set of each.
-    Gavel's job types with a model file here are profiled (torch, on the meta device) and added to
-    `profiles` under the file's SPEC; Gavel's multi-GPU rows count steps summed over GPUs (another unit)
-    and are left out."""
-    from msched.models.profiler import profile_in_process
-
+    Gavel's job types with a model file (msched/data/gavel_models/) are profiled (torch, on the meta device,
+    cached per user) and added to `profiles` as `gavel:<type>`."""
     specs = load_specs()
-    for spec, fam in GAVEL_MODEL_FILES.values():
-        profiles[spec] = profile_in_process(str(REPO / spec)).to_dict()
-        FAMILY_OVERRIDE[spec] = fam
-    bench = rows_from_perf(PerfTable.load(data / "gpu-train-benchmarks" / "perf_table.csv").rows)
-    gavel = []
-    for r in rows_from_perf(PerfTable.load(data / "gavel" / "perf_table.csv").rows, optimizer=True):
-        if r.model in GAVEL_MODEL_FILES:
-            r = r._replace(model=GAVEL_MODEL_FILES[r.model][0])
-        elif r.model not in profiles:
-            continue
-        if r.num_gpus == 1:
-            gavel.append(r)
-    rows = [r for r in bench + gavel if r.model in profiles and specs.get(r.gpu_type)]
-    origin = {r: ("gavel" if r.optimizer else "torchvision") for r in rows}
-    return rows, origin
+    profiles.update(gavel_profiles())
+    rows, origin = training_data.load_rows(data, profiles)
+    rows = [r for r in rows if specs.get(r.gpu_type)]
+    return rows, {r: origin[r] for r in rows}
+
+
+FIT_CACHE: Path | None = None   # --fit-cache: fitted parameters kept per training set (re-runs skip the fits)
+
+
+def fitted(kept: list[FitRow], profiles: dict, specs) -> CostModel:
+    """The cost model fitted on `kept` (less the CPU-bound job types), from --fit-cache when the same
+    rows, profiles and fitting code were fitted before."""
+    rows = training_data.fit_rows(kept)
+    path = None
+    if FIT_CACHE is not None:
+        import hashlib
+
+        code = (REPO / "msched" / "estimate" / "cost_fit.py").read_bytes() + \
+            (REPO / "msched" / "estimate" / "cost_model.py").read_bytes()
+        key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles))).encode() + code).hexdigest()[:20]
+        path = FIT_CACHE / f"fit-{key}.json"
+        if path.exists():
+            return CostModel(json.loads(path.read_text()))
+    params = fit(rows, profiles, specs)
+    if path is not None:
+        FIT_CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(params))
+    return CostModel(params)
 
 
 def as_table(rows: list[FitRow]) -> PerfTable:
@@ -122,7 +131,7 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
         if only is not None and fam not in only:
             continue
         kept = [r for r in rows if family(r.model) != fam]
-        cm = CostModel(fit(kept, profiles, specs))
+        cm = fitted(kept, profiles, specs)
         known = as_table(kept)
         measured = sorted({r.model for r in kept if r.model in load_table()["models"]})
         refset = ReferenceSet.from_profiles(measured, profiles=profiles, source=f"-{fam}")
@@ -133,7 +142,10 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
             refs = ranked_cache.setdefault(r.model, ranked_references(r.model, refset, profiles))
             corrected = predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                 perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                optimizer=r.optimizer)
+                                optimizer=r.optimizer, rank_weight=0.0)
+            blends = {f"blend_{w}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                            perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                            optimizer=r.optimizer, rank_weight=w).iter_ms for w in BLEND_WEIGHTS}
             results.append((r, {
                 "flops_rule": flops_rule(r, known, refs, profiles),
                 "roofline": plain.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
@@ -141,6 +153,7 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                 "cost_model": cm.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
                                               r.optimizer),
                 "corrected": corrected.iter_ms,
+                **blends,
             }))
         out[fam] = results
         print(f"  family {fam}: {len(held)} rows", file=sys.stderr)
@@ -156,7 +169,7 @@ def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
         kept = [r for r in rows if specs.get(r.gpu_type).gpu_type != t]
-        cm = CostModel(fit(kept, profiles, specs))
+        cm = fitted(kept, profiles, specs)
         out[t] = [(r, {"cost_model": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
                                                       r.batch_size, r.num_gpus, r.optimizer)}) for r in held]
         gen = specs.get(t).generation
@@ -218,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated families to hold out (default: all; an empty string: none)")
     ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
+    ap.add_argument("--fit-cache", type=Path, default=None,
+                    help="folder keeping each fit's parameters by its training rows and the fitting code "
+                         "(a re-run that changes only the predictor skips the fits)")
     args = ap.parse_args(argv)
+    global FIT_CACHE
+    FIT_CACHE = args.fit_cache
     data = shared_data()
     if not (data / "gpu-train-benchmarks" / "perf_table.csv").exists():
         print(f"bench_estimate: shared data not found under {data} (set MSCHED_SHARED_DATA)", file=sys.stderr)
@@ -234,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     pooled = [x for v in fam.values() for x in v]
     if not pooled:
         print("(no family held out)")
-    methods = ("flops_rule", "roofline", "cost_model", "corrected")
-    names = {"flops_rule": "FLOPs-scaled nearest reference (today)", "roofline": "plain roofline",
-             "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual"}
+    methods = ("flops_rule", "roofline", "cost_model", "corrected", *(f"blend_{w}" for w in BLEND_WEIGHTS))
+    names = {"flops_rule": "FLOPs-scaled nearest reference (before)", "roofline": "plain roofline",
+             "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual",
+             **{f"blend_{w}": f"corrected, type shape {w:g} from the reference" for w in BLEND_WEIGHTS}}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
           f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
@@ -259,14 +278,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{cell(pr, 'float')} | {cell(pr, 'half')} | {cell(pr, 'double')} | {cell(ng, '1')} | "
               f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} |")
     print("\nPer family (mean abs log error; cost model + residual):\n")
-    print("| family | rows | FLOPs rule | roofline | cost model | corrected |")
-    print("|---|---|---|---|---|---|")
+    print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(BLEND_WEIGHTS))
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
-    print("| job type | rows | FLOPs rule | roofline | cost model | corrected |")
-    print("|---|---|---|---|---|---|")
+    print("| job type | rows | FLOPs rule | roofline | cost model | corrected | " +
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(BLEND_WEIGHTS))
     gavel = [x for x in pooled if origin[x[0]] == "gavel"]
     for model in sorted({r.model for r, _p in gavel}):
         sub = [x for x in gavel if x[0].model == model]

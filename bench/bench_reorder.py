@@ -248,8 +248,9 @@ def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plai
     return c, blockers, perf
 
 
-def site(tmp: Path, name: str) -> Config:
-    return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli")
+def site(tmp: Path, name: str, **settings) -> Config:  # noqa: ANN003 - Config keys (write_budget, ...)
+    return Config(state_dir=tmp / name, performance=str(PERF), cluster_name=f"bench-{name}", backend="cli",
+                  **settings)
 
 
 def models_of(perf: PerfTable, types) -> list[str]:  # noqa: ANN001
@@ -389,7 +390,8 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print) -> dict | None:  # noqa: ANN001
+def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
+                write_budget: int | None = None) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, two rounds on the unchanged queue, a round after `ends` blockers end (one
@@ -402,7 +404,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     if why:
         log(f"real cluster: skipped ({why})")
         return None
-    cfg = site(tmp, f"settle-{n_pending}")
+    cfg = site(tmp, f"settle-{n_pending}", **({} if write_budget is None else {"write_budget": write_budget}))
     client = CliClient(cfg)
     nodes = [n for n in client.nodes() if n.gpu_type and n.usable]
     types = tuple(sorted({n.gpu_type for n in nodes}))
@@ -437,11 +439,13 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
                  "update_calls": r.update_calls, "wall_s": wall, "cpu_s": cpu, "plan_s": r.plan_seconds,
                  "est_makespan_s": r.plan.est_makespan_end - r.time, "moved": st.moved, "kept": st.kept,
                  "held_back": st.held_back, "buys": st.buys(),
-                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 "load1": os.getloadavg()[0]}
             out["rounds"].append(m)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
                 f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, plan {r.plan_seconds:.2f} s), est. makespan "
-                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}")
+                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}; "
+                f"peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
             return m
 
         measured("round 1 (the burst)")
@@ -464,33 +468,38 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
 
 
-def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print) -> dict:  # noqa: ANN001
+def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
+               write_budget: int | None = None) -> dict:
     """`real_settle`'s rounds on the simulator (`busy_sim`: the dev cluster's shape, the same queue),
-    through the round core with the incumbent carried from round to round; writes are the round's
+    through the round core with the incumbent carried from round to round (an empty one first, as the
+    reorderer's first round reads from an empty store); writes are the round's
     Slurm update calls. For sizes the dev cluster cannot take (MaxJobCount) and a machine without Slurm."""
     from msched.estimate.estimators import TagEstimator
     from msched.policy import get_policy
     from msched.rounds.core import run_round
+    from msched.rounds.settle import Incumbent, SettleOptions
 
     c, blockers, perf = busy_sim(n_pending, seed)
+    options = SettleOptions() if write_budget is None else SettleOptions(write_budget=write_budget)
     est = TagEstimator(perf)
     policy = get_policy("msched")
     out: dict = {"pending": n_pending, "rounds": []}
-    state = {"incumbent": None}
+    state = {"incumbent": Incumbent()}        # as the reorderer's first round reads an empty store
 
     def measured(label: str) -> dict:
         w0, cpu0 = time.perf_counter(), time.process_time()
-        r = run_round(c, policy, est, incumbent=state["incumbent"])
+        r = run_round(c, policy, est, incumbent=state["incumbent"], settle_options=options)
         wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
         state["incumbent"] = r.incumbent
         st = r.settle
         m = {"label": label, "pending": len(r.snapshot.pending), "writes": r.update_calls, "wall_s": wall,
              "cpu_s": cpu, "plan_s": r.plan_seconds, "est_makespan_s": r.plan.est_makespan_end - r.time,
-             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys()}
+             "moved": st.moved, "kept": st.kept, "held_back": st.held_back, "buys": st.buys(),
+             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         out["rounds"].append(m)
         log(f"  {label}: {m['pending']} pending, {m['writes']} writes, round {wall:.2f} s (CPU {cpu:.2f} s, plan "
             f"{r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, "
-            f"waiting {st.held_back}; buys {st.buys()}")
+            f"waiting {st.held_back}; buys {st.buys()}; peak RSS {m['peak_rss_mb']:.0f} MB")
         c.advance(1)
         return m
 
@@ -519,14 +528,17 @@ def main() -> None:
     ap.add_argument("--settle", default="", metavar="N[,N...]",
                     help="only the rounds-settle scenario (simulated, then the real cluster unless --no-real) "
                          "at these queue lengths (e.g. 1000,5000)")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="the settle scenario's write budget per round (default: the config's write_budget)")
     args = ap.parse_args()
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]
         res: dict = {}
         with tempfile.TemporaryDirectory(prefix="bench-settle-") as d:
             for n in sizes:
-                res[str(n)] = {"sim": sim_settle(n, args.seed) if not args.no_sim else None,
-                               "real": real_settle(n, Path(d), args.seed) if not args.no_real else None}
+                res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
+                               "real": real_settle(n, Path(d), args.seed, write_budget=args.budget)
+                               if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return

@@ -15,7 +15,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
-    write_budget   = 2000                  # reorder: Slurm updates per round at most (~0.4 ms each)
+    write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
@@ -26,12 +26,19 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     pack_threshold = 1.0                   # least predicted combined throughput of a pair that is packed
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
+    priority_lever = "priority"            # reorder: write the order as explicit priorities, or as "nice"
+                                           #   offsets (multifactor sites: age and fair-share keep moving)
+    begin_time_lever = false               # reorder: keep backfill off GPUs the plan keeps for an earlier job
+    begin_time_max_jobs = 20               #   by a begin time (StartTime=, expires by itself; hold journal),
+    begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
+    begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
     gpu_specs      = "site_gpu_specs.csv"  # extra/overriding GPU spec rows (msched/data/gpu_specs.csv's columns)
     estimator      = "table"               # iteration times: "table" (measured + FLOPs-scaled reference) or
                                            # "predictor" (per-layer cost model, reference-corrected, memory check)
+    cost_model     = "site_cost_model.json"  # the predictor's parameters refitted by `msched calibrate refit`
 
     [gpu_aliases]                          # Slurm gres/feature name -> canonical lowercase name
     "A100-SXM4-40GB" = "a100"
@@ -60,6 +67,7 @@ METRICS = ("cosine", "euclidean", "manhattan")
 BACKENDS = ("auto", "cli", "pyslurm")
 ESTIMATORS = ("table", "predictor")
 TYPE_LEVERS = ("feature", "partition")
+PRIORITY_LEVERS = ("priority", "nice")
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -90,7 +98,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
-    write_budget: int = 2000                # Slurm updates per reorder round (msched.rounds.settle)
+    write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
@@ -101,8 +109,14 @@ class Config:
     pack_threshold: float = 1.0
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
+    priority_lever: str = "priority"        # reorder: "priority" (explicit) or "nice" (msched.rounds.core.diff_plan)
+    begin_time_lever: bool = False          # reorder: the begin-time lever (msched.policy.reservations)
+    begin_time_max_jobs: int = 20
+    begin_time_horizon_s: float = 14400.0
+    begin_time_min_gain: float = 1.0
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
+    cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
     source: str = "defaults"
 
     def _checked(self) -> Config:
@@ -134,6 +148,16 @@ class Config:
             raise ConfigError(f"pack_partitions {self.pack_partitions!r} must be a list of partition names")
         if not isinstance(self.pack_threshold, int | float) or not 0 < self.pack_threshold <= 2:
             raise ConfigError(f"pack_threshold {self.pack_threshold!r} must be a number in (0, 2]")
+        if self.priority_lever not in PRIORITY_LEVERS:
+            raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
+        if not isinstance(self.begin_time_lever, bool):
+            raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
+        if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:
+            raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
+        if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):
+            raise ConfigError(f"begin_time_horizon_s {self.begin_time_horizon_s!r} must be a positive number of seconds")
+        if not (isinstance(self.begin_time_min_gain, int | float) and self.begin_time_min_gain >= 0):
+            raise ConfigError(f"begin_time_min_gain {self.begin_time_min_gain!r} must be a number >= 0")
         state_dir = os.fspath(self.state_dir) if self.state_dir else _default_state_dir()
         return self._replace(
             state_dir=state_dir,
@@ -213,7 +237,7 @@ def _parse(p: str) -> dict:
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
     base = os.path.dirname(os.path.abspath(p))
-    for key in ("references", "performance", "gpu_specs"):
+    for key in ("references", "performance", "gpu_specs", "cost_model"):
         if isinstance(data.get(key), str) and not os.path.isabs(data[key]):
             candidate = os.path.join(base, data[key])
             data[key] = candidate if os.path.exists(candidate) else os.path.join(PROJECT_ROOT, data[key])

@@ -94,6 +94,8 @@ TAG_FIELDS: tuple[TagField, ...] = (
     TagField("pflops", "float", lo=1e-6, hi=1e6),
     TagField("why", "str", max_len=WHY_MAX_LEN, charset=MODEL_CHARS),   # msub's reason, shown to the owner
     TagField("pack", "float", lo=0.0, hi=4.0),              # packed: predicted combined throughput
+    TagField("prec", "str", max_len=8, charset=KEY_CHARS),   # float|half|bfloat16|double (msched.models.precision)
+    TagField("mem", "float", lo=0.0, hi=1e5),   # predicted peak training memory per GPU, GB (estimate.memory)
 )
 FIELDS_BY_NAME = {f.name: f for f in TAG_FIELDS}
 _CHARSETS = {f.name: frozenset(f.charset) for f in TAG_FIELDS if f.kind == "str"}
@@ -144,6 +146,8 @@ class JobTag:
     pflops: float | None = None
     why: str = ""
     pack: float | None = None
+    prec: str = ""          # the job's precision as msub detected it; "" = not said (planned as float)
+    mem: float | None = None   # predicted peak training memory per GPU (GB); None = unknown
 
     @property
     def perf_flops_ratio(self) -> float:

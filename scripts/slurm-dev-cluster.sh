@@ -220,6 +220,8 @@ write_config() {
         if [[ ${#SHARDS_PER_GPU[@]} -gt 0 ]]; then echo "GresTypes=gpu,shard"; else echo "GresTypes=gpu"; fi
         # Finished jobs stay visible to `squeue -t all` for this long (completion tracking).
         echo "MinJobAge=1800"
+        # Room for 10,000 pending jobs plus the finished ones MinJobAge keeps (Slurm's default is 10,000).
+        echo "MaxJobCount=40000"
         echo "KillWait=2"
         echo "InactiveLimit=0"
         echo "SlurmdTimeout=120"

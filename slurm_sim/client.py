@@ -122,6 +122,15 @@ class SimClient(SlurmClient):
         except SimError as exc:
             raise SlurmError(f"scontrol: error: {exc}") from None
 
+    def set_nice(self, job_id: str, nice: int) -> None:
+        job = self._pending(job_id)
+        if job.held:
+            raise SlurmError(f"job {job_id} is held: release it before setting a nice offset")
+        self.sim.set_nice(job, int(nice))
+
+    def set_begin_time(self, job_id: str, when: float | None) -> None:
+        self.sim.set_begin_time(self._pending(job_id), self.sim.now if when is None else float(when))
+
     def hold(self, job_id: str) -> None:
         self.sim.hold(self._pending(job_id))
 

@@ -189,6 +189,7 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
     """Replay a trace on a simulated Slurm cluster under each policy and compare them.
 
     Exits 1, naming them, when any job of any policy did not finish."""
+    from msched.policy.reservations import BeginTimeOptions
     from slurm_sim.cluster import with_scheduler
     from slurm_sim.compare import POLICIES, Classifier, SimRunError, SimSetup, compare
     from slurm_sim.trace import TraceError, fill_truth, load_trace
@@ -233,7 +234,10 @@ def sim(cluster_spec, trace_path, truth_path, perf_path, references, policies, r
             raise click.ClickException(str(exc)) from None
     setup = SimSetup(cluster=cluster, truth=truth, perf=perf, classifier=Classifier(ref_names, perf),
                      round_s=round_s, objective=objective or config.objective,
-                     starvation_age_s=_starvation(starvation_age, config), trace_name=Path(trace_path).name)
+                     starvation_age_s=_starvation(starvation_age, config), trace_name=Path(trace_path).name,
+                     # the site config's planner and levers, as the reorderer reads them
+                     policy_options={"planner": config.planner, "time_box_s": config.plan_time_s},
+                     begin_times=BeginTimeOptions.from_config(config))
     try:
         results = compare(trace_jobs, names, setup, store=store,
                           progress=lambda m: click.echo(m, err=True))

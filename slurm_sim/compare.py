@@ -120,6 +120,7 @@ class SimSetup:
     settle: Any = None                           # msched.rounds.settle.SettleOptions; None: the defaults
     policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
     packing: Any = None                          # slurm_sim.packing.SimPacking: shard jobs; None: no packing
+    begin_times: Any = None                      # msched.policy.reservations.BeginTimeOptions (the lever)
 
 
     @property
@@ -184,7 +185,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     published: dict[str, float] = {}
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
-    rounds = skipped = calls = 0
+    rounds = skipped = calls = begin_writes = 0
     writes_per_round: list[int] = []
     incumbent = None                     # what the last round held each job to (msched.rounds.settle)
     plan_s = 0.0
@@ -204,9 +205,11 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             free = published or dict.fromkeys(types, sim.now)
             if fresh_free_time:
                 free = _projected_free_time(client, policy, estimator, setup)
+        node_gpus = sizes.get(tj.partition)
+        if node_gpus is None:
+            node_gpus = sizes[tj.partition] = cluster_node_gpus(setup.cluster, tj.partition)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
-                                   ClusterView(node_gpus=sizes.setdefault(tj.partition, cluster_node_gpus(
-                                       setup.cluster, tj.partition)), free_at=free, fresh=True), sim.now,
+                                   ClusterView(node_gpus=node_gpus, free_at=free, fresh=True), sim.now,
                                    claim=setup.claim_factors.get(tj.user, 1.0))
         partition = tj.partition
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
@@ -250,11 +253,13 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 r0 = _time.perf_counter()
                 result = run_round(client, policy, estimator, now=sim.now,
                                    starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
-                                   incumbent=incumbent, settle_options=setup.settle)
+                                   incumbent=incumbent, settle_options=setup.settle,
+                                   begin_times=setup.begin_times)
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent
                 rounds += 1
                 calls += int(getattr(result, "update_calls", 0) or 0)
+                begin_writes += len(result.begin_times)
                 writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
@@ -292,6 +297,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     metrics.update({"rounds": rounds, "rounds_skipped": skipped, "update_calls": calls,
                     "writes_per_round": calls / rounds if rounds else 0.0,
                     "max_writes_per_round": max(writes_per_round, default=0),
+                    "begin_time_writes": begin_writes,
                     "plan_seconds": round(plan_s, 3), "round_seconds": round(round_s_total, 3)})
     if recorder is not None:
         recorder.finish(client, sim.now)
@@ -339,10 +345,17 @@ def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, clu
                     now: float, claim: float = 1.0) -> SubmitDecision:
     """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`);
     CLAIM scales the iterations the tag states (the job's true work stays the trace's)."""
+    from msched.estimate.memory import job_peak_gb
+
+    bs = int(tj.batch_size) if tj.batch_size else None
+    mem = job_peak_gb(tj.model, bs)          # what msub's tag carries (its memory feasibility)
     tag = classifier(tj.model)._replace(iters=max(1, round(tj.iterations * claim)) if tj.iterations else None,
-                                        bs=int(tj.batch_size) if tj.batch_size else None,
-                                        pinned=tj.gpu_type or "", ver=__version__)
-    job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s)
+                                        bs=bs, pinned=tj.gpu_type or "", ver=__version__, mem=mem)
+    job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s, peak_memory_gb=mem)
+    if mem and cluster.usable_gb is None:           # msub reads each type's memory from the spec table
+        from msched.estimate.memory import usable_by_type
+
+        cluster = cluster._replace(usable_gb=usable_by_type(cluster.types))
     raw = getattr(estimator, "inner", estimator)      # not the per-job-id cache: this job has no id yet
     return decide_submit(tag, job, cluster, raw, now=now, choose=policy.submit_choice)
 

@@ -23,6 +23,9 @@ What it models, and why (the rules msched's planner has to live with on a real c
   partitions' MaxTime is refused at submit (EnforcePartLimits=ALL).
 - Dependencies (`afterok`/`afterany` on earlier jobs): the job is not startable until they end; an
   `afterok` whose job did not complete cancels the dependent (kill_invalid_depend).
+- Begin times (`scontrol update StartTime=`, msched's begin-time lever): before it a job is passed over
+  by both passes, gets no backfill reservation and blocks nothing (Slurm's job_independent() leaves it out
+  of the queues, reason BeginTime); at its begin time it joins the queue by itself.
 
 Speed: an event heap (job ends, backfill wake-ups); a lazily rebuilt priority heap of pending jobs so
 the strict pass costs O(jobs started + 1) per event; per node-class counters of nodes by free GPUs so
@@ -49,7 +52,7 @@ PARTITION = DEFAULT_PARTITION
 DEPENDENCY_KINDS = ("afterok", "afterany")
 BASE_PRIORITY = 4_294_901_759        # priority/basic: the first job's priority, then one less per job
 _SLEEP = re.compile(r"^\s*sleep\s+(\d+(?:\.\d+)?)\s*$")
-_END, _WAKE = 0, 1
+_END, _WAKE, _BEGIN = 0, 1, 2
 # Node counts in constraints (`[a*2&b*1]`) are refused: a job here runs on nodes of one class, so a split
 # across features cannot be honoured, and msched never writes counts. The round core reads them (ignoring
 # the count) with the same parser, msched.slurm.feature_expr.
@@ -105,6 +108,8 @@ class SimJob:
     comment: str = ""
     priority: int = 0
     held: bool = False
+    begin_time: float = 0.0                  # not startable before it (scontrol update StartTime=)
+    nice: int = 0
     model: str = ""
     iterations: float | None = None
     batch_size: int | None = None
@@ -160,6 +165,7 @@ class Simulator:
         self.node_gpus = [n.gpus for n in cluster.nodes]
         self.node_features = [frozenset(f.lower() for f in n.features) for n in cluster.nodes]
         self.free = list(self.node_gpus)
+        self.free_total = sum(self.free)          # free GPUs over all nodes
         self.all_features = frozenset().union(*self.node_features) if cluster.nodes else frozenset()
         classes: dict[tuple, list[int]] = {}
         for i, n in enumerate(cluster.nodes):
@@ -358,6 +364,21 @@ class Simulator:
         self._updates += 1
         job.writes += 1
 
+    def set_nice(self, job: SimJob, nice: int) -> None:
+        """`scontrol update Nice=`: as priority/basic does, the priority moves by the change of nice."""
+        self.set_priority(job, max(1, job.priority + job.nice - int(nice)))
+        job.nice = int(nice)
+
+    def set_begin_time(self, job: SimJob, when: float) -> None:
+        """`scontrol update StartTime=`: the job waits until `when` (a time not ahead: startable now)."""
+        job.begin_time = float(when)
+        job.view = None
+        self._needs_pass = True
+        self._updates += 1
+        job.writes += 1
+        if job.begin_time > self.now:
+            self._push_event(job.begin_time, _BEGIN, job.job_id)
+
     def cancel(self, job: SimJob) -> None:
         if job.state == RUNNING and (not job.shards or self.packing.finish(job, self.now)[0]):
             self._release_nodes(job)
@@ -399,6 +420,12 @@ class Simulator:
                 _, _, kind, job_id = heapq.heappop(self._events)
                 if kind == _END:
                     self._finish(self.jobs[job_id])
+                elif kind == _BEGIN:
+                    job = self.jobs[job_id]
+                    if job.state == PENDING and job.begin_time <= tt:
+                        job.view = None          # reason BeginTime -> Priority; a new backfill pass may start it
+                        self._updates += 1
+                        self._needs_pass = True
                 else:
                     self._wake_at = None
             self._schedule()
@@ -465,7 +492,7 @@ class Simulator:
             if job.state != PENDING or key != job.key:
                 heapq.heappop(queue)
                 continue
-            if job.held or job.waiting_on or not job.classes:
+            if job.held or job.waiting_on or not job.classes or job.begin_time > self.now:
                 passed_over.append(heapq.heappop(queue))
                 continue
             placement = self._place(job, closed)
@@ -536,6 +563,7 @@ class Simulator:
         c = self.node_class[node]
         self.by_free[c][self.free[node]].discard(node)
         self.free[node] -= gpus
+        self.free_total -= gpus
         self.by_free[c][self.free[node]].add(node)
         self._node_views[node] = None
 
@@ -588,8 +616,17 @@ class Simulator:
 
     # --------------------------------------------------------------------- backfill
     def _backfill(self) -> None:
-        """Reservations for blocked jobs, starts for jobs that fit in front of them (time limits only)."""
+        """Reservations for blocked jobs, starts for jobs that fit in front of them (time limits only).
+
+        A pass can start only a job that fits in the GPUs free now (reservations only take from them),
+        so when none of the jobs it would look at does, it is skipped: it would change nothing."""
         now = self.now
+        candidates = heapq.nsmallest(self.bf_max_job_test,
+                                     (e for e in self._queue if self.jobs[e[1]].state == PENDING
+                                      and e[0] == self.jobs[e[1]].key))
+        if not any(self._startable_now(self.jobs[job_id]) for _key, job_id in candidates):
+            self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
+            return
         prof: dict[int, _Profile] = {}
 
         def profile(n: int) -> _Profile:
@@ -604,15 +641,12 @@ class Simulator:
                 per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
                 for n in job.nodes:
                     profile(n).add(end, math.inf, per_node)
-        candidates = heapq.nsmallest(self.bf_max_job_test,
-                                     (e for e in self._queue if self.jobs[e[1]].state == PENDING
-                                      and e[0] == self.jobs[e[1]].key))
         horizon = now + self.bf_window
         for _key, job_id in candidates:
-            if not any(self.free):
+            if not self.free_total:
                 break                  # nothing can start now: further reservations would change nothing
             job = self.jobs[job_id]
-            if job.held or job.waiting_on or not job.classes or job.state != PENDING:
+            if job.held or job.waiting_on or not job.classes or job.state != PENDING or job.begin_time > now:
                 continue
             best = None              # (start, class, nodes)
             for c in job.classes:
@@ -639,11 +673,17 @@ class Simulator:
                 self._start(job, c, nodes)
         self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
 
+    def _startable_now(self, job: SimJob) -> bool:
+        """Whether the job could start in the GPUs free now, were no reservation in the way."""
+        return (job.state == PENDING and not job.held and not job.waiting_on and bool(job.classes)
+                and self._place(job) is not None)
+
     # --------------------------------------------------------------------- views (squeue / sinfo)
     def job_view(self, job: SimJob) -> SlurmJob:
         if job.view is None:
             if job.state == PENDING:
                 reason = ("JobHeldUser" if job.held else "Dependency" if job.waiting_on
+                          else "BeginTime" if job.begin_time > self.now
                           else "BadConstraints" if not job.classes
                           else "Resources" if job.job_id in self._blocked else "Priority")
             else:
@@ -655,7 +695,9 @@ class Simulator:
                 start_time=job.start_time, end_time=job.end_time, time_limit_s=self.effective_limit(job),
                 num_nodes=max(1, len(job.nodes)), num_gpus=0 if job.shards else job.num_gpus, gres_gpu_type=job.pinned,
                 features=job.features, comment=job.comment,
-                nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason)
+                nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason,
+                begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,
+                nice=job.nice)
         return job.view
 
     def node_view(self, n: int) -> SlurmNode:

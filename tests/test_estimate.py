@@ -203,7 +203,7 @@ print(json.dumps({"peak_bytes": base + peak}))
 
 # --------------------------------------------------------------------------- msched estimate
 def _msched(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "msched.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "msched.cli", *args], capture_output=True, text=True, timeout=400)
 
 
 def test_estimate_command_json():

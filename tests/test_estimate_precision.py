@@ -37,3 +37,70 @@ def test_directive_wins_and_comments_do_not_count():
 def test_normalise():
     assert normalise_precision("FP16") == "half" and normalise_precision("tf32") == "float"
     assert normalise_precision("int8") is None
+
+
+# ------------------------------------------------------------------ the tag and the estimator call
+def test_tag_carries_precision_and_bounds_it():
+    from msched.tag import JobTag, parse_tag
+
+    tag = JobTag(model="resnet50", ref="resnet50", prec="half")
+    back, _user, why = parse_tag(tag.encode())
+    assert why == "" and back.prec == "half"
+    # the field's bounds: at most 8 characters of lowercase letters, digits and `_`
+    for bad in ("halfhalf1", "HALF", "ha-lf"):
+        assert parse_tag(f"msched:v1;model=resnet50;prec={bad}")[0] is None
+
+
+def test_msub_reads_precision_from_directive_and_script():
+    from msched.msub.decide import job_precision
+    from msched.msub.directives import msched_directives, settings_from_words
+    from msched.msub.sbatch_args import SbatchRequest
+
+    script = "#!/bin/bash\n#MSCHED --precision=bf16\npython train.py --fp16\n"
+    settings = settings_from_words(msched_directives(script)[0])
+    assert settings.precision == "bfloat16" and not settings.problems
+    assert job_precision(settings, SbatchRequest(), script) == "bfloat16"      # the directive wins
+    plain = settings_from_words([])
+    assert job_precision(plain, SbatchRequest(), "#!/bin/bash\npython train.py --amp\n") == "half"
+    assert job_precision(plain, SbatchRequest(values={"wrap": "python t.py --bf16"}), None) == "bfloat16"
+    assert job_precision(plain, SbatchRequest(), "#!/bin/bash\npython train.py\n") == ""
+    bad = settings_from_words([("precision", "fancy")])
+    assert bad.precision is None and "not a precision" in bad.problems[0]
+
+
+def test_table_estimator_uses_the_tags_precision():
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.perf_table import PerfRow, PerfTable
+    from msched.tag import JobTag
+    from msched.util.record import record
+
+    @record
+    class Job:
+        num_gpus: int = 1
+        time_limit_s: float | None = None
+
+    perf = PerfTable([PerfRow("resnet50", "a100", 1, 12, "float", 40.0, ""),
+                      PerfRow("resnet50", "a100", 1, 12, "half", 25.0, ""),
+                      PerfRow("vgg16", "a100", 1, 12, "float", 50.0, "")])
+    est = TagEstimator(perf)
+    tag = JobTag(model="resnet50", iters=1000, bs=12)
+    assert est(Job(), tag)["a100"] == pytest.approx(40.0)            # no precision said: float rows
+    half = est.estimates(Job(), tag._replace(prec="half"))["a100"]
+    assert half.seconds == pytest.approx(25.0)
+    # a model measured only at float: its float rows, and the source says so
+    only_float = est.estimates(Job(), JobTag(model="vgg16", iters=1000, bs=12, prec="half"))["a100"]
+    assert only_float.seconds == pytest.approx(50.0) and "none at half" in only_float.source
+
+
+def test_predictor_uses_tensor_cores_for_half():
+    """Tensor cores change which type is fastest. Measured (gpu-train-benchmarks, resnet50, batch 12):
+    float a100 36.0 ms < titanv 50.5 ms; half titanv 29.1 ms < a100 30.5 ms (a100's float already runs
+    convolutions in TF32); titanxp (Pascal, no tensor cores) 75.0 ms float, 93.7 ms half. The predictor,
+    told the job's precision, must pick the same fastest type in both cases."""
+    from msched.estimate.predictor import PredictorTimes
+
+    times = PredictorTimes(None, types=["a100", "titanv", "titanxp"], memory_check=False)
+    f = {t: s for t, (s, _src) in times("resnet50", 1, 12).items()}
+    h = {t: s for t, (s, _src) in times("resnet50", 1, 12, precision="half").items()}
+    assert min(f, key=f.get) == "a100" and min(h, key=h.get) == "titanv"
+    assert h["titanv"] / f["titanv"] < 0.8 and h["titanxp"] / f["titanxp"] > 0.95

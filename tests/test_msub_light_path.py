@@ -32,6 +32,8 @@ LIGHT_PATH = {
     # the packages' own __init__ modules, each empty or lazy
     "msched.msub", "msched.models", "msched.estimate", "msched.slurm", "msched.util",
     "msched.util.text",
+    "msched.models.precision",   # the job's precision flags (imports only `re`)
+    "msched.estimate.memory", "msched.estimate.gpu_specs",   # the tag's `mem` against each type's memory (csv)
 }
 # standard or third-party modules whose import costs msub more than it needs (see msched.util.record)
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",

@@ -313,7 +313,9 @@ def test_build_snapshot_reads_pins_user_parts_holds_and_running_ends():
     snap, views = build_snapshot(jobs, nodes, TagEstimator(TRUTH), 2000.0, gpu_type_of=str.lower)
     assert [n.name for n in snap.nodes] == ["n1", "n2"]                 # the drained node is left out
     (run,) = snap.running
-    assert run.gpu_type == "a100" and run.est_end == 2000.0 + 0.25 * 2000.0   # 900 s estimate, overdue
+    # 900 s estimate, overdue at 2000: revised by a quarter of its age each time it was passed
+    # (900 -> 1125 -> 1406.25 -> 1757.8125 -> 2197.265625)
+    assert run.gpu_type == "a100" and run.est_end == pytest.approx(2197.265625)
     pend = {p.job_id: p for p in snap.pending}
     assert set(pend) == {"2", "3", "5"}                                  # held and GPU-less jobs left out
     assert pend["2"].pinned_type == "titanv" and views["2"].pinned
@@ -431,11 +433,11 @@ def test_write_budget_spends_on_the_largest_gains_and_the_rest_waits():
     budget = SettleOptions(write_budget=40)
     first = run_round(c, policy, est, settle_options=budget)
     assert 0 < first.update_calls <= 40 and first.held_back > 0
-    gains = first.settle.gain
+    gains = first.settle.relative
     written = {u.job_id for u in first.updates}
     waiting = [j for j in gains if j not in written and j not in first.incumbent]
-    # largest gain first: what was written is among the top gains (a cheaper move, one write instead of
-    # two, may fill what a dearer one leaves of the budget)
+    # largest gain (relative to the job's runtime or horizon) first: what was written is among the top
+    # gains (a cheaper move, one write instead of two, may fill what a dearer one leaves of the budget)
     top = sorted(gains, key=lambda j: -gains[j])[:2 * len(written)]
     assert waiting and written <= set(top)
     incumbent, rounds, total = first.incumbent, 1, first.update_calls
@@ -449,6 +451,102 @@ def test_write_budget_spends_on_the_largest_gains_and_the_rest_waits():
         assert rounds < 40
     unbudgeted = run_round(br.busy_sim(200, seed=4, plain_share=0.0)[0], policy, est, dry_run=True)
     assert len(incumbent) == len(unbudgeted.plan.decisions)       # every job placed in the end
+
+
+def test_an_arrival_moves_only_when_worth_it_and_otherwise_stays_where_slurm_put_it():
+    """A settled queue, then a burst of arrivals (msub's random types, Slurm's priority): the round moves
+    only the arrivals whose planned finish improves by the job margin of their runtime or horizon; every
+    other arrival is written nothing and enters the incumbent as Slurm holds it (found and kept), so
+    the next round, with nothing changed, writes nothing. (At the bottom of the queue with random types
+    these arrivals gain 16-76% of their horizon: a 50% margin splits them.)"""
+    c, _b, perf = br.busy_sim(200, seed=7, plain_share=0.0)
+    est = TagEstimator(perf)
+    policy = get_policy("msched", planner="greedy")
+    opts = SettleOptions(job_margin=0.5)
+    res = settled_rounds(c, policy, est, options=opts, n=2)
+    models = br.busy_models(perf, PerfTable.load(br.TRUTH))
+    arrivals = []
+    for k, req in enumerate(br.busy_queue_requests(60, models, seed=70, sim=True, plain_share=0.0)):
+        arrivals.append(c.submit(req))
+        c.sim.set_priority(c.sim.jobs[arrivals[-1]], 100 - k)  # below the queue, one less per job (basic)
+    c.advance(0)
+    slurm = by_id(c)
+    r = run_round(c, policy, est, incumbent=res.incumbent, settle_options=opts)
+    st = r.settle
+    pending = {p.job_id: p for p in r.snapshot.pending}
+    here = [j for j in arrivals if j in pending]
+    assert st.new_jobs == len(here) and st.changes >= len(here)
+    written = {u.job_id for u in r.updates}
+    moved = [j for j in here if j in written]
+    kept = [j for j in here if j not in written]
+    assert moved and kept                                      # some worth it, some not
+    assert all(st.relative[j] > 0.5 for j in moved)
+    for j in kept:                                             # found and kept: Slurm's own values
+        assert r.incumbent.priority[j] == slurm[j].priority
+        assert set(r.incumbent.types[j]) == set(pending[j].current_types)
+    c.advance(1)
+    again = run_round(c, policy, est, incumbent=r.incumbent, settle_options=opts)
+    assert again.update_calls <= 0.01 * len(again.snapshot.pending)
+
+
+def test_moves_held_back_by_the_budget_stay_arrivals_and_go_largest_relative_gain_first():
+    """A burst into an empty incumbent (the reorderer's first round) with a small budget: the written
+    moves are those with the largest gain relative to the job's runtime or horizon; the arrivals whose
+    moves wait are not in the incumbent (they stay arrivals, counted as changes next round, so the
+    rate limit does not hold them back) and the next rounds write them, within the budget."""
+    from msched.rounds.settle import Incumbent
+
+    c, _b, perf = br.busy_sim(300, seed=8, plain_share=0.0)
+    est = TagEstimator(perf)
+    policy = get_policy("msched", planner="greedy")
+    opts = SettleOptions(write_budget=60)
+    first = run_round(c, policy, est, incumbent=Incumbent(), settle_options=opts)
+    st = first.settle
+    written = {u.job_id for u in first.updates}
+    assert 0 < first.update_calls <= 60 and st.held_back > 0
+    waiting = [j for j in st.relative if j not in written and j not in first.incumbent]
+    assert waiting
+    # every written move ranks above every waiting one, but for a cheaper move filling the budget's rest
+    lowest_written = min(st.relative[j] for j in written)
+    assert sum(st.relative[j] > lowest_written for j in waiting) <= 1
+    c.advance(1)
+    second = run_round(c, policy, est, incumbent=first.incumbent, settle_options=opts)
+    assert second.settle.changes >= len([j for j in waiting if j in {p.job_id for p in second.snapshot.pending}])
+    assert second.update_calls > 0
+
+
+def test_an_insertion_between_tightly_packed_priorities_rewrites_only_the_jobs_it_displaces():
+    """Ten jobs on consecutive values (priority/basic's one less per job) and one job inserted fourth: the
+    longest run already in order keeps all ten, and the inserted job then finds no room between two
+    adjacent values, so every job below it was rewritten (8 writes). Keeping the jobs that leave room
+    moves the three above it instead (4 writes). Measured in the online simulator: writes per job
+    3.85 -> 3.17 over 16 overloaded traces, mean JCT unchanged."""
+    from msched.policy.priorities import _assign_keeping, _kept, assign_priorities, changed
+
+    current = {f"j{k}": 20 - k for k in range(10)} | {"x": 1}
+    order = ["j0", "j1", "j2", "x", *[f"j{k}" for k in range(3, 10)]]
+    out = assign_priorities(order, current)
+    assert all(out[a] > out[b] >= 1 for a, b in zip(order, order[1:], strict=False))
+    assert changed(out, current) == 4 < changed(_assign_keeping(order, current, _kept(order, current)), current)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_priorities_keep_the_order_and_never_write_more_than_the_longest_kept_run(seed):
+    from msched.policy.priorities import MAX_PRIORITY, _assign_keeping, _kept, assign_priorities, changed
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    kind = seed % 4
+    values = ([1] * n if kind == 0 else [MAX_PRIORITY - k for k in range(n)] if kind == 1
+              else [n + 5 - k for k in range(n)] if kind == 2 else [rng.randint(1, 3 * n) for _ in range(n)])
+    current = {f"j{k}": v for k, v in enumerate(values)}
+    order = list(current)
+    for _ in range(rng.randint(0, 4)):
+        order.insert(rng.randrange(n), order.pop(rng.randrange(n)))
+    out = assign_priorities(order, current)
+    assert all(out[a] > out[b] for a, b in zip(order, order[1:], strict=False))
+    assert all(1 <= v <= MAX_PRIORITY for v in out.values())
+    assert changed(out, current) <= changed(_assign_keeping(order, current, _kept(order, current)), current)
 
 
 class WorstFirst:
@@ -544,8 +642,10 @@ def test_a_round_says_until_when_its_plan_holds_and_what_to_publish():
     assert waiting in {p.job_id for p in res.snapshot.pending} and blocker in {r.job_id for r in res.snapshot.running}
 
 
-def test_an_overdue_running_job_makes_every_round_due():
-    """A running job past its estimate is expected to end later as the clock moves: no round is skipped."""
+def test_an_overdue_running_job_makes_the_round_due_when_its_expected_end_is_passed():
+    """A running job past its estimate is expected to run a quarter of its age longer (at least a
+    minute), revised each time the clock passes the expectation: the round is due then, not every
+    minute (the simulator skips the rounds in between, whose snapshot would be the same)."""
     from msched.rounds.core import round_due
 
     c = client("a100:1x1")
@@ -554,9 +654,13 @@ def test_an_overdue_running_job_makes_every_round_due():
     submit(c, "mobilenet_v2")
     c.advance(100.0)
     assert by_id(c)[jid].is_running
+    assert by_id(c)[jid].start_time == 0.0
     res = run_round(c, get_policy("msched"), TagEstimator(short), starvation_age_s=None)
-    assert res.stable_until == pytest.approx(c.now())
-    assert round_due(res.stable_until, c.now() + 60.0, changed=False)
+    # 36 s estimate: passed at 36 and at 96, revised by a minute each time (a quarter of its age is less)
+    (run,) = res.snapshot.running
+    assert run.est_end == pytest.approx(156.0) and res.stable_until == pytest.approx(156.0)
+    assert not round_due(res.stable_until, c.now() + 50.0, changed=False)
+    assert round_due(res.stable_until, 156.0, changed=False)
     assert not round_due(float("inf"), c.now() + 60.0, changed=False)
 
 

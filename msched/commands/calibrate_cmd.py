@@ -235,6 +235,50 @@ def import_cmd(files, perf, cluster, out) -> None:
                f"{summary.kept} previous row(s) kept -> {target} [{summary.source}]")
 
 
+@calibrate.command("refit")
+@click.option("--perf", type=click.Path(dir_okay=False, exists=True),
+              help="The performance table holding the site's imported rows (default: the site config's `performance`).")
+@click.option("--out", type=click.Path(dir_okay=False),
+              help="Where to write the refitted parameters (default: the site config's `cost_model`).")
+def refit_cmd(perf, out) -> None:
+    """Refit the predictor's cost model on the shipped measurements plus this site's rows, and say how its
+    error on the site's rows changed (mean |log(predicted / measured)|, per type). Set
+    `cost_model = "FILE"` (and `estimator = "predictor"`) in the site config to use the refit."""
+    import json
+
+    from msched.estimate.calibrate import refit_cost_model
+    from msched.estimate.gpu_specs import specs_for_config
+    from msched.estimate.perf_table import PerfTable, PerfTableError
+    from msched.util.files import write_atomically
+
+    config = _config()
+    target = out or config.cost_model
+    if not target:
+        raise click.ClickException("no place for the refitted parameters: give --out FILE or set "
+                                   "`cost_model = \"FILE\"` in the site config")
+    try:
+        site = PerfTable.load(perf or config.performance)
+    except PerfTableError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        previous = config.cost_model if config.cost_model and os.path.exists(config.cost_model) else None
+        params, summary = refit_cost_model(site, base_params=previous,
+                                           specs=specs_for_config(config))
+    except CalibrationError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        write_atomically(target, json.dumps(params, indent=1, sort_keys=True) + "\n", mode=0o644)  # msub reads it
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc.strerror}") from None
+    click.echo(f"refitted on {summary.fit_rows} rows ({summary.site_rows} of this site's; {summary.skipped} "
+               f"skipped: no shipped profile or no spec row) -> {target}")
+    click.echo(f"{'TYPE':<20} {'ROWS':>5} {'BEFORE':>8} {'AFTER':>8}")
+    for t, before, after, n in summary.by_type:
+        click.echo(f"{t:<20} {n:>5} {before:>8.3f} {after:>8.3f}")
+    click.echo(f"{'all':<20} {summary.site_rows:>5} {summary.error_before:>8.3f} {summary.error_after:>8.3f}  "
+               "(mean |log(predicted / measured)| of the iteration time)")
+
+
 def _is_shipped(path: Path) -> bool:
     from msched.config import DATA_DIR
 

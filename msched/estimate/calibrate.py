@@ -13,7 +13,9 @@ as the source did.
 Three pieces, each usable alone:
 - `batch_script(...)`: the Slurm batch script that runs `python -m msched.estimate.calibrate run ...` on a node;
 - `run_benchmark(...)`: the timing itself (imports torch lazily; the rest of the module stays light);
-- `import_results(...)`: merges measured rows into the table, with `source = site:<cluster>:<date>`.
+- `import_results(...)`: merges measured rows into the table, with `source = site:<cluster>:<date>`;
+- `refit_cost_model(...)`: refits the per-layer cost model (msched.estimate.cost_model) on the shipped
+  measurements plus the site's rows, and says how its error on the site's rows changed.
 """
 
 from __future__ import annotations
@@ -370,3 +372,62 @@ if __name__ == "__main__":   # `python -m msched.estimate.calibrate run ...` on 
     from msched.commands.calibrate_cmd import calibrate as _group
 
     _group.main(args=sys.argv[1:], prog_name="python -m msched.estimate.calibrate")
+
+
+@dataclass(frozen=True)
+class RefitSummary:
+    """How a refit changed the cost model's error on the site's rows (mean |log(predicted / measured)|)."""
+
+    site_rows: int          # the site's rows the cost model can see (a shipped profile, a spec row)
+    skipped: int            # the site's rows it cannot (a model without a shipped profile, a type without a spec row)
+    fit_rows: int
+    error_before: float     # the parameters in use before (shipped, or the site's previous refit)
+    error_after: float
+    by_type: tuple[tuple[str, float, float, int], ...] = ()   # (type, before, after, rows)
+
+
+def refit_cost_model(site: PerfTable, *, base_params: str | None = None, specs=None,  # noqa: ANN001
+                     shipped_table: str | None = None) -> tuple[dict, RefitSummary]:
+    """Fit the cost model on the shipped table's rows with the site's rows merged in (same model, type,
+    GPU count, batch and precision: the site's row wins) and compare its error on the site's rows with
+    the parameters in use before (`base_params`, default the shipped file). The site's rows are those of
+    `site` whose source is not the shipped table's. Imports numpy/scipy (the fit)."""
+    import math
+
+    from msched.config import DATA_DIR
+    from msched.estimate.cost_fit import fit, rows_from_perf
+    from msched.estimate.cost_model import SHIPPED_PARAMS, CostModel
+    from msched.estimate.gpu_specs import load_specs
+    from msched.models.shipped import load_table
+
+    specs = specs or load_specs()
+    profiles = load_table()["models"]
+    shipped = PerfTable.load(shipped_table or os.path.join(DATA_DIR, "measured_perf.csv"))
+    def key(r: PerfRow) -> tuple:       # as the CSV writes it (6 significant digits)
+        return r.model, r.gpu_type, r.num_gpus, r.batch_size, r.precision, f"{r.iter_ms:.6g}"
+
+    shipped_keys = {key(r) for r in shipped.rows}
+    own = [r for r in site.rows if key(r) not in shipped_keys]
+    if not own:
+        raise CalibrationError("the performance table holds no rows of the site's own (import measurements "
+                               "first: msched calibrate import)")
+    usable = [r for r in own if r.model in profiles and specs.get(r.gpu_type) is not None]
+    if not usable:
+        raise CalibrationError(f"none of the site's {len(own)} row(s) has both a shipped model profile and a GPU "
+                               "spec row (add the type to the config's gpu_specs file)")
+    rows = rows_from_perf(shipped.merged_with(own).rows)
+    params = fit(rows, profiles, specs)
+    before = CostModel.load(base_params or SHIPPED_PARAMS)
+    after = CostModel(params)
+
+    def err(model: CostModel, subset) -> float:
+        return sum(abs(math.log(model.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
+                                                   r.batch_size, r.num_gpus) / r.iter_ms)) for r in subset) / len(subset)
+
+    by_type = []
+    for t in sorted({r.gpu_type for r in usable}):
+        sub = [r for r in usable if r.gpu_type == t]
+        by_type.append((t, err(before, sub), err(after, sub), len(sub)))
+    summary = RefitSummary(len(usable), len(own) - len(usable), params["fit"]["rows"], err(before, usable),
+                           err(after, usable), tuple(by_type))
+    return params, summary

@@ -17,7 +17,9 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   (Python dispatch and kernel launch: `c_host` per call), the iteration being the smooth maximum of the
   GPU and host times, since launches overlap with the GPU's work;
 - the optimizer step (`optimizer=True`: SGD with momentum reads weights, gradients, momentum and writes
-  two: ~5 x parameter bytes over bandwidth plus its launches; the torchvision benchmark has none);
+  two: ~5 x parameter bytes over bandwidth plus its launches; the torchvision benchmark has none), and
+  with it the data loader's per-sample host cost (`c_sample` ms per sample, on the host side: a whole
+  training loop loads its batches, the torchvision benchmark reuses one random tensor);
 - several GPUs (data parallelism on one node): weights broadcast and gradients reduced over the node's
   interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth`, plus a per-module replication
   cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows used).
@@ -130,6 +132,8 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
     t["R"] = float(n - 1) * float(sum(calls.values()))
     t["N"] = float(n - 1)
     t["O"] = 5.0 * pbytes / bw if optimizer else 0.0
+    # a whole training loop (optimizer=True: Gavel's measurements) also loads each sample on the host
+    t["S"] = b if optimizer else 0.0
     t["O_calls"] = float(sum(1 for _k, v in params_by_kind_items(profile) if v)) if optimizer else 0.0
     return t, pclass
 
@@ -155,7 +159,7 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
     gpu = gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"]
-    host = hostf * p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"])
+    host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_sample", 0.0) * t["S"])
     one = _smax(gpu, host)
     multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
     opt = t["O"] / ebw + p["c_host"] * t["O_calls"]

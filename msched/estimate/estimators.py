@@ -50,12 +50,13 @@ class _CachedTimes:
         return self.times.knows(model)
 
     def __call__(self, model: str, num_gpus: int, batch_size: int | None,
-                 types: Iterable[str] | None = None) -> dict[str, tuple[float, str]]:
+                 types: Iterable[str] | None = None, precision: str | None = None) -> dict[str, tuple[float, str]]:
         want = self.types if types is None else tuple(types)
-        key = (model, max(1, num_gpus), batch_size, want)
+        key = (model, max(1, num_gpus), batch_size, want, precision)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = self.times(model, max(1, num_gpus), batch_size, want)
+            extra = {"precision": precision} if precision else {}
+            hit = self._memo[key] = self.times(model, max(1, num_gpus), batch_size, want, **extra)
         return hit
 
 
@@ -89,7 +90,7 @@ class TagEstimator:
         ref, flops = reference_for(tag, self.times.knows)
         if not ref:
             return float(tag.iters) if tag.iters else None
-        per_iter = {t: s * flops for t, (s, _) in self.times(ref, job.num_gpus, tag.bs).items()}
+        per_iter = {t: s * flops for t, (s, _) in self.times(ref, job.num_gpus, tag.bs, None, tag.prec or None).items()}
         return job_work(request_subset(per_iter, _pinned(job, tag)), tag.iters, job.time_limit_s,
                         self.unknown_runtime_s)[0]
 

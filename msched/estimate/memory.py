@@ -17,6 +17,7 @@ Pure Python: the planner and msub may call `fits` for every type.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from msched.estimate.gpu_specs import GpuSpec
@@ -73,6 +74,43 @@ def peak_memory_gb(profile: object, batch_size: int, precision: str = "float", o
 
 def usable_gb(spec: GpuSpec) -> float:
     return max(0.0, spec.memory_gb * USABLE_FRACTION - RESERVED_GB)
+
+
+def job_peak_gb(spec: str, batch_size: int | None, precision: str = "float") -> float | None:
+    """A job's predicted peak training memory per GPU (GB, 3 decimals: what its tag's `mem` carries) at
+    its batch size, or None when the batch size is not given or the model has no profile here (a
+    torchvision name: the shipped table; a model file: the profile its classification cached). msub and
+    the simulator's submit decision both ask here. Never raises."""
+    if not batch_size:
+        return None
+    try:
+        from msched.models.shipped import profile_data
+
+        prof = profile_data(spec) if ".py:" not in spec else None
+        if prof is None and ".py:" in spec and os.geteuid() != 0:
+            from msched.models.profile_cache import get_profile
+
+            prof = get_profile(spec)
+        if prof is None:
+            return None
+        return round(peak_memory_gb(prof, batch_size, precision or "float").peak_gb, 3)
+    except Exception:  # noqa: BLE001 - a memory figure is advice; its absence never blocks a job
+        return None
+
+
+def usable_by_type(types, specs=None) -> dict[str, float]:  # noqa: ANN001 - a SpecTable
+    """Usable memory (GB) of each of `types` that has a spec row (the shipped table by default): what
+    msched.policy.feasibility.memory_fits compares a job's peak with."""
+    if specs is None:
+        from msched.estimate.gpu_specs import load_specs
+
+        specs = load_specs()
+    out = {}
+    for t in types:
+        spec = specs.get(t)
+        if spec is not None:
+            out[t] = usable_gb(spec)
+    return out
 
 
 def fits(profile: object, spec: GpuSpec, batch_size: int, precision: str = "float",

@@ -97,6 +97,14 @@ class PerfTable:
         self._cache[key] = value
         return value
 
+    def nearest_row(self, model: str, gpu_type: str, num_gpus: int, batch_size: int,
+                    precision: str = DEFAULT_PRECISION) -> PerfRow | None:
+        """The measured row `iter_ms` scales from (None where nothing is measured): a residual taken at
+        that row compares like with like, where one taken at the scaled figure would carry the linear
+        batch rule's own error."""
+        rows = self._index.get((model, gpu_type, precision))
+        return _nearest(rows, num_gpus, batch_size) if rows else None
+
     def runtime_s(
         self, model: str, gpu_type: str, num_gpus: int, batch_size: int, iterations: float,
         precision: str = DEFAULT_PRECISION,
@@ -124,6 +132,13 @@ class PerfTable:
 
 
 def _fill(rows: list[PerfRow], num_gpus: int, batch_size: int) -> float:
+    nearest = _nearest(rows, num_gpus, batch_size)
+    return nearest.iter_ms * batch_size / nearest.batch_size
+
+
+def _nearest(rows: list[PerfRow], num_gpus: int, batch_size: int) -> PerfRow:
+    """The measured row the fill rules start from: the GPU count (else the largest below, else the
+    smallest), then the nearest batch size on a log scale."""
     counts = sorted({r.num_gpus for r in rows})
     if num_gpus in counts:
         count = num_gpus
@@ -131,8 +146,7 @@ def _fill(rows: list[PerfRow], num_gpus: int, batch_size: int) -> float:
         below = [c for c in counts if c <= num_gpus]
         count = below[-1] if below else counts[0]
     at_count = [r for r in rows if r.num_gpus == count]
-    nearest = min(at_count, key=lambda r: (abs(math.log(r.batch_size / batch_size)), r.batch_size))
-    return nearest.iter_ms * batch_size / nearest.batch_size
+    return min(at_count, key=lambda r: (abs(math.log(r.batch_size / batch_size)), r.batch_size))
 
 
 def _parse_rows(reader: csv.DictReader, name: str) -> list[PerfRow]:

@@ -31,6 +31,14 @@ SOURCES = (MEASURED, CORRECTED, COST_MODEL)
 # 0.75, 1 in bench/bench_estimate.py's family hold-out (mean |log error| 0.157, 0.146, 0.140, 0.139, 0.145;
 # best-type accuracy 0.936 .. 0.903 falling with the weight): chosen on that evaluation, so mildly optimistic
 CORRECTION_WEIGHT = 0.5
+# how much of the type-to-type shape to take from the reference's measurements rather than from the cost
+# model (0 = the corrected cost model alone; 1 = the reference's measured times, scaled by the cost model's
+# job/reference ratio averaged over the reference's measured types). See `predict`.
+RANK_WEIGHT = 0.0
+# only the most similar references may correct a prediction: further down the ranking a reference measured
+# on the type is usually another kind of workload (Gavel's ResNet-50 with its ImageNet loader for an LSTM),
+# whose residual says nothing about the job
+MAX_REFERENCE_RANK = 3
 DEFAULT_BATCH_SIZE = 12   # the shipped measurements' per-GPU batch, for a job that does not say
 
 
@@ -54,13 +62,21 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
             model: str = "", perf: PerfTable | None = None, references: Sequence[str] = (),
             profiles: Mapping[str, object] | None = None, specs: SpecTable | None = None,
             cost: CostModel | None = None, optimizer: bool = False,
-            correction_weight: float = CORRECTION_WEIGHT) -> Prediction | None:
+            correction_weight: float = CORRECTION_WEIGHT, rank_weight: float = RANK_WEIGHT,
+            level_cache: dict | None = None) -> Prediction | None:
     """Iteration time (ms) of `profile` (a Profile or its dict) on `gpu_type`, or None when the type
     has neither measurements nor a spec row.
 
     `model`: the model's name in `perf` (its own rows count as measured). `references`: candidate
     references, most similar first (a Classification's candidates); their profiles come from
-    `profiles`, else the shipped table."""
+    `profiles`, else the shipped table.
+
+    Reference-corrected: log t = log cost(job) + w x log(measured(ref) / cost(ref)) at the reference's
+    nearest measured row (`correction_weight` w). With `rank_weight` r > 0 that is blended (in logs, r of
+    it) with the reference's measured time on the type scaled by the cost model's job/reference ratio
+    averaged over all the types the reference was measured on: which type is fastest then follows the
+    measured neighbour (what the FLOPs rule gets right) while the level follows the cost model.
+    `level_cache`: a dict reused across the types of one job (the average does not depend on the type)."""
     specs = specs or load_specs()
     cost = cost or load_cost_model()
     spec = specs.get(gpu_type)
@@ -74,18 +90,44 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
         return None
     mine = cost.iteration_ms(profile, spec, precision, batch_size, n, optimizer)
     if perf is not None:
-        for ref in references:
-            if ref == model or not _has_rows(perf, ref, gpu_type, precision):
+        for ref in [r for r in references if r != model][:MAX_REFERENCE_RANK]:
+            if not _has_rows(perf, ref, gpu_type, precision):
                 continue
             ref_profile = _profile_of(ref, profiles)
             if ref_profile is None:
                 continue
-            measured = perf.iter_ms(ref, gpu_type, n, batch_size, precision)
-            predicted = cost.iteration_ms(ref_profile, spec, precision, batch_size, n, optimizer)
-            if measured and predicted > 0:
-                residual = math.log(measured / predicted)
-                return Prediction(gpu_type, mine * math.exp(correction_weight * residual), CORRECTED, ref, mine)
+            # the residual at the reference's own measured row nearest to the job's batch and GPU count
+            row = perf.nearest_row(ref, gpu_type, n, batch_size, precision)
+            predicted = cost.iteration_ms(ref_profile, spec, precision, row.batch_size, row.num_gpus, optimizer)
+            if row.iter_ms > 0 and predicted > 0:
+                log_t = math.log(mine) + correction_weight * math.log(row.iter_ms / predicted)
+                if rank_weight > 0:
+                    key = (ref, n, batch_size, precision, optimizer)
+                    level = level_cache.get(key) if level_cache is not None else None
+                    if level is None:
+                        level = _mean_log_ratio(profile, ref_profile, ref, n, batch_size, precision, perf, specs,
+                                                cost, optimizer)
+                        if level_cache is not None:
+                            level_cache[key] = level
+                    log_t = (1 - rank_weight) * log_t + rank_weight * (math.log(row.iter_ms) + level)
+                return Prediction(gpu_type, math.exp(log_t), CORRECTED, ref, mine)
     return Prediction(gpu_type, mine, COST_MODEL, "", mine)
+
+
+def _mean_log_ratio(profile: object, ref_profile: object, ref: str, n: int, batch_size: int, precision: str,
+                    perf: PerfTable, specs: SpecTable, cost: CostModel, optimizer: bool) -> float:
+    """Mean over the reference's measured types of log(cost(job) / cost(ref at its nearest row))."""
+    logs = []
+    for t in perf.types_for(ref, precision):
+        spec = specs.get(t)
+        row = perf.nearest_row(ref, t, n, batch_size, precision)
+        if spec is None or row is None:
+            continue
+        job_ms = cost.iteration_ms(profile, spec, precision, batch_size, n, optimizer)
+        ref_ms = cost.iteration_ms(ref_profile, spec, precision, row.batch_size, row.num_gpus, optimizer)
+        if job_ms > 0 and ref_ms > 0:
+            logs.append(math.log(job_ms / ref_ms))
+    return sum(logs) / len(logs) if logs else 0.0
 
 
 def _profile_of(name: str, profiles: Mapping[str, object] | None) -> object | None:
@@ -100,6 +142,7 @@ def predict_types(profile: object, gpu_types: Sequence[str], num_gpus: int = 1, 
                   precision: str = "float", **kwargs) -> dict[str, Prediction]:
     """`predict` for each type; types with neither measurements nor a spec row are left out."""
     out = {}
+    kwargs.setdefault("level_cache", {})
     for t in gpu_types:
         p = predict(profile, t, num_gpus, batch_size, precision, **kwargs)
         if p is not None:
@@ -158,19 +201,23 @@ class PredictorTimes:
         return list(dict.fromkeys([*table, *self.types]))
 
     def __call__(self, model: str, num_gpus: int, batch_size: int | None,
-                 types=None) -> dict[str, tuple[float, str]]:  # noqa: ANN001
+                 types=None, precision: str | None = None) -> dict[str, tuple[float, str]]:  # noqa: ANN001
+        """`precision`: the job's (its tag's `prec`), else the source's own: it picks the measured rows, the
+        cost model's peak (tensor cores for half) and the memory check."""
+        prec = precision or self.precision
         prof = self.profile(model)
         if prof is None:
             return {}
         bs = batch_size or self.default_batch_size
         refs = self.references(model) if self.perf is not None else []
-        out = {}
+        out: dict[str, tuple[float, str]] = {}
+        level_cache: dict = {}
         for t in (types if types is not None else self.all_types()):
             spec = self.specs.get(t)
-            if self.memory_check and spec is not None and not fits(prof, spec, bs, self.precision, self.optimizer).fits:
+            if self.memory_check and spec is not None and not fits(prof, spec, bs, prec, self.optimizer).fits:
                 continue
-            p = predict(prof, t, num_gpus, bs, self.precision, model=model, perf=self.perf, references=refs,
-                        profiles=self.profiles, specs=self.specs, cost=self.cost)
+            p = predict(prof, t, num_gpus, bs, prec, model=model, perf=self.perf, references=refs,
+                        profiles=self.profiles, specs=self.specs, cost=self.cost, level_cache=level_cache)
             if p is not None:
                 out[t] = (p.iter_ms / 1000.0, describe(p))
         return out

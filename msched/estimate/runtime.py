@@ -56,10 +56,16 @@ class TableTimes:
         return self.perf.has_model(model)
 
     def __call__(self, model: str, num_gpus: int, batch_size: int | None,
-                 types: Iterable[str] | None = None) -> dict[str, tuple[float, str]]:
+                 types: Iterable[str] | None = None, precision: str | None = None) -> dict[str, tuple[float, str]]:
+        """`precision`: the job's (its tag's `prec`); a model without rows at it is estimated from its rows
+        at the table's default precision, and the source says so."""
+        want = precision or self.precision
+        figures = iteration_seconds(self.perf, model, num_gpus, batch_size, types=types, precision=want)
         src = f"measured {model}"
-        return {t: (s, src) for t, s in iteration_seconds(self.perf, model, num_gpus, batch_size,
-                                                          types=types, precision=self.precision).items()}
+        if not figures and want != self.precision:
+            figures = iteration_seconds(self.perf, model, num_gpus, batch_size, types=types, precision=self.precision)
+            src = f"measured {model} at {self.precision} (none at {want})"
+        return {t: (s, src) for t, s in figures.items()}
 
 
 def times_for(config, perf: PerfTable, precision: str = DEFAULT_PRECISION):  # noqa: ANN001, ANN201
@@ -77,7 +83,12 @@ def times_for(config, perf: PerfTable, precision: str = DEFAULT_PRECISION):  # n
     # H100 partition, is named by an alias onto its spec row); never every spec row, which msub would
     # otherwise write into constraints naming types the cluster lacks
     types = sorted(set(config.gpu_aliases.values()))
-    return PredictorTimes(perf, precision, types=types, specs=specs_for_config(config))
+    cost = None
+    if getattr(config, "cost_model", ""):
+        from msched.estimate.cost_model import load_cost_model
+
+        cost = load_cost_model(config.cost_model)     # a site's refit (`msched calibrate refit`)
+    return PredictorTimes(perf, precision, types=types, specs=specs_for_config(config), cost=cost)
 
 
 def iteration_seconds(
@@ -169,7 +180,10 @@ def estimate_job(tag: JobTag, *, num_gpus: int, time_limit_s: float | None, time
     ref, flops = reference_for(tag, times.knows)
     if not ref:
         return {}
-    figures = times(ref, max(1, num_gpus), tag.bs, None if types is None else tuple(types))
+    want = None if types is None else tuple(types)
+    # the tag's precision reaches the source only when it says one (sources written before it keep working)
+    figures = times(ref, max(1, num_gpus), tag.bs, want, precision=tag.prec) if tag.prec else \
+        times(ref, max(1, num_gpus), tag.bs, want)
     per_iter = {t: s * flops for t, (s, _) in figures.items()}
     allowed = request_subset(per_iter, pinned if pinned is not None else tag.pinned)
     work, why = job_work(allowed, tag.iters, time_limit_s, unknown_runtime_s)

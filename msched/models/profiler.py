@@ -317,8 +317,13 @@ def layer_kind(module) -> str | None:
         return "linear"
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         return "batchnorm"
-    if isinstance(module, nn.LayerNorm | nn.GroupNorm | nn.modules.normalization.RMSNorm):
+    if isinstance(module, nn.LayerNorm | nn.GroupNorm | nn.modules.normalization.RMSNorm
+                  | nn.modules.instancenorm._InstanceNorm):
         return "layernorm"
+    if isinstance(module, nn.RNNBase | nn.RNNCellBase):
+        return "recurrent"
+    if isinstance(module, nn.Embedding | nn.EmbeddingBag):
+        return "embedding"
     if isinstance(module, nn.modules.pooling._MaxPoolNd | nn.modules.pooling._AdaptiveMaxPoolNd):
         return "pool_max"
     if isinstance(module, nn.modules.pooling._AvgPoolNd | nn.modules.pooling._AdaptiveAvgPoolNd):

@@ -34,9 +34,24 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
 
 
+def job_precision(settings: MschedSettings, req: SbatchRequest, script: str | None) -> str:
+    """The job's precision for its tag: `#MSCHED --precision=` (or msub's option), else a precision flag on
+    the script's command lines or in --wrap (msched.models.precision); "" when nothing says."""
+    if settings.precision:
+        return settings.precision
+    from msched.models.precision import detect_precision
+    from msched.msub.directives import script_command_lines
+
+    texts = [script_command_lines(script)] if script else []
+    if req.wrap:
+        texts.append(req.wrap)
+    return detect_precision(texts) or ""
+
+
 def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,  # noqa: ANN001, ANN201
-                       warnings: list[str] | None = None, *, packing: bool = False):
-    """Classify the model and make the submit decision: (JobTag, types to add, pinned types).
+                       warnings: list[str] | None = None, script: str | None = None, *, packing: bool = False):
+    """Classify the model and make the submit decision: (JobTag, types to add, pinned types). `script`:
+    the batch script's text, where the job's precision flags are found.
 
     `packing=True` (msub, which can retype the request; not the cli_filter) also decides whether a
     packable job goes in as a shard job (msched.msub.packing): then the tag carries `pack` and no types
@@ -69,8 +84,12 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     nodes = cluster_nodes(config, sbatch, table_types) if gpus is not None else []
     known_types = table_types | {n[1] for n in nodes}
     pinned = pinned_types(req, gpus, known_types, config.canonical_gpu_type)
+    prec = job_precision(settings, req, script)
+    from msched.estimate.memory import job_peak_gb
+
+    mem = job_peak_gb(spec, settings.batch_size, prec) if cls.spec == spec else None
     tag = JobTag(model=spec, iters=settings.iterations, bs=settings.batch_size, pinned="|".join(pinned),
-                 ver=__version__, **fields)
+                 ver=__version__, prec=prec, mem=mem, **fields)
     if gpus is None or pinned:
         why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
         tag = tag._replace(why=why)
@@ -84,11 +103,17 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     free_gpus = pending = None
     if nodes and not fresh:
         free_gpus, pending = queue_load(config, sbatch, nodes)
+    usable = None
+    if mem:
+        from msched.estimate.gpu_specs import specs_for_config
+        from msched.estimate.memory import usable_by_type
+
+        usable = usable_by_type(known_types, specs_for_config(config))
     view = ClusterView(node_gpus=sizes, free_at=free_at or None, fresh=fresh, free_gpus=free_gpus,
-                       pending_gpus=pending)
+                       pending_gpus=pending, usable_gb=usable)
     per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
-                    num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s)
+                    num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s, peak_memory_gb=mem)
     decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
     if packing and (settings.pack or (settings.pack is None and config.pack_partitions)):
         tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types)

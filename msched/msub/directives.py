@@ -25,6 +25,7 @@ class MschedSettings:
     iterations: int | None = None
     batch_size: int | None = None
     pack: bool | None = None        # --pack / --no-pack; None: the site's default for the partition
+    precision: str | None = None      # `--precision=half` (msched.models.precision's names)
     dry_run: bool = False
     problems: tuple[str, ...] = ()
 
@@ -33,7 +34,7 @@ class MschedSettings:
 # options or #MSCHED lines easily); they give way to #MSCHED lines and msub's options
 ENV_SETTINGS = {"MSCHED_MODEL": "model", "MSCHED_ITERATIONS": "iterations", "MSCHED_BATCH_SIZE": "batch_size"}
 _MSCHED_KEYS = {"model": "model", "iterations": "iterations", "iters": "iterations", "batch-size": "batch_size",
-                "batch_size": "batch_size", **ENV_SETTINGS}
+                "batch_size": "batch_size", "precision": "precision", **ENV_SETTINGS}
 _FLAGS = {"pack": True, "no-pack": False, "no_pack": False}    # the Packing issue: a flag, no value
 
 
@@ -76,13 +77,22 @@ def settings_from_words(pairs: list[tuple[str, str | None]], dry_run: bool = Fal
         field_name = _MSCHED_KEYS.get(key)
         if field_name is None:
             problems.append(f"unknown #MSCHED option --{key}; valid: --model, --iterations, --batch-size, "
-                            "--pack, --no-pack")
+                            "--precision, --pack, --no-pack")
             continue
         if raw is None or raw == "":
             problems.append(f"{_label(key)} needs a value")
             continue
         if field_name == "model":
             values["model"] = raw
+        elif field_name == "precision":
+            from msched.models.precision import PRECISIONS, normalise_precision
+
+            named = normalise_precision(raw)
+            if named is None:
+                problems.append(f"--precision={raw} is not a precision; valid: {', '.join(PRECISIONS)} "
+                                "(or fp16, bf16, amp, 16-mixed...); ignored")
+            else:
+                values["precision"] = named
         else:
             parsed = _positive_int(key, raw, problems)
             if parsed is not None:

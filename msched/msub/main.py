@@ -186,7 +186,8 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
                                  "submitted as typed"), warnings
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings, packing=True)
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings, script=script,
+                                                 packing=True)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
         reason = one_line(exc)
         warnings.append(f"{reason}; submitting as a plain sbatch job")

@@ -139,13 +139,15 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return no("no estimate of its speed")
-        others = [(p.model, p.bs, s) for p in partners if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+        others = [(p.model, p.bs, s, p.mem) for p in partners
+                  if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
         where = f"{len(others)} shard jobs in the queue"
         if not others:
-            others = reference_mix(times_of(None).perf, gpu_type)
+            others = [(*o, None) for o in reference_mix(times_of(None).perf, gpu_type)]
             where = f"the reference mix ({len(others)} models)"
         predicted, reason = submit_verdict(
-            mine, peak_gb(tag.model, tag.bs), [(s, peak_gb(m, bs)) for m, bs, s in others], gpu_type,
+            mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
+            [(s, mem if mem is not None else peak_gb(m, bs)) for m, bs, s, mem in others], gpu_type,
             model.combined_throughput, type_usable_gb(gpu_type),
             float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed)
     except InterferenceError as exc:

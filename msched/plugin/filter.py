@@ -103,7 +103,8 @@ def decide(kind: str, options: dict, environ=None) -> tuple[dict[str, str], list
         config, config_problem = _load_config()
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch), warnings)
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, str(config.sbatch), warnings,
+                                                 script=script)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
         reason = one_line(exc)
         warnings.append(f"{reason}; submitting untagged")

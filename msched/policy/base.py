@@ -169,6 +169,8 @@ class Policy:
 
     def _plan(self, decisions: list[JobDecision], placed: Mapping[str, Placed], tl: Timeline,
               snapshot: ClusterSnapshot) -> Plan:
-        ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
-        return Plan(policy=self.name, decisions=decisions, est_makespan_end=max(ends, default=None),
+        last = max((p.end for p in placed.values()), default=None)
+        if snapshot.running:
+            last = snapshot.running_end if last is None else max(last, snapshot.running_end)
+        return Plan(policy=self.name, decisions=decisions, est_makespan_end=last,
                     free_time=tl.free_at())

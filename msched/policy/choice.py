@@ -48,6 +48,7 @@ class SubmitJob:
     gpus_per_node: int | None = None        # fixed per-node count (--gres, --gpus-per-node); None = may spread
     num_nodes: int = 1
     time_limit_s: float | None = None
+    peak_memory_gb: float | None = None     # predicted training memory per GPU (None = unknown)
 
 
 @record
@@ -59,6 +60,7 @@ class ClusterView:
     fresh: bool = False                                      # free_at comes from a recent round
     free_gpus: Mapping[str, int] | None = None               # free GPUs now (without a fresh round)
     pending_gpus: Mapping[str, float] | None = None          # GPUs of managed jobs pending for the type
+    usable_gb: Mapping[str, float] | None = None             # usable memory per GPU of each type (spec rows)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -135,8 +137,9 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
     present = cluster.types
     if present:
         estimates = {t: e for t, e in estimates.items() if t in present}
-    if cluster.node_gpus is not None:
-        possible = set(feasible_types(job, cluster.node_gpus, estimates))
+    if cluster.node_gpus is not None or (job.peak_memory_gb and cluster.usable_gb):
+        possible = set(feasible_types(job, cluster.node_gpus, estimates, peak_gb=job.peak_memory_gb,
+                                      usable_gb=cluster.usable_gb))
         estimates = {t: e for t, e in estimates.items() if t in possible}
     if not estimates:
         note = "no GPU type that can hold the job has an estimate within its time limit"

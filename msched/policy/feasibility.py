@@ -12,8 +12,11 @@ sbatch refuses a job no node can hold ("Requested node configuration is not avai
 constraint naming such a type turns a valid submission into a refused one (msub) or a job that never
 starts (a round). Every place that chooses a type asks here: msub's submit decision
 (`msched.policy.choice`), every policy (`msched.policy.base.feasible_types`), and the round
-(`msched.rounds.core.build_snapshot`). The memory check (does the model fit the type's memory) plugs in
-here as a further condition of `feasible_types`.
+(`msched.rounds.core.build_snapshot`).
+- memory: a job whose predicted peak training memory per GPU (the tag's `mem`, msched.estimate.memory)
+  exceeds a type's usable memory cannot run there at all (it dies with CUDA out-of-memory), so that type
+  is not feasible either (`memory_fits`, a condition of `feasible_types`); a type or job whose memory is
+  unknown is not held back.
 
 Pure Python on records (msub's light path: no dataclasses, see `msched.util.record`).
 """
@@ -44,11 +47,21 @@ def fits(job: object, sizes: Sequence[int]) -> bool:
     return max(sizes) >= g or sum(sizes) >= g
 
 
-def feasible_types(job: object, sizes_by_type: Mapping[str, Sequence[int]],
-                   types: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The types (of `types`, default all of `sizes_by_type`) whose nodes can hold the job, in order."""
-    names = sizes_by_type if types is None else types
-    return tuple(t for t in names if fits(job, sizes_by_type.get(t, ())))
+def memory_fits(peak_gb: float | None, usable_gb: float | None) -> bool:
+    """Does a training step of `peak_gb` per GPU fit a type with `usable_gb`? None (unknown) fits."""
+    return not peak_gb or usable_gb is None or peak_gb <= usable_gb
+
+
+def feasible_types(job: object, sizes_by_type: Mapping[str, Sequence[int]] | None,
+                   types: Iterable[str] | None = None, *, peak_gb: float | None = None,
+                   usable_gb: Mapping[str, float] | None = None) -> tuple[str, ...]:
+    """The types (of `types`, default all of `sizes_by_type`) whose nodes can hold the job and whose
+    memory (`usable_gb` per type) holds its training step (`peak_gb` per GPU), in order.
+    `sizes_by_type=None`: the nodes are unknown, only memory is checked (then `types` must be given)."""
+    names = (sizes_by_type or {}) if types is None else types
+    usable = usable_gb or {}
+    return tuple(t for t in names if (sizes_by_type is None or fits(job, sizes_by_type.get(t, ())))
+                 and memory_fits(peak_gb, usable.get(t)))
 
 
 def node_sizes(nodes: Iterable[tuple[str, int, Collection[str], Collection[str]]], *, constraint: str = "",

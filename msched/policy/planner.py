@@ -68,7 +68,7 @@ class Score:
 
 def score(snapshot: ClusterSnapshot, placed: Mapping[str, Placed]) -> Score:
     ends = [p.end for p in placed.values()]
-    last = max(ends + [max(snapshot.now, r.est_end) for r in snapshot.running], default=snapshot.now)
+    last = max(max(ends, default=snapshot.now), snapshot.running_end)
     return Score(last, sum(ends), len(ends))
 
 

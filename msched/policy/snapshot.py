@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,16 @@ class ClusterSnapshot:
     pending: tuple[PendingJob, ...] = ()
     starvation_age_s: float | None = None       # pending longer than this: first, widened (None = no guard)
 
-    @property
+    @cached_property
     def gpu_types(self) -> list[str]:
+        """Sorted; computed once per snapshot (the planner asks for it in every decode)."""
         return sorted({n.gpu_type for n in self.nodes})
+
+    @cached_property
+    def running_end(self) -> float:
+        """When the last running job is expected to end (never before now): every plan's makespan is at
+        least this, and scoring a plan asks for it once per decode."""
+        return max(self.now, max((r.est_end for r in self.running), default=self.now))
 
     @property
     def gpus_total(self) -> dict[str, int]:

@@ -29,15 +29,29 @@ class Placement:
 
 
 class Timeline:
-    """GPU free times per node; `earliest` finds a start, `commit` books it."""
+    """GPU free times per node; `earliest` finds a start, `commit` books it.
+
+    Built from a snapshot's nodes and running jobs, which many plans of one round share (the planner's
+    construction, each decode of its search, settle's evaluations): the cluster part is built once per
+    (now, nodes, running) and every further `Timeline(...)` of the same tuples starts as a copy of it
+    (`_shared_base`). Copies are copy-on-write: a node's free list is copied when a copy first books it,
+    and the per-(type, GPU count) heaps come from the pristine timeline it was copied from plus the nodes
+    booked since, so a decode that books a few nodes costs about what it books, not the whole cluster."""
 
     def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
                  unknown_busy_s: float = 3600.0):
+        if isinstance(nodes, tuple) and isinstance(running, tuple):
+            self._copy_of(_shared_base(now, nodes, running, unknown_busy_s))
+        else:
+            self._build(now, nodes, running, unknown_busy_s)
+
+    def _build(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob],
+               unknown_busy_s: float) -> None:
         self.now = now
         self.names: list[str] = []
         self.types: list[str] = []
         self.free: list[list[float]] = []
-        self.by_type: dict[str, list[int]] = defaultdict(list)
+        by_type: dict[str, list[int]] = {}
         index: dict[str, int] = {}
         busy: list[int] = []
         for n in nodes:
@@ -49,46 +63,71 @@ class Timeline:
             self.types.append(n.gpu_type)
             self.free.append([now] * max(0, min(n.gpus, n.gpus_free)))
             busy.append(max(0, n.gpus - max(0, n.gpus_free)))
-            self.by_type[n.gpu_type].append(i)
+            by_type.setdefault(n.gpu_type, []).append(i)
+        self.by_type = by_type
         # Running jobs hold GPUs until their estimated end; spread over the nodes they hold (or, when the
         # node list is unknown, over the type's nodes that still have unexplained busy GPUs).
+        free = self.free
         for job in sorted(running, key=lambda r: r.est_end):
             end = max(now, job.est_end)
             where = [index[n] for n in job.nodes if n in index]
             if not where:
-                where = [i for i in self.by_type.get(job.gpu_type, ()) if busy[i] > 0]
+                where = [i for i in by_type.get(job.gpu_type, ()) if busy[i] > 0]
             left = job.num_gpus
+            if len(where) == 1:
+                i = where[0]
+                take = min(busy[i], left)
+                free[i].extend([end] * take)
+                busy[i] -= take
+                continue
             for k, i in enumerate(where):
                 take = min(busy[i], math.ceil(left / max(1, len(where) - k)) if job.nodes else left)
-                self.free[i].extend([end] * take)
+                free[i].extend([end] * take)
                 busy[i] -= take
                 left -= take
                 if left <= 0:
                     break
         for i, b in enumerate(busy):       # busy GPUs no running job explains (another partition, ...)
-            self.free[i].extend([now + unknown_busy_s] * b)
-            self.free[i].sort()
-        self.size = [len(f) for f in self.free]
-        self.max_node = {t: max(self.size[i] for i in idx) for t, idx in self.by_type.items()}
-        self.version = [0] * len(self.free)
+            if b:
+                free[i].extend([now + unknown_busy_s] * b)
+            free[i].sort()
+        self.size = [len(f) for f in free]
+        self.max_node = {t: max(self.size[i] for i in idx) for t, idx in by_type.items()}
+        self.version = [0] * len(free)
         self._heaps: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
         self._heaps_of: dict[str, dict[int, list[tuple[float, int, int, int]]]] = defaultdict(dict)
         # start_time cache per type: {g: (start, node) or None}, cleared for a type when it is booked
         self._top: dict[str, dict[int, tuple[float, int] | None]] = defaultdict(dict)
+        self._owned: set[int] = set(range(len(free)))     # nodes whose free list no copy shares
+        self._pristine = True                               # nothing booked since it was built or copied
+        self._origin: Timeline | None = None                # pristine timeline this one was copied from
+        self._dirty: dict[str, set[int]] = {}               # per type, nodes booked since that copy
+
+    def _copy_of(self, src: Timeline) -> None:
+        self.now, self.names, self.types = src.now, src.names, src.types
+        self.by_type, self.size, self.max_node = src.by_type, src.size, src.max_node   # never changed
+        self.free = list(src.free)                 # the lists themselves are shared until booked
+        src._owned = set()
+        self._owned = set()
+        self.version = list(src.version)
+        self._heaps = {}
+        self._heaps_of = defaultdict(dict)
+        self._top = defaultdict(dict, {t: dict(d) for t, d in src._top.items()})
+        self._pristine = True
+        if src._pristine:                      # heaps come from src when first asked for
+            self._origin, self._dirty = src, {}
+        elif src._origin is not None and src._origin._pristine:
+            self._origin, self._dirty = src._origin, {t: set(v) for t, v in src._dirty.items()}
+        else:                                  # no pristine origin: src's own heaps, copied
+            self._origin, self._dirty = None, {}
+            for (t, g), h in src._heaps.items():
+                self._heaps[(t, g)] = self._heaps_of[t][g] = list(h)
 
     def copy(self) -> Timeline:
-        """The same bookings, no cached heaps: each decode of the optimizing planner starts from the
-        cluster as it is, and copying the free lists is much cheaper than placing the running jobs again."""
+        """The same bookings: each decode of the optimizing planner starts from the cluster as it is
+        (copy-on-write, see the class)."""
         t = Timeline.__new__(Timeline)
-        t.now, t.names, t.types = self.now, self.names, self.types
-        t.free = [list(f) for f in self.free]
-        t.by_type = defaultdict(list, self.by_type)
-        t.size = list(self.size)
-        t.max_node = dict(self.max_node)
-        t.version = [0] * len(t.free)
-        t._heaps = {}
-        t._heaps_of = defaultdict(dict)
-        t._top = defaultdict(dict)
+        t._copy_of(self)
         return t
 
     # ----------------------------------------------------------------- queries
@@ -109,8 +148,17 @@ class Timeline:
         key = (gpu_type, g)
         h = self._heaps.get(key)
         if h is None:
-            h = [self._entry(i, g) for i in self.by_type[gpu_type] if self.size[i] >= g]
-            heapq.heapify(h)
+            origin = self._origin
+            if origin is not None and origin._pristine:
+                # the origin's heap (its free lists are this one's except where booked since) + those nodes
+                h = list(origin._heap(gpu_type, g))
+                size = self.size
+                for i in self._dirty.get(gpu_type, ()):
+                    if size[i] >= g:
+                        heapq.heappush(h, self._entry(i, g))
+            else:
+                h = [self._entry(i, g) for i in self.by_type[gpu_type] if self.size[i] >= g]
+                heapq.heapify(h)
             self._heaps[key] = h
             self._heaps_of[gpu_type][g] = h
         return h
@@ -184,8 +232,15 @@ class Timeline:
     def commit(self, placement: Placement, end: float) -> None:
         """Book the placement's GPUs from its start until `end`."""
         self._top[placement.gpu_type].clear()
+        self._pristine = False
+        dirty = self._dirty.setdefault(placement.gpu_type, set()) if self._origin is not None else None
         for i in placement.nodes:
             f = self.free[i]
+            if i not in self._owned:             # shared with a copy: copy it first
+                f = self.free[i] = list(f)
+                self._owned.add(i)
+            if dirty is not None:
+                dirty.add(i)
             del f[:placement.per_node]           # the earliest-free GPUs of the node are the ones taken
             for _ in range(placement.per_node):
                 bisect.insort(f, end)
@@ -202,3 +257,18 @@ class Timeline:
 
     def last_end(self) -> float:
         return max((f[-1] for f in self.free if f), default=self.now)
+
+
+_BASE: list = []        # [(nodes, running, now, unknown_busy_s, pristine Timeline)]: the last one built
+
+
+def _shared_base(now: float, nodes: tuple, running: tuple, unknown_busy_s: float) -> Timeline:
+    """The pristine timeline of these exact tuples (identity: a snapshot's are immutable), built once."""
+    if _BASE:
+        n, r, t, u, base = _BASE[0]
+        if n is nodes and r is running and t == now and u == unknown_busy_s and base._pristine:
+            return base
+    base = Timeline.__new__(Timeline)
+    base._build(now, nodes, running, unknown_busy_s)
+    _BASE[:] = [(nodes, running, now, unknown_busy_s, base)]
+    return base

@@ -5,8 +5,10 @@
   msched's hold, which its owner cannot undo); a job its owner held (JobHeldUser), one no longer
   pending, or one not held (the process died before its hold, or after its release) is left as it is;
   the entry is closed either way;
-- a `begin_time` entry: past its time it has expired by itself and is closed; a future one is cleared
-  (`StartTime=now`) by `--release` (everything=True) and left for the round's plan otherwise.
+- a `begin_time` entry: past its time it has expired by itself and is closed; one Slurm does not hold
+  (the process died before its call, or the job's owner changed the begin time since) is closed without
+  a call; a future one Slurm holds is cleared (`StartTime=now`) by `--release` (everything=True) and left
+  for the round's plan otherwise (the begin-time lever: `apply_begin_times` below).
 A release that Slurm refuses for a job that is gone closes the entry; Slurm unreachable raises, and the
 entries stay open for the next try.
 """
@@ -16,9 +18,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from msched.slurm.base import ACTIVE_STATES, JobNotPending, SlurmClient, SlurmJob, SlurmUnavailable
+from msched.slurm.base import (
+    ACTIVE_STATES,
+    JobNotPending,
+    SlurmClient,
+    SlurmError,
+    SlurmJob,
+    SlurmUnavailable,
+)
 
 log = logging.getLogger("msched.rounds.holds")
+MATCH_S = 2.0           # Slurm keeps begin times in whole seconds: a journal value within this is the one held
 
 
 def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = None,  # noqa: ANN001
@@ -51,13 +61,35 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
             log.info("job %s: released (held by an interrupted round: %s)", e.job_id, e.reason)
             released.append(e.job_id)
             outcome.setdefault("released", []).append(e.id)
+        elif e.kind == "nice":
+            if not everything:
+                continue                      # the record of the job's own offset, kept while msched steers it
+            try:
+                own = int(e.value)
+            except ValueError:
+                own = 0
+            if job.nice != own:
+                try:
+                    client.set_nice(e.job_id, own)
+                except SlurmUnavailable:
+                    raise
+                except JobNotPending:
+                    outcome.setdefault("gone", []).append(e.id)
+                    continue
+                released.append(e.job_id)
+            outcome.setdefault("restored", []).append(e.id)
         elif e.kind == "begin_time":
             try:
-                expired = float(e.value) <= now
+                when = float(e.value)
             except ValueError:
-                expired = False
-            if expired:
+                when = now
+            held = job.held_until(now)
+            if when <= now:
                 outcome.setdefault("expired", []).append(e.id)
+            elif held is None or abs(held - when) > MATCH_S:
+                # never written (killed before its call), already cleared, or changed by the job's owner
+                # since: not msched's to clear
+                outcome.setdefault("not in effect" if held is None else "changed by its owner", []).append(e.id)
             elif everything:
                 try:
                     client.set_begin_time(e.job_id, None)
@@ -66,8 +98,80 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
                 except JobNotPending:
                     outcome.setdefault("gone", []).append(e.id)
                     continue
+                log.info("job %s: begin time cleared (set by msched: %s)", e.job_id, e.reason)
                 released.append(e.job_id)
                 outcome.setdefault("cleared", []).append(e.id)
     for what, ids in outcome.items():
         journal.close(ids, what)
     return released
+
+
+# ------------------------------------------------------------------------------ the begin-time lever
+
+
+def record_nice_originals(journal, updates) -> None:  # noqa: ANN001
+    """Before msched's first nice write on a job (config `priority_lever = "nice"`), the job's own nice
+    offset (its owner's `--nice`, usually 0) into the journal, so `--release` can put it back: nice
+    offsets, unlike explicit priorities, survive the hold and release that resets a priority."""
+    have = {e.job_id for e in journal.open_entries("nice")}
+    new = [(u.job_id, "nice", str(int(u.old or 0)), "the job's own nice offset before msched's")
+           for u in updates if u.job_id not in have]
+    if new:
+        journal.record_holds(new)
+
+
+def begin_time_owners(jobs: Sequence[SlurmJob], journal, now: float) -> tuple[dict[str, float], set[str]]:  # noqa: ANN001
+    """Which future begin times are msched's: ({job id: begin time} that the journal's open entry for the
+    job names, as Slurm still holds it; the other pending jobs with a future begin time, which someone
+    else set (the user's own `--begin`/`scontrol update StartTime=`, or msched's overwritten by the user):
+    never touched). Without a journal (the simulator, whose users set none) every begin time is msched's."""
+    current = {j.job_id: t for j in jobs if (t := j.held_until(now)) is not None}
+    if journal is None:
+        return current, set()
+    recorded: dict[str, list[float]] = {}
+    for e in journal.open_entries("begin_time"):
+        try:
+            recorded.setdefault(e.job_id, []).append(float(e.value))
+        except ValueError:
+            continue
+    ours = {j: t for j, t in current.items() if any(abs(v - t) <= MATCH_S for v in recorded.get(j, ()))}
+    return ours, set(current) - set(ours)
+
+
+def apply_begin_times(client: SlurmClient, changes, journal) -> tuple[list, list[str]]:  # noqa: ANN001
+    """Write begin-time changes (msched.policy.reservations.BeginTimeChange), each recorded in the journal
+    *before* its Slurm call (so `--release` and the next round see it whatever happens next) and the
+    job's older entries closed after it. Returns (written changes, job ids skipped: no longer pending, or
+    refused with a warning). Slurm unreachable raises: the entries stay open, each begin time expires by
+    itself and `--release` clears it."""
+    open_by_job: dict[str, list[int]] = {}
+    if journal is not None:
+        for e in journal.open_entries("begin_time"):
+            open_by_job.setdefault(e.job_id, []).append(e.id)
+    written: list = []
+    skipped: list[str] = []
+    for c in changes:
+        new_id = None
+        if journal is not None and c.when is not None:
+            new_id = journal.record_hold(c.job_id, "begin_time", str(int(c.when)), c.reason)
+        try:
+            client.set_begin_time(c.job_id, None if c.when is None else int(c.when))
+        except SlurmUnavailable:
+            raise
+        except JobNotPending:
+            log.info("job %s is no longer pending: begin time not written", c.job_id)
+            skipped.append(c.job_id)
+            if new_id is not None:
+                journal.close([new_id], "gone")
+            continue
+        except SlurmError as exc:
+            log.warning("job %s: Slurm refused the begin time, skipped this round: %s", c.job_id, exc)
+            skipped.append(c.job_id)
+            if new_id is not None:
+                journal.close([new_id], "refused")
+            continue
+        written.append(c)
+        if journal is not None and open_by_job.get(c.job_id):
+            journal.close(open_by_job[c.job_id], "cleared" if c.when is None else "moved")
+        log.info("job %s: begin time %s (%s)", c.job_id, "cleared" if c.when is None else f"{c.when:.0f}", c.reason)
+    return written, skipped

@@ -51,7 +51,8 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
         except Exception as exc:  # noqa: BLE001 - a bad tag must not stop the round
             log.warning("job %s: no estimate for packing (%s)", job.job_id, exc)
             length = 0.0
-        out.append(ShardJob(job.job_id, job.priority, speeds, peak_gb(tag.model, tag.bs), job.is_running,
+        peak = tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs)    # msub's memory estimate first
+        out.append(ShardJob(job.job_id, job.priority, speeds, peak, job.is_running,
                             canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length))
     return out
 

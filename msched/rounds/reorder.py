@@ -236,6 +236,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
+        from msched.policy.reservations import BeginTimeOptions
         from msched.rounds.core import TypeLever, run_round
         from msched.store.db import StoreError
         from msched.store.writes import ingest_jobs
@@ -270,12 +271,17 @@ class Reorderer:
                             "nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
         incumbent = self._incumbent(dry_run)
+        journal = self.journal if self.config.begin_time_lever or self.config.priority_lever == "nice" else None
         try:
             result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
                                incumbent=incumbent, settle_options=self.settle_options,
-                               lever=TypeLever.from_config(self.config))
+                               lever=TypeLever.from_config(self.config),
+                               # the lever needs the journal to tell msched's begin times from the owners':
+                               # a dry run without a database leaves it out
+                               begin_times=BeginTimeOptions.from_config(self.config) if journal is not None else None,
+                               journal=journal, priority_lever=self.config.priority_lever)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None

@@ -89,6 +89,11 @@ class SlurmJob:
     reason: str = ""
     admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
     nice: int = 0
+    begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
+
+    def held_until(self, now: float) -> float | None:
+        """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
+        return self.begin_time if self.is_pending and self.begin_time is not None and self.begin_time > now else None
 
     @property
     def tag(self) -> JobTag | None:
@@ -167,6 +172,7 @@ class JobUpdate:
     priority: int | None = None
     features: str | None = None
     partition: str | None = None      # the partition list (where a site steers GPU types by partition)
+    nice: int | None = None           # the nice offset (config priority_lever = "nice": multifactor keeps aging)
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,8 @@ class SchedulerSettings:
         return cls((scheduler_type or "").strip() or "sched/backfill", tuple(params))
 
 
-UPDATE_FIELDS = ("features", "partition", "priority")      # the order every backend writes them in
+UPDATE_FIELDS = ("features", "partition", "priority", "nice")      # the order every backend writes them in
+NICE_LIMIT = 2147483645     # Slurm's nice range is +-(NICE_OFFSET - 3) (slurm.h: NICE_OFFSET 0x80000000)
 
 
 def check_updates(updates: Sequence[JobUpdate]) -> list[JobUpdate]:
@@ -290,6 +297,8 @@ class SlurmClient(abc.ABC):
                         self.set_features(u.job_id, str(value))
                     elif name == "partition":
                         self.set_partition(u.job_id, str(value))
+                    elif name == "nice":
+                        self.set_nice(u.job_id, int(value))
                     else:
                         self.set_priority(u.job_id, int(value))
                 except SlurmUnavailable:
@@ -299,6 +308,11 @@ class SlurmClient(abc.ABC):
                     continue
                 applied[u.job_id].append(name)
         return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
+
+    def set_nice(self, job_id: str, nice: int) -> None:
+        """Shift a pending job's priority by a nice offset (priority minus nice) that Slurm's multifactor
+        plugin keeps applying as the job ages (an explicit priority would freeze it)."""
+        raise SlurmError(f"the {self.name} backend cannot set a nice offset")
 
     def set_begin_time(self, job_id: str, when: float | None) -> None:
         """Keep a pending job from starting before `when` (epoch seconds; None: from now on). Slurm

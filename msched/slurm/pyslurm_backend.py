@@ -228,6 +228,10 @@ class PyslurmClient(SlurmClient):
     def set_features(self, job_id: str, features: str) -> None:
         self._modify(job_id, constraints=features)
 
+    def set_nice(self, job_id: str, nice: int) -> None:
+        self._require_pending(job_id)
+        self._modify(job_id, nice=int(nice))
+
     def hold(self, job_id: str) -> None:
         self._call(pyslurm.Job(int(job_id)).hold, error=JobNotPending)
 

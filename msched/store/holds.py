@@ -24,7 +24,7 @@ from sqlalchemy import select, update
 
 from msched.store.schema import Hold
 
-KINDS = ("hold", "begin_time")
+KINDS = ("hold", "begin_time", "nice")    # nice: the job's own offset, put back by --release
 
 
 class HoldJournal:

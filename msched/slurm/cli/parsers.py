@@ -165,11 +165,16 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         reason=_field(_json_str(d.get("state_reason"))),
         admin_comment=_json_str(d.get("admin_comment")),
         nice=_json_signed(d.get("nice")),
+        begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
     )
 
 
 def _json_signed(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _NO_VALUE else 0
+    """A signed 32-bit field (nice) that squeue --json (22.05) prints as its unsigned bits: -7 is
+    4294967289 (measured on the dev cluster; 0 comes as null)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -_NO_VALUE < value < _NO_VALUE:
+        return 0
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _json_document(raw: bytes | str, command: str) -> dict:

@@ -11,14 +11,15 @@ _BATCH_JOB_ID = re.compile(r"\d+(?:_\d+)?")
 _BATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:|&!()\[\]*+=@%/-]*")   # what scontrol's line reader keeps whole
 # A failed line's stderr: `<reason> for job <id>`, or `<id>: <reason>` for an array task id (22.05.8).
 _FOR_JOB = re.compile(r"(?P<reason>.*\S)\s+for job (?P<id>\S+)|(?P<id2>\d+(?:_\d+)?): (?P<reason2>.*\S)")
-_SCONTROL_KEY = {"features": "Features", "partition": "Partition", "priority": "Priority"}
+_SCONTROL_KEY = {"features": "Features", "partition": "Partition", "priority": "Priority", "nice": "Nice"}
+_INTEGER_FIELDS = ("priority", "nice")
 
 
 def scontrol_update_line(job_id: str, field: str, value: int | str) -> str | None:
     """The line `scontrol` reads for one update (`update JobId=12 Priority=500`), or None when the
     job id or value holds anything beyond the plain characters Slurm ids and feature expressions use
     (such a value is sent as its own argv instead, never spliced into a command line)."""
-    text = str(int(value)) if field == "priority" else str(value)
+    text = str(int(value)) if field in _INTEGER_FIELDS else str(value)
     if not _BATCH_JOB_ID.fullmatch(str(job_id)) or not _BATCH_VALUE.fullmatch(text):
         return None
     return f"update JobId={job_id} {_SCONTROL_KEY[field]}={text}"

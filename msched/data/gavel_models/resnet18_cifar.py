@@ -2,7 +2,7 @@
 architecture (He et al., "Deep Residual Learning for Image Recognition", 2016, with the CIFAR stem used by
 Gavel's workload: a 3x3 stride-1 first convolution, no max-pool, 32x32 inputs, 10 classes).
 
-    msched estimate bench/gavel_models/resnet18_cifar.py:resnet18_cifar --batch-size 128
+    msched estimate msched/data/gavel_models/resnet18_cifar.py:resnet18_cifar --batch-size 128
 """
 
 #MSCHED --input-shape=3,32,32

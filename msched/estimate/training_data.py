@@ -1,0 +1,96 @@
+"""The measured rows the cost model is fitted and evaluated on, from both public data sets.
+
+- the torchvision benchmark (../shared/data/gpu-train-benchmarks/perf_table.csv,
+  github.com/ryujaehun/pytorch-gpu-benchmark, MIT): random 224 x 224 images already on the GPU, forward +
+  backward, no optimizer step, batch 12 per GPU, float/half/double, 1-4 GPUs;
+- Gavel's throughputs (../shared/data/gavel/perf_table.csv, github.com/stanford-futuredata/gavel
+  simulation_throughputs.json, MIT): whole training loops (data loader, optimizer step) of seven job
+  types on K80/P100/V100, 1 GPU (its multi-GPU rows count steps summed over GPUs: another unit).
+
+Gavel's job types other than ResNet-50 (torchvision's) are model files written from their published
+architectures, shipped in msched/data/gavel_models/ and named here `gavel:<type>`. Profiling them
+imports torch (once per user: msched.models.profile_cache): scripts and benchmarks only, never msub.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from msched.config import DATA_DIR
+from msched.estimate.cost_fit import FitRow, rows_from_perf
+
+GAVEL_MODELS_DIR = os.path.join(DATA_DIR, "gavel_models")
+# Gavel's job type -> (model file stem = factory name, the family it is held out with)
+GAVEL_MODEL_FILES = {
+    "resnet18": ("resnet18_cifar", "resnet"),   # the CIFAR-10 ResNet-18, not torchvision's
+    "transformer": ("transformer", "transformer"),
+    "lm": ("lm", "lm"),
+    "recommendation": ("recommendation", "recommendation"),
+    "a3c": ("a3c", "a3c"),
+    "cyclegan": ("cyclegan", "cyclegan"),
+}
+GAVEL_TORCHVISION = ("resnet50",)   # Gavel's job types that are the torchvision model of the same name
+TORCHVISION, GAVEL = "torchvision", "gavel"
+# Gavel job types whose step is bound by work no layer profile sees (recommendation: sparse batches built
+# on the CPU, measured slower on V100 than on K80; A3C: the Atari emulator's 20 steps per update): kept out
+# of the fit, where they would pull the GPU efficiencies toward whatever machine Gavel measured; still
+# predicted and reported (separately) in bench/bench_estimate.py
+CPU_BOUND = ("gavel:recommendation", "gavel:a3c")
+
+
+def gavel_key(job_type: str) -> str:
+    return f"gavel:{job_type}"
+
+
+def gavel_model_spec(job_type: str) -> str:
+    """The `file.py:factory` spec of a Gavel job type's model file."""
+    stem, _family = GAVEL_MODEL_FILES[job_type]
+    return f"{os.path.join(GAVEL_MODELS_DIR, stem + '.py')}:{stem}"
+
+
+def gavel_family(model: str) -> str | None:
+    """The family a `gavel:<type>` model is held out with (None for other names)."""
+    if model.startswith("gavel:"):
+        entry = GAVEL_MODEL_FILES.get(model.partition(":")[2])
+        return entry[1] if entry else None
+    return None
+
+
+def gavel_profiles() -> dict[str, dict]:
+    """Profiles (as dicts) of Gavel's model files, keyed `gavel:<type>` (profiled once, then cached)."""
+    from msched.models.profile_cache import get_profile
+
+    return {gavel_key(t): get_profile(gavel_model_spec(t)).to_dict() for t in GAVEL_MODEL_FILES}
+
+
+def load_rows(data: Path, profiles: Mapping[str, object], gavel: bool = True) -> tuple[list[FitRow], dict[FitRow, str]]:
+    """Both data sets' rows whose model has a profile in `profiles`, and the data set of each row.
+    Gavel's rows carry `optimizer=True` (its loops step an optimizer and load real data)."""
+    rows = rows_from_perf(_load(data / "gpu-train-benchmarks" / "perf_table.csv"))
+    origin = dict.fromkeys(rows, TORCHVISION)
+    path = data / "gavel" / "perf_table.csv"
+    if gavel and path.exists():
+        for r in rows_from_perf(_load(path), optimizer=True):
+            if r.num_gpus != 1:
+                continue
+            if r.model in GAVEL_MODEL_FILES:
+                r = r._replace(model=gavel_key(r.model))
+            elif r.model not in GAVEL_TORCHVISION:
+                continue
+            rows.append(r)
+            origin[r] = GAVEL
+    kept = [r for r in rows if r.model in profiles]
+    return kept, {r: origin[r] for r in kept}
+
+
+def fit_rows(rows: list[FitRow]) -> list[FitRow]:
+    """The rows a fit uses: all but the CPU-bound job types'."""
+    return [r for r in rows if r.model not in CPU_BOUND]
+
+
+def _load(path: Path) -> list:
+    from msched.estimate.perf_table import PerfTable
+
+    return PerfTable.load(path).rows
