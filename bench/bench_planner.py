@@ -1,22 +1,31 @@
 """Distance to optimal: the greedy plan, the time-boxed optimizing planner and the exact optimum (issue 17).
 
     .venv/bin/python bench/bench_planner.py [--seeds 5] [--jobs 16,30] [--exact-s 120] [--box-s 2]
-                                            [--gavel-jobs 100] [--gavel-cp-s 60] [--no-gavel]
+                                            [--gavel-jobs 100] [--gavel-cp-s 60] [--no-gavel] [--no-small]
+                                            [--workloads static,philly] [--variant NAME=K:V;K:V]
 
 (a) Small static batches (every job at t=0), one plan of the snapshot each: `--jobs` one-GPU jobs of 1-5 h
     (on the middle type) with the shared table's relative speeds (a model drawn per job), on 8 one-GPU
-    nodes of 4 types (a100, titanrtx, rtx2080ti, titanxp: 2 each). Per seed and size: the makespan of the
-    greedy plan (msched's list schedule, longest first), of the optimizing planner (`objective=makespan`,
-    time box `--box-s`), and the optimum by OR-Tools CP-SAT (one optional interval per job and type, a
-    cumulative per type: exact on one-GPU nodes) with `--exact-s` per instance; when CP-SAT stops
-    before proving optimality the ratio is to its best proven bound (marked), so it is still an upper
-    bound on the distance. The LP bound (msched.policy.bound) is printed beside it.
+    nodes of 4 types (a100, titanrtx, rtx2080ti, titanxp: 2 each). Per seed and size, the makespan
+    (`objective=makespan`, time box `--box-s`) of: the greedy plan (msched's list schedule, longest
+    first); the local search alone (`cpsat_jobs=0`, the planner before CP-SAT); CP-SAT alone hinted with
+    the greedy plan (`planner=cpsat`); the default planner (local search, then CP-SAT for a head of at
+    most 40 jobs). Each over the exact optimum: with every job at t=0 on one-GPU nodes the makespan is
+    the largest machine load, so OR-Tools CP-SAT solves the assignment (msched.policy.cpsat.
+    assignment_makespan, 2 workers, `--exact-s` per instance); when it stops before proving optimality
+    the ratio is to its best proven bound (marked), still an upper bound on the distance. The LP bound
+    (msched.policy.bound) is printed beside it.
 (b) The Gavel-shaped static batch: `--gavel-jobs` jobs drawn as bench/workloads.py draws the Gavel
     workload, all at t=0, on Gavel's cluster k80:1x8,p100:1x8,v100:1x8, replayed by the simulator with
     backfill under fifo, msched and oracle; each makespan over the LP bound and over CP-SAT's best proven
     bound (`--gavel-cp-s` per seed). `--starvation-age 0` turns the rounds' starvation guard off (a job
     waiting longer than the age is widened to every type, k80 included, where it runs 3-5x longer).
     Needs the shared Gavel table (MSCHED_SHARED_DATA); skipped without it.
+
+(c) `--workloads static,philly,...`: each bench workload (bench/workloads.py, `--workload-jobs` sizes,
+    bench_quality --quick's by default) replayed in-process with backfill for every policy: msched (one
+    column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`) over backfill fifo on makespan
+    and mean JCT, the simulator's plan() seconds, and oracle's makespan over the LP bound.
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -37,7 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from msched.config import DATA_DIR  # noqa: E402
 from msched.estimate.perf_table import PerfTable  # noqa: E402
-from msched.policy import get_policy  # noqa: E402
+from msched.policy import cpsat, get_policy  # noqa: E402
 from msched.policy.bound import BoundJob, lp_lower_bound  # noqa: E402
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob  # noqa: E402
 
@@ -69,79 +78,65 @@ def small_instance(n_jobs: int, seed: int) -> ClusterSnapshot:
 def cpsat_makespan(jobs: list[tuple[str, int, dict[str, int]]], capacity: dict[str, int], limit_s: float,
                    hint: dict[str, tuple[str, int]] | None = None) -> tuple[float, float, bool]:
     """Non-preemptive makespan of (id, GPUs, runtime per type) jobs released at 0 on per-type GPU pools:
-    (best makespan found, best proven bound, proven optimal). Exact when every node has one GPU."""
-    from ortools.sat.python import cp_model
-
-    m = cp_model.CpModel()
-    horizon = sum(max(rt.values()) for _, _, rt in jobs)
-    end = m.NewIntVar(0, horizon, "makespan")
-    per_type: dict[str, tuple[list, list]] = {t: ([], []) for t in capacity}
-    energy: dict[str, list] = {t: [] for t in capacity}       # GPU-seconds on each type (a redundant cut)
-    for jid, g, rt in jobs:
-        lits = []
-        for t, p in rt.items():
-            if t not in capacity or g > capacity[t]:
-                continue
-            lit = m.NewBoolVar(f"{jid}@{t}")
-            s = m.NewIntVar(0, horizon, f"s_{jid}_{t}")
-            iv = m.NewOptionalFixedSizeIntervalVar(s, int(p), lit, f"i_{jid}_{t}")
-            m.Add(s + int(p) <= end).OnlyEnforceIf(lit)
-            per_type[t][0].append(iv)
-            per_type[t][1].append(g)
-            energy[t].append(g * int(p) * lit)
-            lits.append(lit)
-            if hint and jid in hint:
-                m.AddHint(lit, hint[jid][0] == t)
-                if hint[jid][0] == t:
-                    m.AddHint(s, hint[jid][1])
-        m.AddExactlyOne(lits)
-    for t, (ivs, dem) in per_type.items():
-        if ivs:
-            m.AddCumulative(ivs, dem, capacity[t])
-            m.Add(sum(energy[t]) <= capacity[t] * end)
-    m.Minimize(end)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = limit_s
-    solver.parameters.num_workers = 2
-    status = solver.Solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return float("nan"), float(solver.BestObjectiveBound()), False
-    return float(solver.ObjectiveValue()), float(solver.BestObjectiveBound()), status == cp_model.OPTIMAL
+    (best makespan found, best proven bound, proven optimal), by msched.policy.cpsat's model on 2 workers
+    with a wall-clock limit only. Exact when every node has one GPU."""
+    res = cpsat.solve([cpsat.CpJob(j, g, rt) for j, g, rt in jobs], capacity, objective="makespan", hint=hint,
+                      max_s=limit_s, workers=2)
+    return (res.objective if res.found else float("nan")), res.bound, res.status == "optimal"
 
 
 # ----------------------------------------------------------------------------- (a)
+SMALL_PLANNERS = (  # column, policy options (objective makespan), in the table's order
+    ("greedy", {"planner": "greedy"}),
+    ("search", {"cpsat_jobs": 0}),              # the local search alone (the planner before CP-SAT)
+    ("cpsat", {"planner": "cpsat"}),            # CP-SAT alone, hinted with the greedy plan
+    ("planner", {}),                            # the default: local search, then CP-SAT for a small head
+)
+
+
 def run_small(sizes: list[int], seeds: int, exact_s: float, box_s: float) -> None:
     print(f"(a) small static batches: one-GPU jobs on {', '.join(f'{t}:1x2' for t in SMALL_TYPES)}; "
-          f"planner time box {box_s:g} s, CP-SAT {exact_s:g} s per instance")
-    print(f"{'jobs':>4} {'seed':>4} | {'LP bound':>8} {'CP best':>8} {'optimum':>9} | {'greedy':>7} {'x opt':>6} | "
-          f"{'planner':>7} {'x opt':>6} {'wall s':>6} | {'CP-SAT s':>8}")
+          f"planner time box {box_s:g} s, exact CP-SAT {exact_s:g} s per instance (2 workers)")
+    names = [n for n, _ in SMALL_PLANNERS]
+    print(f"{'jobs':>4} {'seed':>4} | {'LP bound':>8} {'CP best':>8} {'optimum':>9} | "
+          + " | ".join(f"{n + ' x opt':>13} {'cpu s':>5}" for n in names) + f" | {'exact s':>7}")
     for n in sizes:
-        g_ratios, p_ratios = [], []
+        ratios: dict[str, list[float]] = {k: [] for k in names}
+        cpu: dict[str, list[float]] = {k: [] for k in names}
         for seed in range(1, seeds + 1):
             snap = small_instance(n, seed)
             cap = snap.gpus_total
             lp = lp_lower_bound([BoundJob(j.job_id, 0.0, 1, j.est_runtime_s) for j in snap.pending], cap).value_s
-            greedy = get_policy("msched", objective="makespan", planner="greedy").plan(snap)
-            t0 = time.perf_counter()
-            planner = get_policy("msched", objective="makespan", time_box_s=box_s)
-            plan = planner.plan(snap)
-            wall = time.perf_counter() - t0
-            hint = {d.job_id: (d.gpu_types[0], int(d.est_start)) for d in plan.decisions if d.gpu_types}
+            plans = {}
+            for name, opts in SMALL_PLANNERS:
+                policy = get_policy("msched", objective="makespan", time_box_s=box_s, **opts)
+                t0 = time.process_time()
+                plans[name] = policy.plan(snap)
+                cpu[name].append(time.process_time() - t0)
+            best_plan = min(plans.values(), key=lambda p: p.est_makespan_end)
+            hint = {d.job_id: (d.gpu_types[0], int(d.est_start)) for d in best_plan.decisions if d.gpu_types}
             t1 = time.perf_counter()
-            best, bound, optimal = cpsat_makespan([(j.job_id, 1, dict(j.est_runtime_s)) for j in snap.pending],
-                                                  cap, exact_s, hint)
+            res = cpsat.assignment_makespan([cpsat.CpJob(j.job_id, 1, dict(j.est_runtime_s)) for j in snap.pending],
+                                            [n.gpu_type for n in snap.nodes], max_s=exact_s, hint=hint)
+            best, bound, optimal = res.objective, res.bound, res.status == "optimal"
             cp_wall = time.perf_counter() - t1
             bound = max(bound, lp)                   # the LP bound is proven too
             ref = best if optimal else bound
-            g, p = greedy.est_makespan_end / ref, plan.est_makespan_end / ref
-            g_ratios.append(g)
-            p_ratios.append(p)
+            cells = []
+            for name in names:
+                r = plans[name].est_makespan_end / ref
+                ratios[name].append(r)
+                cells.append(f"{plans[name].est_makespan_end / H:6.2f}h {r:6.3f} {cpu[name][-1]:5.2f}")
             mark = "" if optimal else "*"
-            print(f"{n:4d} {seed:4d} | {lp / H:7.2f}h {best / H:7.2f}h {ref / H:7.2f}h{mark:1s} | {greedy.est_makespan_end / H:6.2f}h "
-                  f"{g:6.3f} | {plan.est_makespan_end / H:6.2f}h {p:6.3f} {wall:6.2f} | {cp_wall:8.1f}")
-        print(f"{n:4d} mean | {'':8s} {'':8s} {'':9s} | {'':7s} {statistics.mean(g_ratios):6.3f} | {'':7s} "
-              f"{statistics.mean(p_ratios):6.3f}   (max greedy {max(g_ratios):.3f}, planner {max(p_ratios):.3f})")
-    print("  * CP-SAT did not prove optimality in its time: the ratio is to its best proven bound")
+            print(f"{n:4d} {seed:4d} | {lp / H:7.2f}h {best / H:7.2f}h {ref / H:7.2f}h{mark:1s} | "
+                  + " | ".join(cells) + f" | {cp_wall:7.1f}", flush=True)
+        print(f"{n:4d} mean | {'':8s} {'':8s} {'':9s} | "
+              + " | ".join(f"{'':7s} {statistics.mean(ratios[k]):6.3f} {statistics.mean(cpu[k]):5.2f}" for k in names))
+        print(f"{n:4d} max  | {'':8s} {'':8s} {'':9s} | "
+              + " | ".join(f"{'':7s} {max(ratios[k]):6.3f} {max(cpu[k]):5.2f}" for k in names))
+    print("  * the exact CP-SAT did not prove optimality in its time: the ratio is to its best proven bound "
+          "(max with the LP bound), an upper bound on the distance to the optimum; cpu s: this process's CPU "
+          "seconds for the plan")
 
 
 # ----------------------------------------------------------------------------- (b)
@@ -191,23 +186,98 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
     print("  cells: makespan x LP bound / x CP-SAT's best proven bound")
 
 
+# ----------------------------------------------------------------------------- (c)
+def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict]) -> None:
+    """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
+    msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
+    import workloads as wl
+
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.metrics import trace_bound
+
+    print("(c) bench workloads, backfill for every policy, 24 h starvation guard; msched variants: "
+          + "; ".join(f"{k} = {v or 'defaults'}" for k, v in variants.items()))
+    print(f"{'workload':>8} {'seed':>4} {'jobs':>4} | {'fifo makespan':>13} {'fifo JCT':>9} | "
+          + " | ".join(f"{k + ' ms/JCT x fifo':>22} {'plan s':>6}" for k in variants)
+          + f" | {'oracle ms x LP':>14}")
+    for name in names:
+        per: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+        for seed in range(1, seeds + 1):
+            try:
+                w = wl.build(name, sizes[name], seed)
+            except wl.WorkloadError as exc:
+                print(f"{name:>8} skipped: {exc}")
+                break
+            cluster = parse_cluster(w.cluster)
+            truth = PerfTable.load(w.truth)
+            perf = PerfTable.load(w.perf) if w.perf is not None else truth
+            refs = list(w.references) if w.references is not None else None
+            trace = list(w.jobs)
+            lb = trace_bound(trace, truth, cluster)
+            cells = []
+            base_setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill")
+            fifo = replay(trace, "fifo", base_setup, bound=lb).metrics
+            for k, opts in variants.items():
+                setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
+                                 policy_options=opts)
+                r = replay(trace, "msched", setup, bound=lb)
+                ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
+                per[k].append((ms, jct))
+                cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
+            oracle = replay(trace, "oracle", base_setup, bound=lb).metrics
+            print(f"{name:>8} {seed:4d} {len(trace):4d} | {fifo['makespan_s'] / H:12.1f}h {fifo['mean_jct_s'] / H:8.2f}h | "
+                  + " | ".join(cells) + f" | {oracle['makespan_s'] / lb.value_s:14.3f}", flush=True)
+        for k, rows in per.items():
+            if rows:
+                print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
+                      f"mean JCT x fifo {statistics.mean(r[1] for r in rows):.3f}")
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """'name=key:value;key:value' -> (name, {key: value}) with numbers read as numbers."""
+    name, _, rest = text.partition("=")
+    opts: dict = {}
+    for item in filter(None, rest.split(";")):
+        k, _, v = item.partition(":")
+        try:
+            opts[k] = int(v)
+        except ValueError:
+            try:
+                opts[k] = float(v)
+            except ValueError:
+                opts[k] = v
+    return name, opts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=5, help="seeds 1..N of every part [default: 5]")
     ap.add_argument("--jobs", default="16,30", help="sizes of the small instances (comma separated)")
     ap.add_argument("--exact-s", type=float, default=120.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--box-s", type=float, default=2.0, help="the planner's time box")
-    ap.add_argument("--gavel-jobs", type=int, default=100)
+    ap.add_argument("--gavel-jobs", type=int, default=100, help="(b): jobs in the Gavel-shaped batch [default: 100]")
     ap.add_argument("--gavel-cp-s", type=float, default=60.0, help="CP-SAT seconds per Gavel seed")
     ap.add_argument("--no-gavel", action="store_true", help="skip (b)")
     ap.add_argument("--starvation-age", type=float, default=86400.0,
                     help="(b): the round's starvation age in seconds (0: no guard) [default: 86400]")
     ap.add_argument("--no-small", action="store_true", help="skip (a)")
+    ap.add_argument("--workloads", default="",
+                    help="(c): comma-separated bench workloads to replay (static, philly, alibaba, gavel) [default: none]")
+    ap.add_argument("--workload-jobs", default="static=200,philly=120,alibaba=300,gavel=80",
+                    help="(c): jobs per workload (bench_quality --quick sizes)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=K:V;K:V",
+                    help="(c): an msched option set to compare, e.g. 'search=cpsat_jobs:0' (repeatable; "
+                         "default: msched's defaults)")
     a = ap.parse_args()
     if not a.no_small:
         run_small([int(x) for x in a.jobs.split(",") if x], a.seeds, a.exact_s, a.box_s)
     if not a.no_gavel:
         run_gavel(a.gavel_jobs, a.seeds, a.gavel_cp_s, a.starvation_age or None)
+    if a.workloads:
+        sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
+        variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
+        run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     performance    = "msched/data/gpu_performance.csv"
     starvation_age_s = 86400
     objective      = "balanced"            # or "makespan", "jct" (msched.policy.planner)
-    plan_time_s    = 2.0                   # the optimizing planner's time box per round
-    planner        = "optimize"            # or "greedy": the list schedule alone (msched.policy.planner)
+    plan_time_s    = 2.0                   # the planner's safety net per round, CPU seconds (its budget is work)
+    planner        = "optimize"            # or "greedy": the list schedule alone; "cpsat": CP-SAT alone (msched.policy.planner)
     metric         = "cosine"              # or "euclidean", "manhattan"
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
@@ -122,8 +122,8 @@ class Config:
     def _checked(self) -> Config:
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"objective {self.objective!r} is not one of {', '.join(OBJECTIVES)}")
-        if self.planner not in ("optimize", "greedy"):
-            raise ConfigError(f"planner {self.planner!r} is not one of optimize, greedy")
+        if self.planner not in ("optimize", "greedy", "cpsat"):
+            raise ConfigError(f"planner {self.planner!r} is not one of optimize, greedy, cpsat")
         if not (isinstance(self.plan_time_s, int | float) and self.plan_time_s > 0):
             raise ConfigError(f"plan_time_s must be a positive number of seconds (got {self.plan_time_s!r})")
         if self.metric not in METRICS:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
+import time
 
 import pytest
 from test_rounds import TRUTH, blockers, by_id, client, submit
 
 from msched.estimate.estimators import TagEstimator
-from msched.policy import get_policy
+from msched.policy import cpsat, get_policy
 from msched.policy.msched import MschedPolicy
 from msched.policy.planner import OptimizingPolicy
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
@@ -164,3 +166,164 @@ def test_starving_job_is_widened_only_to_types_near_its_fastest():
     assert greedy.gpu_types == ("a100", "k80", "titanv")
     opt = get_policy("msched", time_box_s=120).plan(s).by_job()["old"]
     assert opt.gpu_types == ("a100", "titanv")
+
+
+# ---------------------------------------------------------------------------------------- CP-SAT
+def batch(n: int, seed: int) -> ClusterSnapshot:
+    """`n` one-GPU jobs at t=0 on 2 one-GPU nodes of each of 4 types (speeds 1 to 2.6, each job's own
+    skew of up to 25% per type), seeded: the kind of small static batch bench_planner measures."""
+    rng = random.Random(seed)
+    speed = {"a100": 1.0, "titanrtx": 1.6, "rtx2080ti": 2.1, "titanxp": 2.6}
+    nodes = [NodeState(f"{t}-{k}", t, 1, 1) for t in speed for k in range(2)]
+    pend = []
+    for i in range(n):
+        h = rng.uniform(0.5, 3.0)
+        skew = {t: rng.uniform(0.8, 1.25) for t in speed}
+        pend.append(PendingJob(f"j{i:02d}", 0.0, 1, 100, {t: round(h * H * v * skew[t]) for t, v in speed.items()}))
+    return snap(nodes, pend)
+
+
+def decided(plan) -> list[tuple]:
+    return [(d.job_id, d.priority, d.gpu_types, d.est_start, d.est_end) for d in plan.decisions]
+
+
+def assert_followable(plan, ids) -> None:
+    """Every job decided once, typed, and ranked in order of planned start (what Slurm then follows)."""
+    assert sorted(d.job_id for d in plan.decisions) == sorted(ids)
+    assert all(len(d.gpu_types) == 1 and d.est_start is not None for d in plan.decisions)
+    by_prio = sorted(plan.decisions, key=lambda d: -d.priority)
+    assert [d.est_start for d in by_prio] == sorted(d.est_start for d in by_prio)
+
+
+def test_cpsat_closes_the_gap_the_local_search_leaves():
+    """Seed 4's batch: the local search alone stops 7.5% above the optimum (R||Cmax: the makespan is the
+    largest machine load, solved exactly by assignment_makespan); CP-SAT from its plan (0.2 deterministic
+    seconds here, 0.5 by default) gets within 3%."""
+    s = batch(16, 4)
+    exact = cpsat.assignment_makespan([cpsat.CpJob(j.job_id, 1, dict(j.est_runtime_s)) for j in s.pending],
+                                      [n.gpu_type for n in s.nodes], max_s=60)
+    assert exact.status == "optimal"
+    search = get_policy("msched", objective="makespan", cpsat_jobs=0, time_box_s=120).plan(s)
+    p = get_policy("msched", objective="makespan", time_box_s=120, cpsat_work=0.2)
+    plan = p.plan(s)
+    assert p.last_search["cpsat_phases"] == 1 and not p.last_search["timed_out"]
+    assert search.est_makespan_end > 1.05 * exact.objective
+    assert exact.objective <= plan.est_makespan_end <= 1.03 * exact.objective
+    assert_followable(plan, [j.job_id for j in s.pending])
+    # the CP-SAT planner alone (bench_planner's competitor) is a valid plan no worse than the greedy one
+    alone = get_policy("msched", objective="makespan", planner="cpsat", time_box_s=120, cpsat_work=0.2).plan(s)
+    greedy = get_policy("msched", objective="makespan", planner="greedy").plan(s)
+    assert exact.objective <= alone.est_makespan_end <= greedy.est_makespan_end
+    assert_followable(alone, [j.job_id for j in s.pending])
+
+
+def test_cpsat_is_skipped_for_a_small_head_or_a_plan_at_the_lp_bound():
+    s = two_gpus_five_jobs()                        # 5 jobs: below CPSAT_MIN_JOBS
+    p = get_policy("msched", objective="makespan", time_box_s=120)
+    p.plan(s)
+    assert p.last_search["cpsat_phases"] == 0
+    # ten identical jobs on two GPUs: the greedy plan is at the LP bound, nothing for CP-SAT to gain
+    nodes = [NodeState("n1", "a100", 1, 1), NodeState("n2", "a100", 1, 1)]
+    same = snap(nodes, [PendingJob(f"j{k}", 0.0, 1, 100, {"a100": H}) for k in range(10)])
+    p.plan(same)
+    assert p.last_search["cpsat_phases"] == 0
+
+
+class SlowClock:
+    """A machine `factor` times slower: each read of the clock moves it on by `factor` x the real time
+    since the last read (so the search sees everything take longer), starting at 0."""
+
+    def __init__(self, factor: float):
+        self.factor = factor
+        self.t = 0.0
+        self.last = time.perf_counter()
+
+    def __call__(self) -> float:
+        now = time.perf_counter()
+        self.t += (now - self.last) * self.factor
+        self.last = now
+        return self.t
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balanced"])
+def test_the_same_snapshot_gives_the_same_plan_on_a_slower_machine(objective):
+    """The search is bounded by work (decodes, CP-SAT's deterministic time on one worker), not by the
+    clock: a machine 5x slower, whose time box is not reached, plans exactly what a fast one plans
+    (CI saw other plans than a developer machine when the box was wall-clock)."""
+    s = batch(16, 1)
+    fast = get_policy("msched", objective=objective, time_box_s=3600, cpsat_work=0.1)
+    slow = OptimizingPolicy(objective=objective, time_box_s=3600, cpsat_work=0.1, clock=SlowClock(5.0))
+    a, b = fast.plan(s), slow.plan(s)
+    assert fast.last_search["cpsat_phases"] >= 1 and not slow.last_search["timed_out"]
+    assert decided(a) == decided(b)
+    assert fast.last_search["evals"] == slow.last_search["evals"]
+    # and again (a second plan of the same snapshot by the same policy)
+    assert decided(fast.plan(s)) == decided(a)
+
+
+def test_cpsat_stopped_by_the_time_box_still_gives_a_valid_plan(caplog):
+    """A CP-SAT budget far beyond the time box: the box's safety net stops it (its wall-clock limit is
+    10x the CPU time left), the round is marked timed out, and the plan is the best found, never worse
+    than the greedy plan."""
+    s = batch(16, 4)
+    p = get_policy("msched", objective="makespan", planner="cpsat", cpsat_work=1e6, time_box_s=0.2)
+    with caplog.at_level(logging.INFO, logger="msched.policy.planner"):
+        plan = p.plan(s)
+    assert p.last_search["timed_out"] and "time box" in caplog.text
+    greedy = get_policy("msched", objective="makespan", planner="greedy").plan(s)
+    assert plan.est_makespan_end <= greedy.est_makespan_end
+    assert_followable(plan, [j.job_id for j in s.pending])
+
+
+def test_cpsat_model_is_reproducible_and_respects_the_fixed_bookings():
+    """The same model, one worker and a deterministic limit: the same schedule twice; a GPU booked
+    until 2 h is not used before then."""
+    jobs = [cpsat.CpJob(f"j{k}", 1, {"a100": 3600 + 600 * k, "k80": 3 * (3600 + 600 * k)}) for k in range(6)]
+    busy = [cpsat.CpBusy("a100", 1, 0, 7200)]
+    runs = [cpsat.solve(jobs, {"a100": 2, "k80": 1}, busy, deterministic_s=0.2, workers=1) for _ in range(2)]
+    assert runs[0].found and (runs[0].starts, runs[0].types) == (runs[1].starts, runs[1].types)
+    r = runs[0]
+    for t in ("a100", "k80"):                 # at no time more jobs on a type than it has free GPUs
+        cap = {"a100": 2, "k80": 1}[t]
+        for jid in r.starts:
+            at = r.starts[jid]
+            using = sum(1 for k in r.starts if r.types[k] == t and r.starts[k] <= at
+                        < r.starts[k] + next(j.runtime[t] for j in jobs if j.job_id == k))
+            held = 1 if t == "a100" and at < 7200 else 0
+            assert using + held <= cap
+    with pytest.raises(ValueError, match="choose one of makespan, jct"):
+        cpsat.solve(jobs, {"a100": 2}, objective="sum")
+
+
+def test_the_site_config_takes_the_cpsat_planner_and_lists_the_choices(tmp_path):
+    from msched.config import ConfigError, load_config
+
+    path = tmp_path / "msched.toml"
+    path.write_text('planner = "cpsat"\nplan_time_s = 1.5\n')
+    cfg = load_config(path)
+    assert (cfg.planner, cfg.plan_time_s) == ("cpsat", 1.5)
+    path.write_text('planner = "cp"\n')
+    with pytest.raises(ConfigError, match="not one of optimize, greedy, cpsat"):
+        load_config(path)
+    with pytest.raises(ValueError, match="cpsat_jobs must be >= 0"):
+        get_policy("msched", cpsat_jobs=-1)
+
+
+def test_a_round_whose_cpsat_is_cut_by_the_time_box_still_writes_a_valid_plan(caplog):
+    """Through the simulator's Slurm client: ten jobs behind the blockers, CP-SAT given far more work than
+    the box allows; the round still types and ranks every job, and Slurm then runs them all."""
+    c = client()
+    blockers(c)
+    ids = [submit(c, "vgg16" if k % 2 else "mobilenet_v2", iters=12_000 * (1 + k % 4)) for k in range(10)]
+    c.advance(0)
+    policy = get_policy("msched", planner="cpsat", cpsat_work=1e6, time_box_s=0.2)
+    with caplog.at_level(logging.INFO, logger="msched.policy.planner"):
+        res = run_round(c, policy, TagEstimator(TRUTH))
+    assert policy.last_search["timed_out"] and policy.last_search["cpsat_phases"] >= 1
+    assert "time box" in caplog.text
+    d = res.plan.by_job()
+    assert set(d) == set(ids) and all(len(d[j].gpu_types) == 1 for j in ids)
+    jobs = by_id(c)
+    assert all(jobs[j].features == d[j].gpu_types[0] and jobs[j].priority >= 1 for j in ids)
+    c.run_until(10 * 24 * 3600)
+    assert set(ids).isdisjoint(by_id(c))          # all ran and left the queue

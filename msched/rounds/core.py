@@ -33,6 +33,9 @@ its old type in between). A job that is no longer pending when written (JobNotPe
 logged; its other updates are dropped; the rest of the round is written. A job whose value Slurm
 refuses outright is skipped the same way, with a warning naming it (the queue is valid: each write is a
 whole value on a pending job; the next round plans it again).
+Priorities go out as explicit values, or as nice offsets where the site chose `priority_lever = "nice"`;
+with `begin_time_lever` on, begin times follow the other writes (msched.policy.reservations decides,
+msched.rounds.holds writes them through the hold journal).
 `dry_run=True` computes all and writes nothing (`updates` then lists what would be written,
 `update_calls` is 0).
 """
