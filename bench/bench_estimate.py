@@ -42,7 +42,7 @@ from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
-BLEND_WEIGHTS = (0.5, 1.0)   # predictor.RANK_WEIGHT values compared
+BLEND_WEIGHTS = (0.25, 0.5, 1.0)   # predictor.RANK_WEIGHT values compared
 
 
 def family(model: str) -> str:
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (data / "gpu-train-benchmarks" / "perf_table.csv").exists():
         print(f"bench_estimate: shared data not found under {data} (set MSCHED_SHARED_DATA)", file=sys.stderr)
         return 2
-    profiles = load_table()["models"]
+    profiles = dict(load_table()["models"])   # a copy: the Gavel model files join it, not the reference set
     specs = load_specs()
     rows, origin = load_rows(data, profiles)
     start = time.perf_counter()

@@ -60,6 +60,22 @@ def main(argv: list[str] | None = None) -> int:
         share = bad / len(chosen) if chosen else 0.0
         out["bad_packings"][str(threshold)] = {"packed": len(chosen), "measured_below_0.8": bad, "share": share}
         console.print(f"predicted > {threshold}: {len(chosen)} pairs, {bad} measured below 0.8 ({share:.1%})")
+    # the second forest: the slower job's own speed; a pair is packed only when it is predicted >= 0.5 too
+    slow_pred = [x for r in results for x in r.slower_predicted]
+    slow_meas = [x for r in results for x in r.slower_measured]
+    slow_mae = statistics.fmean(abs(p - m) for p, m in zip(slow_pred, slow_meas, strict=True))
+    console.print(f"slower job's own speed: MAE {slow_mae:.3f}")
+    out["slower_speed_mae"] = slow_mae
+    for threshold in (1.0, 1.1):
+        chosen = [(m, sm) for p, m, sp, sm in zip(all_pred, all_meas, slow_pred, slow_meas, strict=True)
+                  if p > threshold and sp >= 0.5]
+        bad = sum(m < 0.8 for m, _ in chosen)
+        crawl = sum(sm < 0.5 for _, sm in chosen)
+        share = bad / len(chosen) if chosen else 0.0
+        out["bad_packings"][f"{threshold}+slower>=0.5"] = {"packed": len(chosen), "measured_below_0.8": bad,
+                                                           "share": share, "a_job_below_0.5": crawl}
+        console.print(f"predicted > {threshold} and slower job >= 0.5: {len(chosen)} pairs, {bad} measured "
+                      f"below 0.8 ({share:.1%}), {crawl} with a job measured below 0.5x solo")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0

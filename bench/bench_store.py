@@ -77,7 +77,7 @@ def bytes_per_round(pending: int, rounds: int, tmp: Path, seed: int = 0) -> dict
     store.dispose()
     return {"pending": pending, "first_round_bytes": size1 - size0, "first_round_writes": first.result.update_calls,
             "unchanged_rounds": rounds, "unchanged_round_bytes": (size2 - size1) / rounds,
-            "unchanged_round_writes": sum(writes)}
+            "unchanged_round_writes": sum(writes), "unchanged_round_writes_each": writes}
 
 
 def generate_month(path: Path, *, days: int = 30, pending: int = 1000, churn: float = 0.01,

@@ -20,6 +20,10 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
+    pack_partitions = ["gpu"]              # packing (gres/shard) is on by default for jobs in these
+                                           # partitions ("*": jobs naming none); #MSCHED --no-pack opts out
+    shard_partition = "shared"             # the partition of the nodes whose GPUs carry shards
+    pack_threshold = 1.0                   # least predicted combined throughput of a pair that is packed
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
     priority_lever = "priority"            # reorder: write the order as explicit priorities, or as "nice"
@@ -100,6 +104,9 @@ class Config:
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
+    pack_partitions: tuple[str, ...] = ()   # packing on by default in these partitions (msched.msub.packing)
+    shard_partition: str = "shared"
+    pack_threshold: float = 1.0
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
     priority_lever: str = "priority"        # reorder: "priority" (explicit) or "nice" (msched.rounds.core.diff_plan)
@@ -137,6 +144,10 @@ class Config:
             raise ConfigError(f"type_lever {self.type_lever!r} is not one of {', '.join(TYPE_LEVERS)}")
         if self.type_lever == "partition" and not self.type_partitions:
             raise ConfigError("type_lever = \"partition\" needs a [type_partitions] table (GPU type -> partition)")
+        if not isinstance(self.pack_partitions, list | tuple) or not all(isinstance(p, str) for p in self.pack_partitions):
+            raise ConfigError(f"pack_partitions {self.pack_partitions!r} must be a list of partition names")
+        if not isinstance(self.pack_threshold, int | float) or not 0 < self.pack_threshold <= 2:
+            raise ConfigError(f"pack_threshold {self.pack_threshold!r} must be a number in (0, 2]")
         if self.priority_lever not in PRIORITY_LEVERS:
             raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
         if not isinstance(self.begin_time_lever, bool):
@@ -154,6 +165,7 @@ class Config:
             references=self.references if isinstance(self.references, str) else tuple(self.references),
             gpu_aliases={str(k).lower(): str(v).lower() for k, v in self.gpu_aliases.items()},   # a fresh dict
             type_partitions={str(k).lower(): str(v) for k, v in self.type_partitions.items()},
+            pack_partitions=tuple(self.pack_partitions),
         )
 
     @property

@@ -14,8 +14,10 @@ space and the user's own comment, if any. Values are percent-encoded so they nev
     added   the constraint msched added ("" = none), e.g. `a100|titanv`
     pinned  the GPU type the user pinned, if any
     why     why msub added no constraint (e.g. "claim longer than the time limit"), for the job's owner
-            (`msched jobs`); a head with `why` and no `model` (`msched:v1;why=unknown%20model%20x`)
+            (`msched jobs`), or why it packed the job (or, for an owner who asked, why not); a head with `why` and no `model` (`msched:v1;why=unknown%20model%20x`)
             is how msub records why a job went untagged: it is not a tag (no warning), see `why_of`
+    pack    msub submitted the job as a shard job (gres/shard, packing): the combined normalized throughput
+            msched predicted for it and its likely partners (msched.msub.packing)
 
 Trust (README "Security model"): a tag is whatever the job's owner put in their comment, so every
 field is checked when read against the declarative table TAG_FIELDS (type, numeric bounds, length,
@@ -91,6 +93,7 @@ TAG_FIELDS: tuple[TagField, ...] = (
     TagField("pref", "str", max_len=128, charset=NAME_CHARS),
     TagField("pflops", "float", lo=1e-6, hi=1e6),
     TagField("why", "str", max_len=WHY_MAX_LEN, charset=MODEL_CHARS),   # msub's reason, shown to the owner
+    TagField("pack", "float", lo=0.0, hi=4.0),              # packed: predicted combined throughput
     TagField("prec", "str", max_len=8, charset=KEY_CHARS),   # float|half|bfloat16|double (msched.models.precision)
     TagField("mem", "float", lo=0.0, hi=1e5),   # predicted peak training memory per GPU, GB (estimate.memory)
 )
@@ -142,6 +145,7 @@ class JobTag:
     pref: str = ""
     pflops: float | None = None
     why: str = ""
+    pack: float | None = None
     prec: str = ""          # the job's precision as msub detected it; "" = not said (planned as float)
     mem: float | None = None   # predicted peak training memory per GPU (GB); None = unknown
 

@@ -86,7 +86,8 @@ class SimClient(SlurmClient):
                 iterations=_num(extra.get("iterations")), batch_size=_int(extra.get("batch_size")),
                 runtime_s=_num(runtime), time_limit_s=request.time_limit_s,
                 gpu_type=request.gpu_type, constraint=request.constraint, comment=request.comment,
-                hold=request.hold, partition=request.partition, dependency=str(extra.get("dependency", "")))
+                hold=request.hold, partition=request.partition, dependency=str(extra.get("dependency", "")),
+                shards=int(extra.get("shards", 0)))
         except (SimError, ValueError) as exc:
             raise SlurmError(f"sbatch: error: {exc}") from None
 

@@ -119,6 +119,7 @@ class SimSetup:
     claim_factors: Mapping[str, float] = field(default_factory=dict)
     settle: Any = None                           # msched.rounds.settle.SettleOptions; None: the defaults
     policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
+    packing: Any = None                          # slurm_sim.packing.SimPacking: shard jobs; None: no packing
     begin_times: Any = None                      # msched.policy.reservations.BeginTimeOptions (the lever)
 
 
@@ -169,6 +170,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     policy = make_policy(policy_name, setup)
     estimator = make_estimator(policy, setup)
     sim = Simulator(setup.cluster, setup.truth, scheduler=setup.scheduler)
+    shard_runs = setup.packing.runs(sim) if setup.packing is not None else None
+    shard_types = sorted({n.gpu_type for n in setup.cluster.nodes if "shard" in n.features})
     client = SimClient(sim)
     recorder = _Recorder(store, policy_name, setup) if store is not None else None
     jobs = sorted(trace, key=lambda j: j.submit_time)
@@ -208,13 +211,17 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         decision = submit_decision(tj, setup.classifier, policy, estimator,
                                    ClusterView(node_gpus=node_gpus, free_at=free, fresh=True), sim.now,
                                    claim=setup.claim_factors.get(tj.user, 1.0))
+        partition = tj.partition
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
+        if shard_runs is not None and use_constraint:      # msub's packing decision (slurm_sim.packing)
+            times = getattr(getattr(estimator, "inner", estimator), "times", None)
+            decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types)
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
             extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
         req = JobRequest(name=f"{tj.model}-{tj.job_id}", num_gpus=tj.num_gpus, gpu_type=tj.gpu_type,
                          constraint="|".join(decision.types), comment=with_tag(decision.tag, None),
-                         time_limit_s=tj.time_limit_s, partition=tj.partition, extra=extra)
+                         time_limit_s=tj.time_limit_s, partition=partition, extra=extra)
         jid = client.submit(req)
         sim_id_of[tj.job_id] = jid
         trace_of[jid] = tj
@@ -296,6 +303,10 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         recorder.finish(client, sim.now)
     wall = _time.perf_counter() - wall0
     metrics["sim_wall_s"] = round(wall, 3)
+    if shard_runs is not None:
+        metrics["packing"] = {"shard_jobs": sum(1 for j in sim.jobs.values() if j.shards),
+                              "pairs": [{**p, "a": trace_of[p["a"]].job_id, "b": trace_of[p["b"]].job_id}
+                                        for p in shard_runs.pairs], "oom": len(shard_runs.oom)}
     return RunResult(policy_name, outcomes, metrics, rounds, skipped, calls, plan_s, wall,
                      [trace_of[j].job_id for j in unfinished])
 

@@ -120,6 +120,7 @@ class SimJob:
     gpu_type: str | None = None
     classes: tuple[int, ...] = ()            # node classes the request allows now
     writes: int = 0                          # scontrol updates of this job (priority, features, hold, release)
+    shards: int = 0                          # a shard job (gres/shard: shares a GPU; slurm_sim.packing)
     view: SlurmJob | None = field(default=None, repr=False)
     key: tuple = ()
 
@@ -198,6 +199,7 @@ class Simulator:
         self._updates = 0                      # scontrol updates (priority, features, hold, release)
         self._bf_seen: tuple[int, int] | None = None
         self._node_views: list[SlurmNode | None] = [None] * len(cluster.nodes)
+        self.packing = None                    # slurm_sim.packing.ShardRuns: shard jobs (attach() sets it)
 
     # --------------------------------------------------------------------- submission
     def submit(self, *, num_gpus: int, name: str = "", user: str = "", model: str = "",
@@ -205,7 +207,7 @@ class Simulator:
                runtime_s: float | None = None, time_limit_s: float | None = None,
                gpu_type: str | None = None, constraint: str = "", comment: str = "",
                hold: bool = False, priority: int | None = None, partition: str = "",
-               dependency: str = "") -> str:
+               dependency: str = "", shards: int = 0) -> str:
         """Queue a job now; the scheduler looks at it on the next `run_until`/`advance`.
 
         `partition`: comma-separated partition names (empty: the default partition). `dependency`:
@@ -228,7 +230,10 @@ class Simulator:
                      time_limit_s=time_limit_s, pinned=pinned, features=constraint or "", comment=comment,
                      priority=priority if priority is not None else max(1, BASE_PRIORITY - self._seq),
                      held=hold, model=model, iterations=iterations, batch_size=batch_size,
-                     partitions=partitions, dependency=kind)
+                     partitions=partitions, dependency=kind, shards=shards)
+        if shards and (self.packing is None or num_gpus != 1):
+            self._seq -= 1
+            raise SimError("Invalid generic resource (gres) specification: shards need 1 GPU and shard nodes")
         possible = self._possible_classes(job, with_data=False)
         if not possible:
             self._seq -= 1
@@ -375,7 +380,7 @@ class Simulator:
             self._push_event(job.begin_time, _BEGIN, job.job_id)
 
     def cancel(self, job: SimJob) -> None:
-        if job.state == RUNNING:
+        if job.state == RUNNING and (not job.shards or self.packing.finish(job, self.now)[0]):
             self._release_nodes(job)
         elif job.state == PENDING:
             self.n_pending -= 1
@@ -529,6 +534,10 @@ class Simulator:
 
     def _place(self, job: SimJob, closed: set[int] = frozenset()) -> tuple[int, tuple[int, ...]] | None:
         """Where the job can start now: best fit over its allowed classes (class order breaks ties)."""
+        if job.shards:                                 # a GPU another shard job holds first (slurm_sim.packing)
+            slot = self.packing.open_slot(job, closed)
+            if slot is not None:
+                return slot
         g = job.num_gpus
         best: tuple[int, int, int] | None = None        # (free level, class, node)
         for c in job.classes:
@@ -561,7 +570,10 @@ class Simulator:
     def _start(self, job: SimJob, c: int, nodes: tuple[int, ...]) -> None:
         cls = self.classes[c]
         per_node = job.num_gpus if len(nodes) == 1 else cls.gpus
-        for n in nodes:
+        job.limit_s = self.limit_in(job, c)
+        joined, end = (self.packing.start(job, nodes[0], job.runtime_by_type[cls.gpu_type], self.now)
+                       if job.shards else (False, self.now + min(job.runtime_by_type[cls.gpu_type], job.limit_s)))
+        for n in () if joined else nodes:
             self._take(n, per_node)
         job.state = RUNNING
         self.n_pending -= 1
@@ -569,12 +581,9 @@ class Simulator:
         job.nodes = nodes
         job.gpu_type = cls.gpu_type
         job.partition = self._partition_in(job, c)
-        job.limit_s = self.limit_in(job, c)
         job.view = None
-        self.busy_by_type[cls.gpu_type] += job.num_gpus
-        runtime = job.runtime_by_type[cls.gpu_type]
-        limit = job.limit_s
-        self._push_event(self.now + min(runtime, limit), _END, job.job_id)
+        self.busy_by_type[cls.gpu_type] += 0 if joined else job.num_gpus
+        self._push_event(end, _END, job.job_id)
         self.version += 1
 
     def _release_nodes(self, job: SimJob) -> None:
@@ -586,9 +595,17 @@ class Simulator:
     def _finish(self, job: SimJob) -> None:
         if job.state != RUNNING:        # cancelled meanwhile
             return
-        self._release_nodes(job)
-        runtime = job.runtime_by_type[job.gpu_type]
-        job.state = "COMPLETED" if runtime <= self.effective_limit(job) else "TIMEOUT"
+        if job.shards:                  # a shard job's speed follows its partner (slurm_sim.packing)
+            if not self.packing.due(job, self.now):
+                return                  # an end event its partner's start or end moved
+            frees, done = self.packing.finish(job, self.now)
+            if frees:
+                self._release_nodes(job)
+            job.state = "COMPLETED" if done else "TIMEOUT"
+        else:
+            self._release_nodes(job)
+            runtime = job.runtime_by_type[job.gpu_type]
+            job.state = "COMPLETED" if runtime <= self.effective_limit(job) else "TIMEOUT"
         job.end_time = self.now
         job.view = None
         self.active.pop(job.job_id, None)
@@ -619,7 +636,7 @@ class Simulator:
             return p
 
         for job in self.active.values():
-            if job.state == RUNNING:
+            if job.state == RUNNING and (not job.shards or self.packing.owns_gpu(job.job_id)):
                 end = max(now, job.start_time + self.effective_limit(job))
                 per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
                 for n in job.nodes:
@@ -676,7 +693,7 @@ class Simulator:
                 partition=job.partition or ",".join(job.partitions),
                 priority=0 if job.held else job.priority, submit_time=job.submit_time,
                 start_time=job.start_time, end_time=job.end_time, time_limit_s=self.effective_limit(job),
-                num_nodes=max(1, len(job.nodes)), num_gpus=job.num_gpus, gres_gpu_type=job.pinned,
+                num_nodes=max(1, len(job.nodes)), num_gpus=0 if job.shards else job.num_gpus, gres_gpu_type=job.pinned,
                 features=job.features, comment=job.comment,
                 nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason,
                 begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,

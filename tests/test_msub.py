@@ -260,7 +260,7 @@ def test_sbatch_pointing_at_msub_is_refused(tmp_path, monkeypatch):
 
 
 def test_msub_options_are_exact_names():
-    assert set(MSUB_OPTIONS) == {"model", "iterations", "batch-size", "msched-dry-run"}
+    assert set(MSUB_OPTIONS) == {"model", "iterations", "batch-size", "msched-dry-run", "pack", "no-pack"}
 
 
 def test_dry_run_prints_command_and_fallbacks(site):

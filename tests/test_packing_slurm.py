@@ -3,7 +3,10 @@
 
 What msched's packing builds on, checked as an ordinary user: two 1-shard jobs land on one GPU (Slurm
 fills a GPU's shards before the next GPU's, so jobs that start one after the other pair up), and a job
-asking for a whole GPU never gets one that shard jobs hold.
+asking for a whole GPU never gets one that shard jobs hold. Then the Done-when of the Packing issue:
+two 1-GPU jobs submitted through msub with `#MSCHED --pack` become shard jobs and share one GPU (Slurm's
+allocation, `scontrol show job -d`, shows it), and a job that opted out (`--no-pack`, in a partition the
+site packs by default) stays a `gpu` job on a GPU of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,3 +91,53 @@ def test_dev_cluster_config_is_what_a_site_writes(shard_cluster):
     assert re.search(r"NodeName=n4 .*Gres=gpu:titanxp:4,shard:8 Feature=titanxp,shard", conf)
     assert "PartitionName=shared Nodes=n4" in conf
     assert "NodeName=n4 Name=shard Count=8" in gres
+
+
+def _site(base: Path, user) -> Path:
+    """msub's site config (packing on by default in partition gpu) in a directory the user can read, and
+    a cache and state directory the user owns."""
+    d = Path(tempfile.mkdtemp(prefix="msched-pack-site-"))
+    d.chmod(0o755)
+    (d / "cache").mkdir()
+    os.chown(d / "cache", user.uid, user.gid)
+    (d / "msched.toml").write_text(f'sbatch = "{shutil.which("sbatch")}"\nstate_dir = "{d / "cache"}"\n'
+                                   'pack_partitions = ["gpu"]\n')
+    return d
+
+
+def _msub(user, cluster: SlurmCluster, site: Path, args: list[str], script: str) -> tuple[str, str]:
+    path = site / f"job{len(list(site.glob('job*.sh')))}.sh"
+    path.write_text(script)
+    path.chmod(0o644)
+    env = {"SLURM_CONF": str(cluster.conf), "MSCHED_CONFIG": str(site / "msched.toml"),
+           "MSCHED_CACHE_DIR": str(site / "cache"), "PYTHONPYCACHEPREFIX": str(site / "cache" / "pyc")}
+    proc = user.run([str(Path(sys.executable).with_name("msub")), "--parsable", "-t", "5", "-o", "/dev/null",
+                     *args, str(path)], env=env, cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0], proc.stderr
+
+
+def test_msub_packs_two_opted_in_jobs_onto_one_gpu_and_never_an_opted_out_one(shard_cluster, ordinary_user):
+    site = _site(Path(shard_cluster.dir), ordinary_user)
+    ids = []
+    try:
+        packed = "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32 --pack\n#SBATCH --gres=gpu:1\nsleep 300\n"
+        for _ in range(2):      # --constraint=shard: the owner wants a node that shares (n4, titanxp)
+            job, err = _msub(ordinary_user, shard_cluster, site, ["--constraint=shard"], packed)
+            ids.append(job)
+            assert "warning" not in err, err
+        a, b = (wait_for(lambda j=j: _gpu_indices(shard_cluster, j), timeout=60, message=f"job {j} running")
+                for j in ids)
+        assert a[0] == b[0] == "shard" and a[1] == b[1] and len(a[1]) == 1     # one GPU, two msub jobs
+        shown = shard_cluster.run(["scontrol", "show", "job", ids[0]]).stdout
+        assert "Partition=shared" in shown and "Comment=msched:v1;" in shown and ";pack=" in shown
+        opted_out = "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32 --no-pack\n#SBATCH --gres=gpu:1\nsleep 300\n"
+        job, _ = _msub(ordinary_user, shard_cluster, site, ["-p", "gpu", "-w", "n4"], opted_out)
+        ids.append(job)
+        whole = wait_for(lambda: _gpu_indices(shard_cluster, job), timeout=60, message="the opted-out job running")
+        assert whole[0] == "gpu" and not whole[1] & a[1]          # its own GPU, never the shard jobs'
+        assert ";pack=" not in shard_cluster.run(["scontrol", "show", "job", job]).stdout
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])
+        shutil.rmtree(site, ignore_errors=True)

@@ -352,3 +352,18 @@ def test_sacct_history():
     assert parsed[ids["user-job"]].gpu_type == "a100"
     assert parsed[ids["no-gpu"]].time_limit_s == 86400 + 2 * 3600 + 4 * 60
     assert parsed[ids["or-constraint"]].features == "a100|titanv"
+
+
+def test_job_records_cut_as_decoded_parse_exactly_as_whole_ones():
+    """parse_squeue cuts each job record to SQUEUE_FIELDS while decoding (memory at 10,000 jobs): every
+    field job_from_json reads must be among them, so the recorded queue parses the same either way."""
+    from msched.slurm.cli.parsers import job_from_json
+
+    raw = (DATA / "squeue.json").read_bytes()
+    whole = json.loads(raw.decode("utf-8", errors="replace"))["jobs"]
+    assert [job_from_json(d, Config(), NODE_TYPES) for d in whole] == parse_squeue(raw, Config(), NODE_TYPES)
+    import inspect
+    read = set(re.findall(r'd\.get\("([a-z_]+)"\)', inspect.getsource(job_from_json)))
+    assert {"job_id", "eligible_time", "comment"} <= read
+    from msched.slurm.cli.parsers import SQUEUE_FIELDS
+    assert read <= SQUEUE_FIELDS

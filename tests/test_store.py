@@ -319,7 +319,10 @@ def test_only_changed_plans_get_rows_and_a_new_process_keeps_the_incumbent(tmp_p
 
 def test_a_round_that_changes_nothing_adds_under_16_kb_at_1000_pending(tmp_path):
     per = bs.bytes_per_round(1000, 20, tmp_path)
-    assert per["unchanged_round_writes"] == 0
+    # the first round moves the arrivals worth it; a few left for later (not worth it against what Slurm
+    # held, worth it against the plan the first round wrote) move under the rate limit, then none
+    each = per["unchanged_round_writes_each"]
+    assert max(each) <= 0.01 * 1000 and each[-10:] == [0] * 10
     assert per["unchanged_round_bytes"] < 16 * 1024
     assert per["first_round_bytes"] > 16 * 1024 * 10       # the first round did record the whole plan
 

@@ -27,20 +27,25 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from msched.config import DATA_DIR
+from msched.util.record import record
 
 MODEL_FILE = os.path.join(DATA_DIR, "interference_model.json")
 FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread", "log_batch_size")
+# a pair predicted below this combined throughput is never packed (bench/bench_interference.py: of the pairs
+# predicted above 1.0, leave-one-job-type-out, 5.5% measured below 0.8; higher thresholds were no safer)
+DEFAULT_THRESHOLD = 1.0
+MIN_OWN_SPEED = 0.5        # neither job of a packed pair is predicted below this share of its solo speed
+DEFAULT_BATCH = 32          # a job that names no batch size: its estimating rows' batch, this for the features
 
 
 class InterferenceError(ValueError):
     """A job without estimates on the type, or an unreadable model file; one line naming it."""
 
 
-@dataclass(frozen=True)
+@record
 class JobSpeeds:
     """What the predictor knows of one job: solo iteration time (ms) per GPU type, and its per-GPU batch."""
 
@@ -63,38 +68,61 @@ def pair_features(a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> list[float]:
     return [x + y for x, y in zip(fa, fb, strict=True)] + [abs(x - y) for x, y in zip(fa, fb, strict=True)]
 
 
-@dataclass(frozen=True)
+@record
 class InterferenceModel:
     """A fitted forest: each tree as parallel lists (left, right, feature, threshold, value), sklearn's layout."""
 
     trees: tuple[tuple[list[int], list[int], list[int], list[float], list[float]], ...]
     meta: Mapping[str, object]
+    own_trees: tuple = ()      # a second forest: one job's own/solo speed beside a partner (ordered pair)
 
-    def predict_features(self, x: Sequence[float]) -> float:
+    @staticmethod
+    def _walk(trees, x: Sequence[float]) -> float:  # noqa: ANN001
         total = 0.0
-        for left, right, feature, threshold, value in self.trees:
+        for left, right, feature, threshold, value in trees:
             node = 0
             while left[node] != -1:
                 node = left[node] if x[feature[node]] <= threshold[node] else right[node]
             total += value[node]
-        return total / len(self.trees)
+        return total / len(trees)
+
+    def predict_features(self, x: Sequence[float]) -> float:
+        return self._walk(self.trees, x)
 
     def combined_throughput(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
         """Predicted own/solo + partner/solo of `a` and `b` sharing one GPU of `gpu_type`."""
         return self.predict_features(pair_features(a, b, gpu_type))
 
+    def own_speed(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """Predicted own/solo speed of `a` beside `b` (None: the model has no such forest). A pair can
+        pay overall (combined above 1) while one job crawls; this is what keeps each job above a floor."""
+        if not self.own_trees:
+            return None
+        return self._walk(self.own_trees, a.features(gpu_type) + b.features(gpu_type))
+
+    def slower_speed(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """The slower job's predicted own/solo speed in the pair (None: unknown)."""
+        x, y = self.own_speed(a, b, gpu_type), self.own_speed(b, a, gpu_type)
+        return None if x is None or y is None else min(x, y)
+
     def to_json(self) -> str:
-        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES),
-                           "trees": [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True))
-                                     for t in self.trees]}, separators=(",", ":"))
+        def out(trees):  # noqa: ANN001, ANN202
+            return [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True)) for t in trees]
+
+        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES), "trees": out(self.trees),
+                           "own_trees": out(self.own_trees)}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> InterferenceModel:
         data = json.loads(text)
-        trees = tuple((t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data["trees"])
+
+        def read(key: str) -> tuple:
+            return tuple((t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data.get(key, ()))
+
+        trees = read("trees")
         if not trees:
             raise InterferenceError("interference model has no trees")
-        return cls(trees=trees, meta=data.get("meta", {}))
+        return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"))
 
 
 @lru_cache(maxsize=2)
@@ -106,8 +134,53 @@ def load_model(path: str = MODEL_FILE) -> InterferenceModel:
         raise InterferenceError(f"cannot read interference model {path}: {exc}") from exc
 
 
+def speeds_from_tag(tag, times) -> JobSpeeds | None:  # noqa: ANN001 - a JobTag and an iteration-time source
+    """What the predictor knows of a tagged job: its estimating model's solo iteration time on each type at
+    1 GPU (msched.estimate.runtime.reference_for: the same rule as every runtime estimate), and its batch.
+    None when no type has a figure."""
+    from msched.estimate.runtime import reference_for
+
+    ref, flops = reference_for(tag, times.knows)
+    if not ref:
+        return None
+    figures = times(ref, 1, tag.bs)
+    iter_ms = {t: s * flops * 1000.0 for t, (s, _) in figures.items() if s and s > 0}
+    return JobSpeeds(iter_ms=iter_ms, batch_size=tag.bs or DEFAULT_BATCH) if iter_ms else None
+
+
+def peak_gb(model: str, batch_size: int | None) -> float | None:
+    """Peak training memory of a shipped torchvision model (msched.estimate.memory); None when unknown (a
+    user's own model file, whose profile msub and the round do not hold)."""
+    from msched.estimate.memory import peak_memory_gb
+    from msched.models.shipped import profile_data
+
+    try:
+        profile = profile_data(model)
+    except Exception:  # noqa: BLE001 - an unreadable table means "unknown", never a failed decision
+        return None
+    return peak_memory_gb(profile, batch_size or DEFAULT_BATCH).peak_gb if profile else None
+
+
+def pair_fits(peaks: Sequence[float | None], usable_gb: float | None) -> bool:
+    """Whether jobs with these peak memories fit one GPU together (shards are not fenced: a pair that
+    does not fit fails). Unknown peaks or an unknown GPU size are not held against the pair: the
+    predictor alone decides then."""
+    if usable_gb is None or any(p is None for p in peaks):
+        return True
+    return sum(p for p in peaks if p is not None) <= usable_gb
+
+
+def type_usable_gb(gpu_type: str, specs=None) -> float | None:  # noqa: ANN001 - a SpecTable
+    """Usable memory of one GPU of the type (msched.estimate.memory.usable_gb), None without a spec row."""
+    from msched.estimate.gpu_specs import load_specs
+    from msched.estimate.memory import usable_gb
+
+    spec = (specs or load_specs()).get(gpu_type)
+    return usable_gb(spec) if spec and spec.memory_gb > 0 else None
+
+
 # ------------------------------------------------------------------------------------------ Gavel's data
-@dataclass(frozen=True)
+@record
 class PairSample:
     """One measured pair: job types a and b sharing one GPU of `gpu_type`, and their combined throughput."""
 
@@ -115,6 +188,8 @@ class PairSample:
     b: str
     gpu_type: str
     combined: float
+    own_a: float = 0.0        # a's own/solo speed beside b
+    own_b: float = 0.0
 
     @property
     def families(self) -> tuple[str, str]:
@@ -164,30 +239,36 @@ def read_gavel(path: str | os.PathLike, gpu_types: Iterable[str] = ("k80", "p100
                 b, sb = _parse_key(key2)
                 if sb != 1 or b not in jobs:
                     continue
-                combined = both[0] * jobs[a].iter_ms[g] / 1000.0 + both[1] * jobs[b].iter_ms[g] / 1000.0
-                if combined > 0:
-                    pairs.append(PairSample(a, b, g, combined))
+                own_a, own_b = both[0] * jobs[a].iter_ms[g] / 1000.0, both[1] * jobs[b].iter_ms[g] / 1000.0
+                if own_a + own_b > 0:
+                    pairs.append(PairSample(a, b, g, own_a + own_b, own_a, own_b))
     return jobs, pairs
 
 
 # ------------------------------------------------------------------------------------------ fitting
 def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: int = 50, max_depth: int = 6,
         seed: int = 0) -> InterferenceModel:
-    """A random forest on the pairs' features (scikit-learn, imported here only)."""
+    """Two random forests (scikit-learn, imported here only): the pair's combined throughput from its
+    symmetric features, and one job's own speed from (its features, its partner's), each measured pair
+    giving both orders."""
     from sklearn.ensemble import RandomForestRegressor
 
-    x = [pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs]
-    y = [p.combined for p in pairs]
-    forest = RandomForestRegressor(n_estimators=trees, max_depth=max_depth, min_samples_leaf=3, random_state=seed)
-    forest.fit(x, y)
-    exported = tuple((t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
-                      t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in forest.estimators_)
+    def forest(x, y):  # noqa: ANN001, ANN202
+        f = RandomForestRegressor(n_estimators=trees, max_depth=max_depth, min_samples_leaf=3, random_state=seed)
+        f.fit(x, y)
+        return tuple((t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
+                      t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in f.estimators_)
+
+    combined = forest([pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs], [p.combined for p in pairs])
+    ordered = [(jobs[p.a].features(p.gpu_type) + jobs[p.b].features(p.gpu_type), p.own_a) for p in pairs] + \
+              [(jobs[p.b].features(p.gpu_type) + jobs[p.a].features(p.gpu_type), p.own_b) for p in pairs]
+    own = forest([x for x, _ in ordered], [y for _, y in ordered])
     meta = {"pairs": len(pairs), "trees": trees, "max_depth": max_depth, "seed": seed,
             "families": sorted({f for p in pairs for f in p.families})}
-    return InterferenceModel(trees=exported, meta=meta)
+    return InterferenceModel(trees=combined, meta=meta, own_trees=own)
 
 
-@dataclass(frozen=True)
+@record
 class HoldOutResult:
     """Leave-one-job-type-out: every pair holding the family was left out of the fit that predicted it."""
 
@@ -196,6 +277,8 @@ class HoldOutResult:
     mean_abs_error: float
     predicted: list[float]
     measured: list[float]
+    slower_predicted: list = ()     # the slower job's predicted own speed, per pair
+    slower_measured: list = ()
 
 
 def leave_one_family_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], **fit_opts
@@ -208,5 +291,6 @@ def leave_one_family_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSamp
         pred = [model.combined_throughput(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
         meas = [p.combined for p in test]
         mae = sum(abs(a - b) for a, b in zip(pred, meas, strict=True)) / len(test)
-        out.append(HoldOutResult(fam, len(test), mae, pred, meas))
+        slower = [model.slower_speed(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
+        out.append(HoldOutResult(fam, len(test), mae, pred, meas, slower, [min(p.own_a, p.own_b) for p in test]))
     return out

@@ -49,9 +49,13 @@ def job_precision(settings: MschedSettings, req: SbatchRequest, script: str | No
 
 
 def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, config, sbatch: str,  # noqa: ANN001, ANN201
-                       warnings: list[str] | None = None, script: str | None = None):
+                       warnings: list[str] | None = None, script: str | None = None, *, packing: bool = False):
     """Classify the model and make the submit decision: (JobTag, types to add, pinned types). `script`:
     the batch script's text, where the job's precision flags are found.
+
+    `packing=True` (msub, which can retype the request; not the cli_filter) also decides whether a
+    packable job goes in as a shard job (msched.msub.packing): then the tag carries `pack` and no types
+    are added.
 
     Every exception raised here means "submit as a plain job with a warning"; a model classified by
     name only (`classify_model`) adds its one warning to WARNINGS and keeps the job managed.
@@ -88,7 +92,10 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
                  ver=__version__, prec=prec, mem=mem, **fields)
     if gpus is None or pinned:
         why = "no GPU request" if gpus is None else f"GPU type {tag.pinned} chosen by the user"
-        return tag._replace(why=why), (), pinned
+        tag = tag._replace(why=why)
+        if packing and settings.pack:       # the owner asked: say why not (never packed here)
+            tag = _packed(tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings)
+        return tag, (), pinned
     sizes = None
     if nodes:      # the nodes the user's own constraint and partitions reach (it names no GPU type here)
         sizes = node_sizes([n[1:] for n in nodes], constraint=req.constraint or "",
@@ -108,7 +115,28 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s, peak_memory_gb=mem)
     decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
+    if packing and (settings.pack or (settings.pack is None and config.pack_partitions)):
+        tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types)
+        if tag.pack is not None:                 # a shard job, on the chosen types that shard nodes have
+            return tag, tuple(t for t in tag.added.split("|") if t), pinned
+        return tag, decision.types, pinned       # an owner who asked reads why not in `why`
     return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
+
+
+def _packed(tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, types=()):  # noqa: ANN001, ANN202, PLR0913
+    """The tag after msub's packing decision (msched.msub.packing), its warning added to WARNINGS."""
+    from msched.estimate.perf_table import PerfTable
+    from msched.estimate.runtime import times_for
+    from msched.msub.packing import consider_packing
+
+    def times_of(models):  # noqa: ANN001, ANN202
+        perf = PerfTable.load(config.performance) if models is None else reference_rows(config.performance, models)
+        return times_for(config, perf)
+
+    tag, warning = consider_packing(tag, settings, req, gpus, pinned, config, sbatch, nodes, times_of, tuple(types))
+    if warning and warnings is not None:
+        warnings.append(warning)
+    return tag
 
 
 def classify_model(spec: str, config, warnings: list[str]):

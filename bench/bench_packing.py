@@ -1,0 +1,144 @@
+"""Packing on Gavel's workload: msched with and without shard jobs, and the predictor's error on the pairs.
+
+    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--json FILE]
+
+Workload (d) of bench/workloads.py: Gavel's job types and K80/P100/V100 throughputs (truth = knowledge),
+Poisson arrivals at the given load (or a static batch), on Gavel's cluster (`v100:8x4,p100:8x4,k80:8x4`)
+whose nodes all share GPUs through shards (2 per GPU; `slurm_sim.packing.with_shard_nodes`), Slurm's
+backfill for every run. Each seed runs the same trace three ways through the same round core:
+backfill fifo, msched without packing (every job a `gpu` job), and msched with packing (every 1-GPU job
+opted in; msub's decision `msched.policy.packing.submit_verdict` packs those the interference predictor
+expects to pair well; the round pairs the shard jobs). Packed jobs run at the pair speeds Gavel measured
+(`slurm_sim.packing.PairTruth`); the planner sees only the prediction. Printed per seed and as means:
+makespan and mean JCT (ratios packing / no packing in the same run), the shard jobs, the pairs that ran,
+the slowest packed job's speed (own / solo), the pairs whose joiner ran out of memory (Gavel measured 0),
+and the predictor's error on the pairs that ran (predicted at submit vs measured combined).
+Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workloads as wl  # noqa: E402
+
+from msched.estimate.perf_table import PerfTable  # noqa: E402
+from slurm_sim.cluster import parse_cluster  # noqa: E402
+from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402
+from slurm_sim.metrics import trace_bound  # noqa: E402
+from slurm_sim.packing import PairTruth, SimPacking, with_shard_nodes  # noqa: E402
+
+H = 3600.0
+
+
+def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,
+             only_when_busy: bool = False) -> dict:
+    w = wl.gavel_workload(n_jobs, seed, static=static, load=load)
+    cluster = with_shard_nodes(parse_cluster(w.cluster))
+    truth = PerfTable.load(w.truth)
+    base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
+    packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
+                      packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy))
+    trace = list(w.jobs)
+    bound = trace_bound(trace, truth, cluster)
+    fifo = replay(trace, "fifo", base, bound=bound)
+    plain = replay(trace, "msched", base, bound=bound)
+    pack = replay(trace, "msched", packed, bound=bound)
+    info = pack.metrics["packing"]
+    tags = {o.job_id: o for o in pack.outcomes}
+    pairs = info["pairs"]
+    # the predictor's error on the pairs that ran: msub's prediction (the joiner's tag) vs Gavel's measurement
+    from msched.estimate.interference import load_model, speeds_from_tag
+    from msched.estimate.runtime import TableTimes
+    from msched.tag import JobTag
+
+    model, times = load_model(), TableTimes(truth)
+    by_id = {j.job_id: j for j in trace}
+    errors = []
+    for p in pairs:
+        a, b = by_id[p["a"]], by_id[p["b"]]
+        sa, sb = (speeds_from_tag(JobTag(model=j.model, ref=j.model, bs=j.batch_size), times) for j in (a, b))
+        errors.append(abs(model.combined_throughput(sa, sb, p["gpu_type"]) - p["combined"]))
+    slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
+    return {"seed": seed, "jobs": len(trace), "lb_s": bound.value_s,
+            "fifo": fifo.metrics, "msched": plain.metrics, "packed": pack.metrics,
+            "shard_jobs": info["shard_jobs"], "pairs": len(pairs), "oom": info["oom"],
+            "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
+            "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs),
+            "unfinished": {k: len(v) for k, v in (("fifo", fifo.unfinished), ("msched", plain.unfinished),
+                                                  ("packed", pack.unfinished))},
+            "_": len(tags)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=300, help="jobs per seed")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--load", type=float, default=0.9, help="offered load of the arrivals")
+    ap.add_argument("--static", action="store_true", help="every job at t=0 (the makespan setting)")
+    ap.add_argument("--threshold", type=float, default=1.0, help="least predicted combined throughput packed")
+    ap.add_argument("--when-busy", action="store_true", help="pack only when no GPU of the job's types is free")
+    ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args(argv)
+    try:
+        path = args.gavel or wl.shared_data_dir() / "gavel" / "simulation_throughputs.json"
+        truth_pairs = PairTruth.from_gavel(path)
+    except (wl.WorkloadError, OSError) as exc:
+        print(f"Gavel's pair throughputs not found ({exc}); give --gavel", file=sys.stderr)
+        return 1
+    print(f"Gavel workload, {args.jobs} jobs x {args.seeds} seeds, "
+          f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, every node shard-capable "
+          f"(2 shards/GPU), threshold {args.threshold:g}{', packing only when busy' if args.when_busy else ''}")
+    print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
+          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8}")
+    rows = []
+    for seed in range(1, args.seeds + 1):
+        r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy)
+        rows.append(r)
+        ms = {k: r[k]["makespan_s"] for k in ("fifo", "msched", "packed")}
+        jct = r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"]
+        slow = f"{r['slowest_packed_speed']:.2f}" if r["slowest_packed_speed"] is not None else "-"
+        mae = f"{r['pair_mae']:.3f}" if r["pair_mae"] is not None else "-"
+        print(f"{seed:4d} | {ms['fifo'] / H:6.1f}h {ms['msched'] / H:6.1f}h {ms['packed'] / H:6.1f}h "
+              f"{ms['packed'] / ms['msched']:6.3f} | {jct:9.3f} | {r['shard_jobs']:5d} {r['pairs']:5d} "
+              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8}")
+    ratio = [r["packed"]["makespan_s"] / r["msched"]["makespan_s"] for r in rows]
+    jct = [r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"] for r in rows]
+    vs_fifo = [r["packed"]["makespan_s"] / r["fifo"]["makespan_s"] for r in rows]
+    plain_fifo = [r["msched"]["makespan_s"] / r["fifo"]["makespan_s"] for r in rows]
+    maes = [r["pair_mae"] for r in rows if r["pair_mae"] is not None]
+    slowest = min((r["slowest_packed_speed"] for r in rows if r["slowest_packed_speed"] is not None), default=None)
+    summary = {"makespan_packed_over_msched": statistics.fmean(ratio), "sd": statistics.pstdev(ratio),
+               "mean_jct_packed_over_msched": statistics.fmean(jct),
+               "makespan_msched_over_fifo": statistics.fmean(plain_fifo),
+               "makespan_packed_over_fifo": statistics.fmean(vs_fifo),
+               "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(maes) if maes else None,
+               "pairs": sum(r["pairs"] for r in rows), "pairs_below_1": sum(r["pairs_below_1"] for r in rows),
+               "oom": sum(r["oom"] for r in rows), "shard_jobs": sum(r["shard_jobs"] for r in rows),
+               "unfinished": sum(sum(r["unfinished"].values()) for r in rows)}
+    print(f"mean makespan, packing / no packing: {summary['makespan_packed_over_msched']:.3f} "
+          f"(sd {summary['sd']:.3f}); mean JCT: {summary['mean_jct_packed_over_msched']:.3f}")
+    print(f"makespan x backfill fifo: msched {summary['makespan_msched_over_fifo']:.3f}, "
+          f"msched+packing {summary['makespan_packed_over_fifo']:.3f}")
+    print(f"pairs that ran: {summary['pairs']} ({summary['pairs_below_1']} measured below 1.0 combined), "
+          f"slowest packed job at {slowest if slowest is None else round(slowest, 3)} x solo, "
+          f"{summary['oom']} joins out of memory, predictor MAE on the pairs that ran "
+          f"{summary['pair_mae'] if summary['pair_mae'] is None else round(summary['pair_mae'], 3)}; "
+          f"unfinished jobs {summary['unfinished']}")
+    if args.json:
+        for r in rows:
+            for k in ("fifo", "msched", "packed"):
+                r[k] = {m: r[k].get(m) for m in ("makespan_s", "mean_jct_s", "gpu_utilization", "jobs")}
+        args.json.write_text(json.dumps({"summary": summary, "seeds": rows}, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""msub's packing decision (the Packing issue): submit a packable 1-GPU job as a shard job.
+
+Slurm 22.05 cannot retype a pending job between `gpu` and `shard` (SLURM-NOTES), so whether a job may
+share a GPU is decided here, once. A job is *packable* when
+- its owner asked for it (`#MSCHED --pack`, `msub --pack`), or the site packs its partitions by default
+  (config `pack_partitions`; "*" stands for jobs that name no partition) and the owner did not opt out
+  (`--no-pack`): an opted-out job is never a shard job;
+- it asks for exactly one GPU on one node through `--gres=gpu:1`, with no GPU type of its own (a
+  `--gpus` request cannot be turned into a shard request by adding options);
+- the cluster has shard nodes: nodes in the partition `shard_partition` (msub's cluster view).
+It is then *packed* when the interference predictor (msched.estimate.interference) expects it to pair
+well with the jobs it would likely share a GPU with: the managed shard jobs pending or running in the
+shard partition (one `squeue`, only for packable jobs), else the reference mix (every model the site's
+performance table measured at one GPU). The mean predicted combined throughput on the shard nodes'
+GPU type must reach `pack_threshold`, and the job must fit one GPU beside its likely partners'
+memory (a shipped model's estimate; a user's own model counts as fitting: the predictor decides).
+
+A packed job is submitted with `--partition=<shard_partition> --gres=shard:1` (the user's other gres
+kept) and the GPU types msub chose that shard nodes have (the constraint, as for any job); its tag's
+`pack` holds the prediction and `why` says why. The round
+(msched.policy.packing) then orders the shard jobs so that good pairs start together.
+Pure Python, loaded only for packable jobs (msub's light path stays light).
+"""
+
+from __future__ import annotations
+
+import os
+
+from msched.estimate.interference import (
+    DEFAULT_THRESHOLD,
+    InterferenceError,
+    JobSpeeds,
+    load_model,
+    peak_gb,
+    speeds_from_tag,
+    type_usable_gb,
+)
+from msched.policy.packing import submit_verdict
+
+MAX_PARTNERS = 64            # shard jobs read from the queue at most (a long queue says no more)
+
+
+def pack_wanted(pack: bool | None, partition: str | None, config) -> bool:  # noqa: ANN001
+    """The owner's choice, else the site's default for every partition the job names."""
+    if pack is not None:
+        return pack
+    sites = set(getattr(config, "pack_partitions", ()) or ())
+    parts = [p for p in (partition or "").split(",") if p]
+    return bool(sites) and (all(p in sites for p in parts) if parts else "*" in sites)
+
+
+def packable_shape(req, gpus, pinned) -> str:  # noqa: ANN001 - SbatchRequest, GpuRequest, pinned types
+    """Why the request cannot become a shard request ("" when it can)."""
+    if gpus is None or gpus.total != 1 or max(1, req.nodes) != 1:
+        return "packing needs a 1-GPU job on one node"
+    if pinned or gpus.typed:
+        return "packing needs a GPU request without a GPU type"
+    if tuple(gpus.options) != ("gres",):
+        return "packing needs the GPU asked as --gres=gpu:1"
+    return ""
+
+
+def shard_types(nodes, config) -> list[str]:  # noqa: ANN001 - cluster_view nodes
+    """GPU types of the nodes in the shard partition, most GPUs first."""
+    gpus: dict[str, int] = {}
+    for _name, gpu_type, count, _feats, parts in nodes:
+        if config.shard_partition in parts:
+            gpus[gpu_type] = gpus.get(gpu_type, 0) + count
+    return sorted(gpus, key=lambda t: -gpus[t])
+
+
+def queued_partners(config, sbatch: str) -> list:  # noqa: ANN001
+    """Tags of the managed jobs pending or running in the shard partition (one squeue), [] when none or
+    squeue fails. Only their models and batch sizes are used, to predict; nothing here is trusted."""
+    from msched.msub.cluster_view import _run
+    from msched.tag import parse_comment
+
+    out = _run([os.path.join(os.path.dirname(sbatch), "squeue"), "-h", "-t", "PD,R",
+                "-p", config.shard_partition, "-o", "%k"])
+    tags = []
+    for line in (out or "").splitlines():
+        tag = parse_comment(line.strip())[0]
+        if tag is not None:
+            tags.append(tag)
+        if len(tags) >= MAX_PARTNERS:
+            break
+    return tags
+
+
+def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # noqa: ANN001 - a PerfTable
+    """(model, batch, speeds) of every model measured at one GPU on `gpu_type`, at its batch sizes there."""
+    out = []
+    seen = set()
+    for r in perf.rows:
+        key = (r.model, r.batch_size)
+        if r.gpu_type != gpu_type or r.num_gpus != 1 or r.precision != "float" or key in seen:
+            continue
+        seen.add(key)
+        iter_ms = {t: ms for t in perf.gpu_types()
+                   if (ms := perf.iter_ms(r.model, t, 1, r.batch_size, "float")) is not None}
+        out.append((r.model, r.batch_size, JobSpeeds(iter_ms=iter_ms, batch_size=r.batch_size)))
+    return out
+
+
+def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, nodes, times_of,  # noqa: ANN001, ANN201, PLR0913
+                     types: tuple[str, ...] = ()):
+    """The tag to submit: with `pack` (the prediction) and `why` when the job is packed, else as it was
+    (an owner who asked for packing gets the reason in `why` and in the returned warning). `types`: the
+    GPU types msub's decision chose (a packed job keeps those of them that shard nodes have, and is
+    predicted on the first; none chosen: any shard type). Returns (tag, warning or "") - a packed tag's
+    `added` lists the shard types kept.
+
+    `times_of(models)` gives an iteration-time source over the performance rows of those models (None:
+    the whole table).
+    Returns (tag, warning or "")."""
+    if settings.pack is False or not pack_wanted(settings.pack, req.partition, config):
+        return tag, ""
+    asked = settings.pack is True
+
+    def no(reason: str):  # noqa: ANN202
+        if not asked:
+            return tag, ""
+        return tag._replace(why=tag.why or f"not packed: {reason}"), f"not packed: {reason}"
+
+    shape = packable_shape(req, gpus, pinned)
+    if shape:
+        return no(shape)
+    sharing = shard_types(nodes, config)
+    if not sharing:
+        return no(f"no shard nodes seen (partition {config.shard_partition})")
+    kept = [t for t in types if t in sharing] if types else sharing
+    if not kept:
+        return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
+    gpu_type = kept[0]
+    partners = queued_partners(config, sbatch)
+    times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
+    try:
+        model = load_model()
+        mine = speeds_from_tag(tag, times)
+        if mine is None:
+            return no("no estimate of its speed")
+        others = [(p.model, p.bs, s, p.mem) for p in partners
+                  if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+        where = f"{len(others)} shard jobs in the queue"
+        if not others:
+            others = [(*o, None) for o in reference_mix(times_of(None).perf, gpu_type)]
+            where = f"the reference mix ({len(others)} models)"
+        predicted, reason = submit_verdict(
+            mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
+            [(s, mem if mem is not None else peak_gb(m, bs)) for m, bs, s, mem in others], gpu_type,
+            model.combined_throughput, type_usable_gb(gpu_type),
+            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed)
+    except InterferenceError as exc:
+        return no(str(exc))
+    if predicted is None:
+        return no(f"{reason} with {where}")
+    why = f"packed on {gpu_type}: {reason} with {where}"
+    return tag._replace(pack=round(predicted, 3), added="|".join(kept) if types else "", why=why), ""
+
+
+def pack_options(req, config) -> list[str]:  # noqa: ANN001 - SbatchRequest, Config
+    """The sbatch options that make the job a shard job: the shard partition and the user's gres with
+    its GPU item replaced by one shard (sbatch takes the last `--gres` and `--partition` given)."""
+    others = [g for g in (req.get("gres") or "").split(",")
+              if g.strip() and g.strip().removeprefix("gres:").removeprefix("gres/").split(":")[0] != "gpu"]
+    return [f"--partition={config.shard_partition}", f"--gres={','.join([*others, 'shard:1'])}"]

@@ -1,0 +1,158 @@
+"""The round's pairing of shard jobs (the Packing issue): which pending shard jobs should share a GPU.
+
+Slurm fills one GPU's shards before the next GPU's (SLURM-NOTES; tests/test_packing_slurm.py), so two
+1-shard jobs that start one after the other share a GPU. What a round can steer is therefore the order
+in which shard jobs start (their priorities) and, where shard nodes of several GPU types exist, the
+type a pair lands on (the GPU-type feature). This module is the pure decision: given the shard jobs
+msched knows (their solo speeds and memory), it pairs them and orders them.
+
+- A shard job running alone on a GPU (its partner ended, or it started alone) has an open shard beside
+  it: the first pending job in the order is the best partner found for it.
+- The pending jobs are paired greedily by predicted combined throughput (msched.estimate.interference),
+  best pair first, among pairs at or above the threshold whose memory fits one GPU; greedy matching is
+  within a factor of two of the best total and costs O(n^2 log n) for n pending shard jobs (capped).
+- Order: the open slot's partner, then the pairs (each pair adjacent, longest first by the pair's longer
+  job's estimate, as the planner orders for makespan; ties by queue position), then the jobs without a
+  good partner, last (longest first), so a badly matched job starts after the good pairs and meets, at
+  worst, another leftover. The priorities written are the
+  ones the shard jobs already hold, permuted (nothing moves past a job that is not a shard job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from msched.estimate.interference import DEFAULT_THRESHOLD, MIN_OWN_SPEED, JobSpeeds, pair_fits
+from msched.util.record import record
+
+MAX_PENDING = 200             # shard jobs paired per round at most (the rest keep their order)
+
+
+@record
+class ShardJob:
+    """One shard job as the pairing sees it."""
+
+    job_id: str
+    priority: int
+    speeds: JobSpeeds | None          # None: msched has no estimate (paired with no one)
+    peak_gb: float | None = None      # None: unknown memory (not held against a pair)
+    running: bool = False
+    gpu_type: str | None = None       # running: the type it runs on
+    start_time: float = 0.0
+    length_s: float = 0.0             # its estimated solo runtime (shortest over its types); 0 = unknown
+
+
+@record
+class Pair:
+    a: str
+    b: str
+    gpu_type: str
+    predicted: float                  # combined normalized throughput
+
+
+@record
+class PackingPlan:
+    """What the round writes: new priorities of pending shard jobs, the GPU type of paired ones (only
+    where shard nodes of several types exist), and why (the pairs, with their predictions)."""
+
+    priorities: dict = None          # job id -> priority
+    gpu_types: dict = None           # job id -> GPU type
+    pairs: tuple = ()                # Pair, the lone running job's partner first
+    alone: tuple = ()                # pending jobs without a partner at or above the threshold
+
+
+def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple[JobSpeeds, float | None]],
+                   gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
+                   usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
+                   slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None
+                   ) -> tuple[float | None, str]:
+    """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
+    combined throughput with the partners it would likely share with, or None when it is not packed;
+    the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
+    below the threshold. `slower(a, b, type)`: the slower job's predicted own speed; partners beside
+    which it falls under MIN_OWN_SPEED count as misfits too."""
+    if gpu_type not in mine.iter_ms:
+        return None, f"no estimate on the shard nodes' type {gpu_type}"
+    known = [(s, p) for s, p in partners if gpu_type in s.iter_ms]
+    if not known:
+        return None, "no partner to predict against"
+    fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
+    if len(fitting) < len(known) / 2:
+        return None, f"too big to share a {gpu_type} with most partners"
+    if slower is not None:
+        fitting = [s for s in fitting if (v := slower(mine, s, gpu_type)) is None or v >= MIN_OWN_SPEED]
+        if len(fitting) < len(known) / 2:
+            return None, f"one job predicted below {MIN_OWN_SPEED:g}x solo beside most partners"
+    predicted = sum(predict(mine, s, gpu_type) for s in fitting) / len(fitting)
+    if predicted < threshold:
+        return None, f"predicted combined throughput {predicted:.2f} < {threshold:g}"
+    return predicted, f"predicted combined throughput {predicted:.2f}"
+
+
+def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobSpeeds, str], float],
+                    shard_types: Sequence[str], usable_gb: Callable[[str], float | None] = lambda t: None, *,
+                    threshold: float = DEFAULT_THRESHOLD,
+                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> PackingPlan:
+    """Pair and order the pending shard jobs (module docstring). `predict(a, b, gpu_type)` is the
+    interference model's combined throughput; `shard_types` the GPU types of the shard nodes; `slower`
+    the slower job's predicted own speed (a pair under MIN_OWN_SPEED is never formed)."""
+    if not shard_types:
+        return PackingPlan({}, {})
+    pending = sorted((j for j in jobs if not j.running), key=lambda j: -j.priority)[:MAX_PENDING]
+    if not pending:
+        return PackingPlan({}, {})
+    pairs: list[Pair] = []
+    gpu_types: dict[str, str] = {}
+
+    def best(a: ShardJob, b: ShardJob, types: Sequence[str]) -> tuple[float, str] | None:
+        if a.speeds is None or b.speeds is None:
+            return None
+        options = []
+        for t in types:
+            if t in a.speeds.iter_ms and t in b.speeds.iter_ms and pair_fits((a.peak_gb, b.peak_gb), usable_gb(t)):
+                low = slower(a.speeds, b.speeds, t) if slower is not None else None
+                if low is None or low >= MIN_OWN_SPEED:
+                    options.append((predict(a.speeds, b.speeds, t), t))
+        return max(options) if options else None
+
+    order: list[str] = []
+    taken: set[str] = set()
+    # an open shard beside a running job that runs alone: the odd one out of the running shard jobs
+    running = sorted((j for j in jobs if j.running), key=lambda j: j.start_time)
+    if len(running) % 2 == 1:
+        lone = running[-1]
+        scored = [(s[0], -i, p) for i, p in enumerate(pending)
+                  if (s := best(lone, p, [lone.gpu_type] if lone.gpu_type else shard_types)) and s[0] >= threshold]
+        if scored:
+            value, _, partner = max(scored)
+            order.append(partner.job_id)
+            taken.add(partner.job_id)
+            pairs.append(Pair(lone.job_id, partner.job_id, lone.gpu_type or shard_types[0], value))
+    rank = {j.job_id: i for i, j in enumerate(pending)}
+    candidates = []
+    free = [j for j in pending if j.job_id not in taken]
+    for i, a in enumerate(free):
+        for b in free[i + 1:]:
+            s = best(a, b, shard_types)
+            if s is not None and s[0] >= threshold:
+                candidates.append((-s[0], rank[a.job_id], rank[b.job_id], s[1], a.job_id, b.job_id))
+    candidates.sort()
+    chosen = []
+    for neg, _ra, _rb, t, a, b in candidates:
+        if a in taken or b in taken:
+            continue
+        taken.update((a, b))
+        chosen.append(Pair(a, b, t, -neg))
+    # longest first (the pair's longer job), as the planner's makespan order: a long job started late
+    # ends the schedule late; ties keep the queue's order
+    length = {j.job_id: j.length_s for j in pending}
+    chosen.sort(key=lambda p: (-max(length[p.a], length[p.b]), min(rank[p.a], rank[p.b])))
+    for p in chosen:
+        order += [p.a, p.b] if rank[p.a] < rank[p.b] else [p.b, p.a]
+        if len(shard_types) > 1:
+            gpu_types[p.a] = gpu_types[p.b] = p.gpu_type
+    alone = tuple(j.job_id for j in sorted(pending, key=lambda j: (-j.length_s, rank[j.job_id]))
+                  if j.job_id not in taken)
+    order += alone
+    slots = sorted((j.priority for j in pending), reverse=True)
+    return PackingPlan(dict(zip(order, slots, strict=True)), gpu_types, tuple(pairs + chosen), alone)

@@ -1,0 +1,254 @@
+"""Packed jobs in the simulator: shard jobs share a GPU and run at the *measured* pair speeds.
+
+What the simulator does with a shard job (`submit(..., shards=1)`), as Slurm 22.05 does with
+`--gres=shard:1` on nodes whose GPUs carry 2 shards each (SLURM-NOTES, tests/test_packing_slurm.py):
+- it starts on a GPU that already holds one shard job, when one of its allowed nodes has such a GPU
+  (Slurm fills a GPU's shards before the next GPU's), else on a free GPU of its own, which no `gpu`
+  job can then take until both shard jobs on it have ended;
+- alone on its GPU it runs at its solo speed (the truth table); with a partner, each job runs at the
+  fraction of its solo speed that Gavel measured for the pair on that GPU type (`PairTruth`, Gavel's
+  `simulation_throughputs.json`): the truth, which the planner never sees (it has the prediction).
+  Speeds change when a partner starts or ends; a job's remaining work carries over;
+- a pair Gavel measured at 0 (the two do not fit in memory together) crashes the job that joins at its
+  start: it is counted (`oom`) and put back in the queue, and never again joins that partner;
+- squeue shows a shard job with no GPUs (it asks for shards), as the real cli backend reads it.
+
+`ShardRuns` holds this state; the engine calls it from a few hooks (`Simulator.packing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from slurm_sim.cluster import ClusterSpec, PartitionSpec
+
+SHARD_PARTITION = "shared"
+SHARD_FEATURE = "shard"
+GAVEL_FAMILIES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "transformer": "Transformer", "lm": "LM",
+                  "recommendation": "Recommendation", "a3c": "A3C", "cyclegan": "CycleGAN"}
+
+
+def gavel_job_type(model: str, batch_size: int | None) -> str | None:
+    """A Gavel perf-table model and batch -> Gavel's job type name ('ResNet-18 (batch size 32)')."""
+    family = GAVEL_FAMILIES.get(model)
+    if family is None:
+        return None
+    return family if family in ("A3C", "CycleGAN") else f"{family} (batch size {batch_size})"
+
+
+@dataclass(frozen=True)
+class PairTruth:
+    """Own/solo speed of each job of a pair sharing one GPU: {(type a, type b, gpu type): (fa, fb)}."""
+
+    fractions: Mapping[tuple[str, str, str], tuple[float, float]]
+
+    @classmethod
+    def from_gavel(cls, path: str | Path) -> PairTruth:
+        """Gavel's measured pairs (msched.estimate.interference.read_gavel: pairs that did not fit are absent)."""
+        from msched.estimate.interference import read_gavel
+
+        _, pairs = read_gavel(path)
+        return cls({(p.a, p.b, p.gpu_type): (p.own_a, p.own_b) for p in pairs})
+
+    def pair(self, a: tuple[str, int | None], b: tuple[str, int | None], gpu_type: str) -> tuple[float, float]:
+        """(fa, fb) for jobs (model, batch) a and b on `gpu_type`; (0, 0) when they do not fit together
+        or Gavel did not measure them (never run a pair on a guess)."""
+        ta, tb = gavel_job_type(*a), gavel_job_type(*b)
+        return self.fractions.get((ta, tb, gpu_type), (0.0, 0.0)) if ta and tb else (0.0, 0.0)
+
+
+@dataclass
+class _Run:
+    remaining: float          # solo-seconds of work left
+    rate: float = 1.0         # own speed / solo speed now
+    since: float = 0.0        # when `remaining` was last brought up to date
+    due: float = 0.0          # the end event that is current
+    node: int = -1
+    partner: str | None = None
+    owner: bool = True        # holds the GPU (the first of a pair; its partner after it ends)
+
+
+@dataclass
+class ShardRuns:
+    """The simulator's shard jobs: who shares which GPU, how fast each runs, what was observed."""
+
+    truth: PairTruth
+    runs: dict[str, _Run] = field(default_factory=dict)
+    open_slots: dict[int, list[str]] = field(default_factory=dict)     # node -> jobs alone on a GPU there
+    barred: set[tuple[str, str]] = field(default_factory=set)
+    oom: list[tuple[str, str, str]] = field(default_factory=list)       # (joiner, partner, gpu type)
+    pairs: list[dict] = field(default_factory=list)                     # every pair that ran
+    chosen: tuple | None = None          # (job, node, partner) open_slot found for the start that follows
+    sim: object = None
+
+    def attach(self, sim) -> ShardRuns:  # noqa: ANN001 - a slurm_sim.simulator.Simulator
+        self.sim = sim
+        sim.packing = self
+        return self
+
+    # ---------------------------------------------------------------- placement
+    def open_slot(self, job, closed) -> tuple[int, tuple[int, ...]] | None:  # noqa: ANN001
+        """A GPU holding one shard job on a node the job may use, as Slurm fills shards: (class, (node,))."""
+        sim = self.sim
+        for c in job.classes:
+            if c in closed:
+                continue
+            for n in sim.classes[c].nodes:
+                for other in self.open_slots.get(n, ()):
+                    if (job.job_id, other) in self.barred:
+                        continue
+                    partner = sim.jobs[other]
+                    fa, fb = self.truth.pair((job.model, job.batch_size), (partner.model, partner.batch_size),
+                                             sim.node_type[n])
+                    if fa <= 0 or fb <= 0:       # out of memory at its start: back in the queue
+                        self.barred.add((job.job_id, other))
+                        self.oom.append((job.job_id, other, sim.node_type[n]))
+                        continue
+                    self.chosen = (job.job_id, n, other)
+                    return c, (n,)
+        return None
+
+    def start(self, job, node: int, runtime: float, now: float) -> tuple[bool, float]:  # noqa: ANN001
+        """(whether the job joined a partner's GPU, its end time); the partner's end is moved."""
+        run = _Run(remaining=runtime, since=now, node=node)
+        self.runs[job.job_id] = run
+        cap = now + job.limit_s if job.limit_s else float("inf")
+        slot = self.open_slots.get(node, [])
+        chosen, self.chosen = self.chosen, None
+        partner_id = chosen[2] if chosen and chosen[:2] == (job.job_id, node) and chosen[2] in slot else None
+        if partner_id is None:                  # a GPU of its own (the main pass found no open shard, or backfill)
+            slot.append(job.job_id)
+            self.open_slots[node] = slot
+            run.due = min(now + runtime, cap)
+            return False, run.due
+        slot.remove(partner_id)
+        other = self.runs[partner_id]
+        self._catch_up(other, now)
+        partner = self.sim.jobs[partner_id]
+        fa, fb = self.truth.pair((job.model, job.batch_size), (partner.model, partner.batch_size),
+                                 self.sim.node_type[node])
+        run.rate, other.rate = fa, fb
+        run.partner, other.partner, run.owner = partner_id, job.job_id, False
+        run.due = min(now + run.remaining / fa, cap)
+        self._reschedule(partner_id, other)
+        self.pairs.append({"a": partner_id, "b": job.job_id, "gpu_type": self.sim.node_type[node], "start": now,
+                           "speed_a": fb, "speed_b": fa, "combined": fa + fb})
+        return True, run.due
+
+    # ---------------------------------------------------------------- ends
+    def due(self, job, now: float) -> bool:  # noqa: ANN001
+        run = self.runs.get(job.job_id)
+        return run is not None and abs(run.due - now) < 1e-6
+
+    def finish(self, job, now: float) -> tuple[bool, bool]:  # noqa: ANN001
+        """(whether the GPU is free now, whether the job's work is done); its partner runs alone."""
+        run = self.runs.pop(job.job_id)
+        self._catch_up(run, now)
+        done = run.remaining <= 1e-6 * max(1.0, run.since)
+        slot = self.open_slots.get(run.node, [])
+        if job.job_id in slot:
+            slot.remove(job.job_id)
+        if run.partner is None or run.partner not in self.runs:
+            return True, done
+        other = self.runs[run.partner]
+        self._catch_up(other, now)
+        other.rate, other.partner, other.owner = 1.0, None, True
+        slot.append(run.partner)
+        self.open_slots[run.node] = slot
+        self._reschedule(run.partner, other)
+        return False, done
+
+    def owns_gpu(self, job_id: str) -> bool:
+        """Whether the job holds the GPU it runs on (the first of a pair); backfill counts the GPU once."""
+        run = self.runs.get(job_id)
+        return run is None or run.owner
+
+    def _catch_up(self, run: _Run, now: float) -> None:
+        run.remaining = max(0.0, run.remaining - (now - run.since) * run.rate)
+        run.since = now
+
+    def _reschedule(self, job_id: str, run: _Run) -> None:
+        sim = self.sim
+        job = sim.jobs[job_id]
+        end = run.since + run.remaining / run.rate if run.rate > 0 else float("inf")
+        run.due = min(end, job.start_time + job.limit_s) if job.limit_s else end
+        sim._push_event(run.due, 0, job_id)          # the engine's job-end event; an older one is stale
+        sim.version += 1
+
+
+def with_shard_nodes(spec: ClusterSpec, per_type: int | None = None) -> ClusterSpec:
+    """The cluster with `per_type` nodes of each GPU type (None: every node) also sharing their GPUs
+    through shards: the `shard` feature and the partition `shared`, as the dev cluster's `--shards`."""
+    seen: dict[str, int] = {}
+    nodes = []
+    for n in spec.nodes:
+        k = seen[n.gpu_type] = seen.get(n.gpu_type, 0) + 1
+        if per_type is None or k <= per_type:
+            n = replace(n, features=(*n.features, SHARD_FEATURE), partitions=(*n.partitions, SHARD_PARTITION))
+        nodes.append(n)
+    default = spec.partitions[0]
+    return replace(spec, nodes=tuple(nodes), partitions=(*spec.partitions, PartitionSpec(
+        SHARD_PARTITION, default.default_time_s, default.max_time_s)))
+
+
+@dataclass(frozen=True)
+class SimPacking:
+    """Packing in a replay: the truth of pair speeds (what happens) and msub's packing decision at
+    submit (what msched predicts: msched.policy.packing.submit_verdict, as msub makes it)."""
+
+    truth: PairTruth
+    threshold: float = 1.0
+    packable_share: float = 1.0          # share of the 1-GPU jobs whose owners opt in (by job id)
+    only_when_busy: bool = False         # pack only when no GPU of the job's types is free at submit
+
+    def runs(self, sim) -> ShardRuns:  # noqa: ANN001
+        return ShardRuns(self.truth).attach(sim)
+
+    def at_submit(self, tj, decision, sim, times, shard_types: list[str]):  # noqa: ANN001, ANN201
+        """(decision, partition, shards): the trace job as msub would submit it."""
+        from msched.estimate.interference import load_model, peak_gb, speeds_from_tag, type_usable_gb
+        from msched.msub.packing import reference_mix
+        from msched.policy.packing import submit_verdict
+
+        if tj.num_gpus != 1 or tj.gpu_type or not shard_types or not _opted_in(tj.job_id, self.packable_share):
+            return decision, tj.partition, 0
+        types = [t for t in decision.types if t in shard_types] or ([] if decision.types else list(shard_types))
+        if not types:
+            return decision, tj.partition, 0
+        if self.only_when_busy and any(sim.free[n] > 0 for n, t in enumerate(sim.node_type) if t in types):
+            return decision, tj.partition, 0
+        tag = decision.tag
+        mine = speeds_from_tag(tag, times)
+        if mine is None:
+            return decision, tj.partition, 0
+        partners = []
+        for j in list(sim.active.values())[-256:]:
+            if j.shards and len(partners) < 64:
+                t = sim.job_view(j).tag
+                s = speeds_from_tag(t, times) if t is not None else None
+                if s is not None:
+                    partners.append((s, peak_gb(t.model, t.bs)))
+        where = f"{len(partners)} shard jobs in the queue"
+        if not partners:
+            perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
+            partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, types[0])]
+            where = "the reference mix"
+        model = load_model()
+        value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, types[0],
+                                       model.combined_throughput, type_usable_gb(types[0]), self.threshold,
+                                       model.slower_speed)
+        if value is None:
+            return decision, tj.partition, 0
+        packed = tag._replace(pack=round(value, 3), added="|".join(types),
+                              why=f"packed on {types[0]}: {reason} with {where}")
+        return decision._replace(tag=packed, types=tuple(types)), SHARD_PARTITION, 1
+
+
+def _opted_in(job_id: str, share: float) -> bool:
+    if share >= 1.0:
+        return True
+    import zlib
+
+    return (zlib.crc32(job_id.encode()) % 1000) < share * 1000

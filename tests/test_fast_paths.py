@@ -1,0 +1,167 @@
+"""The fast paths of the simulator and the round give the schedules the plain paths give (issue 17, item 4).
+
+Three shortcuts keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
+copy-on-write (`msched.policy.timeline`); the round core keeps each job's clock-free reading while the
+simulator hands back the same job object (`msched.rounds.core._JobMemo`); a backfill pass none of whose
+jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`). Each is checked against
+the plain path here: timelines on random bookings, a snapshot read twice, and whole replays with every
+shortcut switched off, which must start and end every job at the same time on the same type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msched.estimate.estimators import TagEstimator
+from msched.estimate.perf_table import PerfTable
+from msched.policy.snapshot import NodeState, RunningJob
+from msched.policy.timeline import Timeline
+from slurm_sim.cluster import parse_cluster
+from slurm_sim.commands import default_truth_path
+from slurm_sim.compare import Classifier, SimSetup, replay
+from slurm_sim.trace import synth
+
+TYPES = ("a100", "titanv", "k80")
+
+
+# ------------------------------------------------------------------------------------- timeline
+def _cluster(draw) -> tuple[list[NodeState], list[RunningJob]]:
+    nodes, running = [], []
+    for k in range(draw(st.integers(2, 7))):
+        t = TYPES[draw(st.integers(0, len(TYPES) - 1))]
+        gpus = draw(st.sampled_from((1, 2, 4)))
+        free = draw(st.integers(0, gpus))
+        nodes.append(NodeState(f"n{k}", t, gpus, free))
+        if gpus - free:
+            running.append(RunningJob(f"r{k}", t, gpus - free, float(draw(st.integers(0, 500))), (f"n{k}",)))
+    return nodes, running
+
+
+@st.composite
+def bookings(draw):
+    nodes, running = _cluster(draw)
+    ops = draw(st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from((1, 2, 3, 4, 8)),
+                                  st.integers(1, 400), st.booleans()), min_size=1, max_size=25))
+    return nodes, running, ops
+
+
+def _book(tl: Timeline, gpu_type: str, gpus: int, length: int) -> tuple:
+    """Book one job at its earliest start on the type; what the planner saw on the way."""
+    seen = (tl.start_time(gpu_type, gpus), tl.fits(gpu_type, gpus))
+    p = tl.place(gpu_type, gpus)
+    if p is None:
+        return seen + (None,)
+    tl.commit(p, p.start + length)
+    return seen + (p,)
+
+
+@settings(max_examples=150, deadline=None)
+@given(bookings())
+def test_copied_timelines_book_and_answer_as_a_fresh_build(case):
+    """A timeline built from lists (never shared) and one from the snapshot's tuples (a copy of the shared
+    base), copied again at random points, answer every query the same way; and booking a copy never
+    changes what it was copied from."""
+    nodes, running, ops = case
+    plain = Timeline(0.0, list(nodes), list(running))          # lists: built, not shared
+    fast = Timeline(0.0, tuple(nodes), tuple(running))
+    parent_free = None
+    parent = None
+    for t, g, length, copy_here in ops:
+        if copy_here:
+            parent, fast = fast, fast.copy()
+            parent_free = [list(f) for f in parent.free]
+        assert _book(plain, t, g, length) == _book(fast, t, g, length)
+        assert plain.free == fast.free and plain.free_at() == fast.free_at()
+        if parent is not None:
+            assert parent.free == parent_free                    # the copy booked its own lists
+    for t in TYPES:
+        for g in (1, 2, 4):
+            assert plain.earliest(t, g, 50.0) == fast.earliest(t, g, 50.0)
+    again = Timeline(0.0, tuple(nodes), tuple(running))          # the shared base is untouched by bookings
+    fresh = Timeline(0.0, list(nodes), list(running))
+    assert again.free == fresh.free and again.free_at() == fresh.free_at()
+
+
+# ------------------------------------------------------------------------------------- snapshot
+def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
+    """The round core's per-job memo: the second read of the same SlurmJob objects (memo hits), a read of
+    equal but new objects (misses) and the first read give the same snapshot and views, and a job the
+    simulator changed (a new view object) is read anew."""
+    from msched.rounds.core import build_snapshot
+    from msched.slurm.base import JobRequest
+    from msched.tag import JobTag, with_tag
+    from slurm_sim.client import SimClient
+
+    truth = PerfTable.load(default_truth_path())
+    model = sorted(truth.models())[0]
+    c = SimClient.from_spec("a100:2x1,titanv:2x1", truth=truth)
+    tag = with_tag(JobTag(model=model, ref=model, iters=20_000, bs=12), None)
+    for k in range(5):
+        c.submit(JobRequest(name=f"j{k}", num_gpus=1 + k % 2, comment=tag, time_limit_s=86_400.0,
+                            extra={"model": model, "iterations": 20_000, "batch_size": 12}))
+    c.advance(10.0)
+    est = TagEstimator(truth)
+    jobs, nodes = c.jobs(), c.nodes()
+    first = build_snapshot(jobs, nodes, est, c.now())
+    again = build_snapshot(jobs, nodes, est, c.now())
+    fresh = build_snapshot([dataclasses.replace(j) for j in jobs], nodes, est, c.now())
+    assert first == again == fresh
+    assert first[0].running and first[0].pending
+    pending = first[0].pending[0].job_id
+    c.set_priority(pending, 7)
+    changed = build_snapshot(c.jobs(), nodes, est, c.now())[0]
+    assert {p.job_id: p.priority for p in changed.pending}[pending] == 7
+
+
+# ------------------------------------------------------------------------------------- replays
+def _plain_paths(monkeypatch) -> None:
+    """Every shortcut off: timelines built from scratch and copied whole, every job read anew each round,
+    every backfill pass run."""
+    import msched.policy.timeline as timeline
+    import msched.rounds.core as core
+    from slurm_sim.simulator import Simulator
+
+    def fresh_base(now, nodes, running, unknown_busy_s):  # noqa: ANN001, ANN202
+        base = Timeline.__new__(Timeline)
+        base._build(now, nodes, running, unknown_busy_s)
+        return base
+
+    def whole_copy(self):  # noqa: ANN001, ANN202
+        t = Timeline.__new__(Timeline)
+        t._copy_of(self)
+        t.free = [list(f) for f in self.free]
+        t._owned = set(range(len(t.free)))
+        t._origin, t._dirty, t._heaps = None, {}, {}
+        t._heaps_of.clear()
+        t._top.clear()
+        return t
+
+    monkeypatch.setattr(timeline, "_shared_base", fresh_base)
+    monkeypatch.setattr(Timeline, "copy", whole_copy)
+    monkeypatch.setattr(core._MEMO, "get", lambda job: None)
+    monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
+
+
+@pytest.mark.parametrize("planner", ["greedy", "optimize"])
+def test_a_replay_with_every_shortcut_off_gives_the_same_schedule(planner, monkeypatch):
+    """An online trace that keeps a queue on 24 GPUs of 3 types under sched/backfill: msched's replay with
+    the fast paths and with every shortcut off start and end every job at the same time on the same type,
+    with the same writes (the optimizer's time box is set out of reach: its search is then deterministic)."""
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster("a100:8x1,titanv:4x2,rtx2080ti:4x2")
+    models = sorted(truth.models())[:8]
+    trace = synth(90, models, truth, seed=4, arrival="poisson:400", max_gpus=4, cluster=cluster)
+    setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
+                     policy_options={"planner": planner, "time_box_s": 1e6})
+    fast = replay(trace, "msched", setup)
+    with monkeypatch.context() as m:
+        _plain_paths(m)
+        plain = replay(trace, "msched", setup)
+    assert fast.rounds == plain.rounds > 20
+    assert [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in fast.outcomes] == \
+        [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in plain.outcomes]
+    assert len({o.gpu_type for o in fast.outcomes}) == 3 and fast.metrics["mean_wait_s"] > 0

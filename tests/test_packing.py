@@ -1,0 +1,222 @@
+"""Packing (gres/shard): msub's opt-in and shard submission, the round's pairing of shard jobs.
+
+msub runs its real decision (`build_submission`) against a site config and its cached `sinfo` answer
+of a cluster with one shard node, as in tests/test_submit_decision.py; the configured sbatch has no
+squeue beside it, so msub sees no shard jobs in the queue and predicts against the reference mix (the
+real queue's partners are checked on a real cluster in tests/test_packing_slurm.py). The pairing is checked on hand-made speeds with hand-made predictions: what it must
+choose is decided by the test's own numbers, not by the function.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from msched.estimate.interference import JobSpeeds, load_model, speeds_from_tag
+from msched.estimate.perf_table import PerfTable
+from msched.estimate.runtime import TableTimes
+from msched.msub.directives import msched_directives, settings_from_words
+from msched.msub.main import build_submission
+from msched.policy.packing import ShardJob, pair_shard_jobs, submit_verdict
+from msched.rounds.packing import packing_round
+from msched.slurm.base import SlurmJob, SlurmNode
+from msched.tag import JobTag, parse_comment, with_tag
+
+SBATCH = "/nonexistent/slurm/bin/sbatch"   # no squeue beside it: no partners, the reference mix
+SLURM_CONF = "/nonexistent/slurm.conf"
+
+
+def _site(tmp_path, monkeypatch, extra: str = "") -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    conf = tmp_path / "msched.toml"
+    conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\n{extra}')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    nodes = [["n1", "gpu:a100:4,shard:8", ["a100", "shard"], ["gpu", "shared"]],
+             ["n3", "gpu:rtx2080ti:4", ["rtx2080ti"], ["gpu"]],
+             ["n4", "gpu:titanxp:4,shard:8", ["titanxp", "shard"], ["gpu", "shared"]]]
+    (cache / "cluster_nodes.json").write_text(json.dumps({"key": f"{SLURM_CONF}|{SBATCH}", "time": time.time(),
+                                                          "nodes": nodes}))
+    monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+    monkeypatch.setenv("MSCHED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
+
+
+def _submit(argv: list[str], script: str | None = None, tmp_path=None) -> tuple[list[str], JobTag | None, list[str]]:
+    if script is not None:
+        path = tmp_path / "job.sh"
+        path.write_text(script)
+        argv = [*argv, str(path)]
+    else:
+        argv = [*argv, "--wrap", "python train.py"]
+    sub, warnings = build_submission(argv)
+    comment = [w.split("=", 1)[1] for w in sub.argv if w.startswith("--comment=")]
+    return sub.argv, (parse_comment(comment[-1])[0] if comment else None), warnings
+
+
+def test_pack_and_no_pack_are_flags_in_directives_and_options():
+    pairs, _ = msched_directives("#!/bin/sh\n#MSCHED --model=resnet18 --pack\n")
+    assert settings_from_words(pairs).pack is True
+    pairs, _ = msched_directives("#!/bin/sh\n#MSCHED --no-pack --model resnet18\n")
+    s = settings_from_words(pairs)
+    assert s.pack is False and s.model == "resnet18"
+    s = settings_from_words([("pack", "yes")])
+    assert s.pack is None and any("takes no value" in p for p in s.problems)
+
+
+def test_an_opted_in_small_job_goes_in_as_a_shard_job(tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch)
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1"])
+    assert tag is not None and tag.pack is not None and tag.pack >= 1.0, (tag, warnings)
+    assert "--partition=shared" in argv and "--gres=shard:1" in argv
+    assert tag.added and argv[-1] == f"--constraint={tag.added}"      # msched's types that shard nodes have
+    assert tag.why.startswith(f"packed on {tag.added.split('|')[0]}") and "reference mix" in tag.why
+    assert set(tag.added.split("|")) <= {"a100", "titanxp"}
+
+
+def test_the_site_default_packs_its_partitions_and_no_pack_opts_out(tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch, 'pack_partitions = ["gpu"]\n')
+    argv, tag, _ = _submit(["-p", "gpu", "--gres=gpu:1"], "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32\n",
+                           tmp_path)
+    assert tag.pack is not None and "--gres=shard:1" in argv
+    argv, tag, _ = _submit(["-p", "gpu", "--gres=gpu:1"],
+                           "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32 --no-pack\n", tmp_path)
+    assert tag.pack is None and not any("shard" in w for w in argv)     # opted out: never a shard job
+    argv, tag, _ = _submit(["--no-pack", "-p", "gpu", "--gres=gpu:1"],
+                           "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32\n", tmp_path)
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    argv, tag, _ = _submit(["-p", "other", "--gres=gpu:1", "--model=resnet18"])      # not a packing partition
+    assert tag.pack is None and not any("shard" in w for w in argv)
+
+
+def test_a_job_whose_best_types_have_no_shard_nodes_is_not_packed(tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch)
+    argv, tag, warnings = _submit(["--model=resnet18", "--pack", "--gres=gpu:1", "--constraint=rtx2080ti"])
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    assert tag.pack is None and not any("shard" in w for w in argv)
+
+
+@pytest.mark.parametrize(("request_args", "reason"), [
+    (["--gres=gpu:2"], "1-GPU job"),
+    (["--gpus=1"], "--gres=gpu:1"),
+    (["--gres=gpu:titanxp:1"], "without a GPU type"),
+])
+def test_a_job_that_cannot_be_a_shard_job_stays_a_gpu_job_and_says_why(tmp_path, monkeypatch, request_args, reason):
+    _site(tmp_path, monkeypatch)
+    argv, tag, warnings = _submit(["--model=resnet18", "--pack", *request_args])
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    assert any(reason in w for w in warnings), warnings
+    assert tag.pinned or ("not packed" in tag.why and reason in tag.why)    # the owner reads it in `msched jobs`
+
+
+def test_the_users_other_gres_are_kept_beside_the_shard(tmp_path, monkeypatch):
+    _site(tmp_path, monkeypatch)
+    argv, tag, _ = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1,tmpfs:10G"])
+    assert tag.pack is not None and "--gres=tmpfs:10G,shard:1" in argv
+
+
+def test_submit_verdict_follows_the_prediction_and_memory():
+    fast = JobSpeeds({"v100": 10.0}, 32)
+    slow = JobSpeeds({"v100": 100.0}, 32)
+    predict = lambda a, b, t: 1.5 if a.iter_ms[t] + b.iter_ms[t] < 100 else 0.7  # noqa: E731
+    assert submit_verdict(fast, 1.0, [(fast, 1.0)], "v100", predict, 16.0)[0] == 1.5
+    assert submit_verdict(fast, 1.0, [(slow, 1.0)], "v100", predict, 16.0)[0] is None
+    # good with the partner, but the two do not fit one GPU together
+    value, why = submit_verdict(fast, 10.0, [(fast, 10.0)], "v100", predict, 16.0)
+    assert value is None and "too big" in why
+    assert submit_verdict(fast, None, [(fast, None)], "p100", predict, 16.0)[0] is None    # no estimate there
+
+
+def _job(job_id: str, ms: float, priority: int, **kw) -> ShardJob:
+    return ShardJob(job_id, priority, JobSpeeds({"v100": ms}, 32), **kw)
+
+
+def test_pairing_puts_good_pairs_together_and_bad_matches_last():
+    # compatible = same "kind" (ms below or above 50); mixed kinds interfere
+    predict = lambda a, b, t: 1.4 if (a.iter_ms[t] < 50) == (b.iter_ms[t] < 50) else 0.6  # noqa: E731
+    jobs = [_job("a", 10, 100), _job("b", 90, 99), _job("c", 20, 98), _job("d", 80, 97), _job("e", 30, 96)]
+    plan = pair_shard_jobs(jobs, predict, ["v100"])
+    pairs = {frozenset((p.a, p.b)) for p in plan.pairs}
+    assert pairs == {frozenset("ac"), frozenset("bd")} or pairs == {frozenset("ae"), frozenset("bd")} \
+        or pairs == {frozenset("ce"), frozenset("bd")}
+    order = sorted(plan.priorities, key=lambda j: -plan.priorities[j])
+    for p in plan.pairs:                                     # each pair adjacent in the order
+        assert abs(order.index(p.a) - order.index(p.b)) == 1
+    assert order[-1] in plan.alone and len(plan.alone) == 1
+    assert sorted(plan.priorities.values()) == [96, 97, 98, 99, 100]     # the positions they held
+
+
+def test_a_running_job_alone_gets_its_best_partner_first():
+    predict = lambda a, b, t: 2.0 - abs(a.iter_ms[t] - b.iter_ms[t]) / 100  # noqa: E731
+    jobs = [_job("r", 50, 1, running=True, gpu_type="v100"), _job("x", 10, 100), _job("y", 52, 99),
+            _job("z", 12, 98)]
+    plan = pair_shard_jobs(jobs, predict, ["v100"])
+    assert max(plan.priorities, key=plan.priorities.get) == "y"
+    assert plan.pairs[0].a == "r" and plan.pairs[0].b == "y"
+
+
+def test_memory_keeps_a_pair_apart():
+    predict = lambda a, b, t: 1.5  # noqa: E731
+    jobs = [_job("a", 10, 100, peak_gb=12.0), _job("b", 10, 99, peak_gb=12.0)]
+    assert not pair_shard_jobs(jobs, predict, ["v100"], lambda t: 15.0).pairs
+    assert pair_shard_jobs(jobs, predict, ["v100"], lambda t: 30.0).pairs
+
+
+def test_the_round_reorders_only_msubs_shard_jobs():
+    """packing_round on Slurm's views: shard jobs msub tagged are permuted among their own priorities;
+    a gpu job whose comment claims `pack` is not a shard job and is never written."""
+    perf = PerfTable.load("msched/data/gpu_performance.csv")
+
+    class Est:
+        times = TableTimes(perf)
+
+    def shard(job_id: str, model: str, prio: int, gpus: int = 0) -> SlurmJob:
+        tag = JobTag(model=model, ref=model, group=model, sim=1.0, bs=32, pack=1.2)
+        return SlurmJob(job_id, "PENDING", partition="shared", priority=prio, num_gpus=gpus,
+                        comment=with_tag(tag, None), reason="Priority")
+
+    jobs = [shard("1", "resnet18", 50), shard("2", "vgg16", 49), shard("3", "resnet18", 48),
+            shard("4", "resnet50", 47), shard("9", "resnet18", 60, gpus=1)]
+    other = shard("8", "resnet18", 70)
+    jobs.append(SlurmJob(other.job_id, "PENDING", partition="cpu", priority=70, comment=other.comment,
+                         reason="Priority"))     # a GPU-less job elsewhere whose comment claims `pack`
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared"))]
+    updates, plan = packing_round(jobs, nodes, Est())
+    assert plan is not None
+    assert {u.job_id for u in updates} <= {"1", "2", "3", "4"} and set(plan.priorities) == {"1", "2", "3", "4"}
+    assert sorted(plan.priorities.values()) == [47, 48, 49, 50]
+    model = load_model()
+    for p in plan.pairs:                                   # every pair chosen is predicted above 1.0
+        by_id = {j.job_id: j for j in jobs}
+        a, b = (speeds_from_tag(by_id[x].tag, Est.times) for x in (p.a, p.b))
+        assert model.combined_throughput(a, b, "titanxp") >= 1.0
+    assert packing_round(jobs, [SlurmNode("n1", "a100", 4, features=("a100",))], Est()) == ([], None)
+
+
+def test_a_pair_where_one_job_would_crawl_is_never_formed():
+    """Combined throughput above 1 can hide one job at a fifth of its speed: the slower job's predicted
+    own speed must reach MIN_OWN_SPEED too, at submit and in the round."""
+    from msched.estimate.interference import MIN_OWN_SPEED
+
+    predict = lambda a, b, t: 1.3  # noqa: E731
+    crawl = lambda a, b, t: MIN_OWN_SPEED / 2 if 10.0 in (a.iter_ms[t], b.iter_ms[t]) else 0.65  # noqa: E731
+    jobs = [_job("greedy", 10, 100), _job("b", 50, 99), _job("c", 60, 98)]
+    plan = pair_shard_jobs(jobs, predict, ["v100"], slower=crawl)
+    assert [{p.a, p.b} for p in plan.pairs] == [{"b", "c"}] and plan.alone == ("greedy",)
+    mine, other = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 50.0}, 32)
+    value, why = submit_verdict(mine, None, [(other, None)], "v100", predict, None, slower=crawl)
+    assert value is None and "below" in why
+    assert submit_verdict(other, None, [(other, None)], "v100", predict, None, slower=crawl)[0] == 1.3
+
+
+def test_the_shipped_model_predicts_each_jobs_own_speed():
+    """The shipped model carries both forests; a job's own speed beside a partner is a share of solo."""
+    model = load_model()
+    assert model.own_trees
+    a, b = JobSpeeds({"k80": 200.0, "p100": 80.0, "v100": 50.0}, 64), JobSpeeds({"k80": 30.0, "p100": 20.0, "v100": 15.0}, 5)
+    for x, y in ((a, b), (b, a)):
+        assert 0.0 < model.own_speed(x, y, "v100") < 1.2
+    assert model.slower_speed(a, b, "v100") == min(model.own_speed(a, b, "v100"), model.own_speed(b, a, "v100"))

@@ -1,0 +1,74 @@
+"""The simulator's shard jobs (slurm_sim.packing): they share a GPU as Slurm's shards do and run at the
+pair speeds of the truth, which moves both jobs' ends when a partner starts or ends.
+
+The pair speeds are the test's own (a hand-made PairTruth), so every expected time below is worked out
+by hand from them: a 100 s job at half speed beside a partner, alone again after it ends.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from msched.estimate.perf_table import PerfRow, PerfTable
+from slurm_sim.cluster import parse_cluster
+from slurm_sim.packing import PairTruth, ShardRuns, with_shard_nodes
+from slurm_sim.simulator import SimError, Simulator
+
+R18, LM = "ResNet-18 (batch size 32)", "LM (batch size 20)"
+
+
+def _sim(fractions: dict) -> tuple[Simulator, ShardRuns]:
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0), PerfRow("lm", "v100", 1, 20, "float", 100.0)])
+    sim = Simulator(with_shard_nodes(parse_cluster("v100:1x1")), truth)
+    return sim, ShardRuns(PairTruth(fractions)).attach(sim)
+
+
+def _submit(sim: Simulator, model: str, batch: int, iterations: int, shards: int = 1, **kw) -> str:
+    return sim.submit(num_gpus=1, model=model, iterations=iterations, batch_size=batch, shards=shards,
+                      partition="shared" if shards else "", **kw)
+
+
+def test_two_shard_jobs_share_the_gpu_at_the_measured_pair_speeds():
+    sim, runs = _sim({(R18, LM, "v100"): (0.5, 0.8), (LM, R18, "v100"): (0.8, 0.5)})
+    a = _submit(sim, "resnet18", 32, 1000)          # 100 s alone
+    sim.run_until(20.0)
+    b = _submit(sim, "lm", 20, 1000)                # 100 s alone
+    sim.run_until(20.0)
+    assert sim.jobs[b].state == "RUNNING" and sim.jobs[b].nodes == sim.jobs[a].nodes
+    assert sim.free[0] == 0                         # one GPU, held once
+    assert sim.job_view(sim.jobs[a]).num_gpus == 0  # squeue: a shard job asks for no whole GPU
+    sim.run()
+    # a runs alone 0-20 s (20 s of work done), then at 0.5 beside b, which runs at 0.8:
+    # b ends at 20 + 100/0.8 = 145 s; a then has 100 - 20 - 0.5*125 = 17.5 s left, alone: ends at 162.5 s
+    assert sim.jobs[b].end_time == pytest.approx(145.0)
+    assert sim.jobs[a].end_time == pytest.approx(162.5)
+    assert {sim.jobs[a].state, sim.jobs[b].state} == {"COMPLETED"}
+    assert runs.pairs and runs.pairs[0]["combined"] == pytest.approx(1.3)
+    assert sim.free[0] == 1                         # the GPU is free once both ended
+
+
+def test_a_pair_that_does_not_fit_never_runs_together():
+    sim, runs = _sim({})                            # nothing measured: the pair does not fit
+    a = _submit(sim, "resnet18", 32, 1000)
+    b = _submit(sim, "lm", 20, 1000)
+    sim.run_until(0.0)
+    assert sim.jobs[a].state == "RUNNING" and sim.jobs[b].state == "PENDING"
+    assert runs.oom == [(b, a, "v100")]
+    sim.run()
+    assert sim.jobs[b].start_time == pytest.approx(100.0) and sim.jobs[b].end_time == pytest.approx(200.0)
+
+
+def test_a_gpu_job_never_takes_a_gpu_that_shard_jobs_hold():
+    sim, _ = _sim({(R18, R18, "v100"): (0.6, 0.6)})
+    a = _submit(sim, "resnet18", 32, 1000)
+    g = _submit(sim, "resnet18", 32, 1000, shards=0)
+    sim.run_until(0.0)
+    assert sim.jobs[a].state == "RUNNING" and sim.jobs[g].state == "PENDING"
+    sim.run()
+    assert sim.jobs[g].start_time == pytest.approx(100.0)
+
+
+def test_shards_need_shard_nodes():
+    sim = Simulator(parse_cluster("v100:1x1"), PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0)]))
+    with pytest.raises(SimError, match="shard"):
+        sim.submit(num_gpus=1, model="resnet18", iterations=10, batch_size=32, shards=1)
