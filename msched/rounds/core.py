@@ -335,14 +335,9 @@ def _estimate_on(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estim
         return None
 
 
-def _running_end(job: SlurmJob, tag: JobTag | None, gtype: str, estimator: Estimator,
-                 now: float) -> tuple[float, float | None]:
-    """(expected end, the time this expectation starts to move with the clock, or None if never)."""
-    return _end_of(job, _estimate_on(job, tag, gtype, estimator), now)
-
-
 def _end_of(job: SlurmJob, est: float | None, now: float) -> tuple[float, float | None]:
-    """`_running_end` from the job's estimate on its type."""
+    """(expected end, the time this expectation starts to move with the clock, or None if never), from
+    the job's estimate on the type it runs on (`_estimate_on`; None: its time limit, else an hour)."""
     start = job.start_time if job.start_time is not None else now
     changes_at = None
     if est is None:
