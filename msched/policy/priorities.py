@@ -39,14 +39,17 @@ MIN_GAP = 2                        # below this spacing, reuse freed values inst
 MAX_PRIORITY = 2**32 - 3          # Slurm reserves 0xffffffff (INFINITE) and 0xfffffffe (NO_VAL)
 
 
-def _kept(order: Sequence[str], current: Mapping[str, int]) -> set[str]:
-    """Longest subsequence of `order` with strictly decreasing current priority (patience sorting)."""
-    tails: list[int] = []          # tails[k] = smallest -priority ending an increasing run of length k+1
+def _longest_run(order: Sequence[str], keys: Sequence[float | None], strict: bool) -> set[str]:
+    """The jobs of the longest subsequence of `order` whose keys increase (strictly, or never decrease),
+    skipping jobs whose key is None (patience sorting, O(n log n))."""
+    tails: list[float] = []        # tails[k] = smallest key ending a run of length k+1
     tail_idx: list[int] = []
     parent: list[int] = [-1] * len(order)
-    for pos, job in enumerate(order):
-        key = -current[job]
-        k = bisect.bisect_left(tails, key)
+    place = bisect.bisect_left if strict else bisect.bisect_right
+    for pos, key in enumerate(keys):
+        if key is None:
+            continue
+        k = place(tails, key)
         if k == len(tails):
             tails.append(key)
             tail_idx.append(pos)
@@ -60,6 +63,11 @@ def _kept(order: Sequence[str], current: Mapping[str, int]) -> set[str]:
         out.add(order[pos])
         pos = parent[pos]
     return out
+
+
+def _kept(order: Sequence[str], current: Mapping[str, int]) -> set[str]:
+    """Longest subsequence of `order` with strictly decreasing current priority."""
+    return _longest_run(order, [-current[job] for job in order], strict=True)
 
 
 def _kept_with_room(order: Sequence[str], current: Mapping[str, int]) -> set[str]:
@@ -75,28 +83,12 @@ def _kept_with_room(order: Sequence[str], current: Mapping[str, int]) -> set[str
     simulator: one arrival rewrote up to 8 unmoved jobs' priorities). Here such a job takes the place
     of at most the jobs it displaces, so an insertion costs its own write where room allows."""
     n = len(order)
-    tails: list[int] = []
-    tail_idx: list[int] = []
-    parent: list[int] = [-1] * n
+    keys: list[float | None] = []
     for pos, job in enumerate(order):
         v = current[job]
-        if MAX_PRIORITY - v < pos or v - 1 < n - 1 - pos:
-            continue                                 # no room above or below it: it cannot keep its value
-        key = -(v + pos)
-        k = bisect.bisect_right(tails, key)
-        if k == len(tails):
-            tails.append(key)
-            tail_idx.append(pos)
-        else:
-            tails[k] = key
-            tail_idx[k] = pos
-        parent[pos] = tail_idx[k - 1] if k > 0 else -1
-    out: set[str] = set()
-    pos = tail_idx[-1] if tail_idx else -1
-    while pos >= 0:
-        out.add(order[pos])
-        pos = parent[pos]
-    return out
+        room = MAX_PRIORITY - v >= pos and v - 1 >= n - 1 - pos   # else it cannot keep its value
+        keys.append(-(v + pos) if room else None)
+    return _longest_run(order, keys, strict=False)
 
 
 def _spread(values: list[int], r: int) -> list[int]:
