@@ -309,6 +309,22 @@ def _age_weighted_cluster():
         subprocess.run(["bash", str(script), "down", "--dir", str(d)], capture_output=True, timeout=120)
         shutil.rmtree(d, ignore_errors=True)
 
+def _plain_and_managed_queue(sl, ordinary_user, gap_s: float) -> list[str]:  # noqa: ANN001
+    """plain, managed (1,000 iterations), plain, managed (5,000), managed (40,000): one GPU each, held
+    back by nothing, `gap_s` apart so multifactor's age gives each a distinct priority. Managed jobs are
+    the ordinary user's, tagged in their comment; plain ones root's. Their ids in that order."""
+    ids = []
+    for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
+        argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
+        if kind == "managed":
+            p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": sl.env["SLURM_CONF"]})
+            assert p.returncode == 0, p.stderr
+            ids.append(p.stdout.strip())
+        else:
+            ids.append(sl(*argv).strip())
+        time.sleep(gap_s)
+    return ids
+
 
 @pytest.mark.slow
 def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, ordinary_user, tmp_path):
@@ -316,16 +332,7 @@ def test_plain_jobs_keep_their_rank_with_multifactor_age_weights(slurm_cluster, 
     priorities. msched's round permutes the managed jobs among their places only: it writes no plain
     job, and once every value is recalculated no plain job has lost a place."""
     with _age_weighted_cluster() as sl:
-        ids = []
-        for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
-            argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
-            if kind == "managed":
-                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": sl.env["SLURM_CONF"]})
-                assert p.returncode == 0, p.stderr
-                ids.append(p.stdout.strip())
-            else:
-                ids.append(sl(*argv).strip())
-            time.sleep(4)
+        ids = _plain_and_managed_queue(sl, ordinary_user, gap_s=4)
         for jid in ids:                       # recompute every job's multifactor priority now (age counted)
             sl("scontrol", "update", f"jobid={jid}", "nice=0")
         p1, m1, p2, m2, m3 = ids

@@ -169,19 +169,10 @@ def test_nice_lever_writes_the_order_and_multifactor_ages_keep_moving(slurm_clus
     offsets back."""
     import subprocess
 
-    from test_hardening_slurm import MAKESPAN, MSCHED, _age_weighted_cluster, _tag
+    from test_hardening_slurm import MAKESPAN, MSCHED, _age_weighted_cluster, _plain_and_managed_queue
 
     with _age_weighted_cluster() as sl:
-        ids = []
-        for kind, iters in (("plain", 0), ("managed", 1000), ("plain", 0), ("managed", 5000), ("managed", 40000)):
-            argv = ["sbatch", "--parsable", "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"]
-            if kind == "managed":
-                p = ordinary_user.run([*argv, f"--comment={_tag(iters=iters)}"], env={"SLURM_CONF": sl.env["SLURM_CONF"]})
-                assert p.returncode == 0, p.stderr
-                ids.append(p.stdout.strip())
-            else:
-                ids.append(sl(*argv).strip())
-            time.sleep(3)
+        ids = _plain_and_managed_queue(sl, ordinary_user, gap_s=3)
         p1, m1, p2, m2, m3 = ids
 
         def nice() -> dict[str, int]:

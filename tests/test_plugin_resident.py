@@ -116,19 +116,26 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture
-def decider(tmp_path):
-    """A decider serving a private socket, started as `serve` runs it (root is refused only by `claim`,
-    the one-shot path's gate, so this test can run where CI runs: as root)."""
+def _start_decider(tmp_path, idle_s: float, stderr):  # noqa: ANN001, ANN202
+    """A decider serving a private socket in a 0700 cache directory, started as `serve` runs it (generation
+    gen1, 20 s per decision, exiting after `idle_s` idle): (socket path, its environment, the process)."""
     env = _site(tmp_path)
     sock_dir = tmp_path / "cache"
     sock_dir.mkdir(mode=0o700)
     path = str(sock_dir / "filter-test.sock")
     code = ("import os, sys; from msched.plugin.resident import serve; "
             "fd = os.open(sys.argv[1] + '.lock', os.O_RDWR | os.O_CREAT, 0o600); "
-            "sys.exit(serve(sys.argv[1], 'gen1', 20.0, fd, 120))")
+            f"sys.exit(serve(sys.argv[1], 'gen1', 20.0, fd, {idle_s!r}))")
     proc = subprocess.Popen([sys.executable, "-I", "-c", code, path], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=stderr)
+    return path, env, proc
+
+
+@pytest.fixture
+def decider(tmp_path):
+    """A decider serving a private socket, started as `serve` runs it (root is refused only by `claim`,
+    the one-shot path's gate, so this test can run where CI runs: as root)."""
+    path, env, proc = _start_decider(tmp_path, idle_s=120, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: os.path.exists(path), timeout=60)
         yield path, env, proc
@@ -306,15 +313,7 @@ def test_a_burst_of_parallel_submissions_is_answered_alike(decider, tmp_path):
 
 
 def test_an_idle_decider_exits_and_removes_its_socket(tmp_path):
-    env = _site(tmp_path)
-    sock_dir = tmp_path / "cache"
-    sock_dir.mkdir(mode=0o700)
-    path = str(sock_dir / "filter-test.sock")
-    code = ("import os, sys; from msched.plugin.resident import serve; "
-            "fd = os.open(sys.argv[1] + '.lock', os.O_RDWR | os.O_CREAT, 0o600); "
-            "sys.exit(serve(sys.argv[1], 'gen1', 20.0, fd, 1.0))")
-    proc = subprocess.Popen([sys.executable, "-I", "-c", code, path], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    path, _env, proc = _start_decider(tmp_path, idle_s=1.0, stderr=subprocess.DEVNULL)
     try:
         assert proc.wait(timeout=120) == 0
     finally:
