@@ -162,6 +162,55 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
     return out
 
 
+NESTED_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[str, float]]], dict[str, float]]:
+    """The type-shape weight (predictor.RANK_WEIGHT) chosen without looking at the test family: for each
+    held-out family f, every candidate weight is scored by best-type accuracy (ties: mean regret) on an
+    inner leave-one-family-out over the other families g, each predicted with the cost model fitted and
+    the references drawn without both f and g; the winner then predicts f (fitted and referenced without
+    f alone). Returns f's predictions under `nested` and the weight each family got."""
+    by_family: dict[str, list[FitRow]] = defaultdict(list)
+    for r in rows:
+        by_family[family(r.model)].append(r)
+    fams = sorted(by_family)
+    tv_models = load_table()["models"]
+
+    def predictions(held: list[FitRow], kept: list[FitRow], tag: str, weights) -> list[tuple[FitRow, dict]]:
+        cm = fitted(kept, profiles, specs)
+        known = as_table(kept)
+        refset = ReferenceSet.from_profiles(sorted({r.model for r in kept if r.model in tv_models}),
+                                            profiles=profiles, source=tag)
+        ranked: dict[str, list[str]] = {}
+        out = []
+        for r in held:
+            refs = ranked.setdefault(r.model, ranked_references(r.model, refset, profiles))
+            out.append((r, {f"w{w}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                              perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                              optimizer=r.optimizer, rank_weight=w).iter_ms for w in weights}))
+        return out
+
+    chosen: dict[str, float] = {}
+    results = []
+    for f in fams:
+        inner = []
+        for g in fams:
+            if g == f:
+                continue
+            kept = [r for r in rows if family(r.model) not in (f, g)]
+            inner += predictions(by_family[g], kept, f"-{f}-{g}", NESTED_WEIGHTS)
+        score = {w: (best_type_accuracy(inner, f"w{w}")[0], -best_type_regret(inner, f"w{w}")[0])
+                 for w in NESTED_WEIGHTS}
+        w_best = max(NESTED_WEIGHTS, key=lambda w: (score[w], -abs(w - 0.5)))
+        chosen[f] = w_best
+        outer = predictions(by_family[f], [r for r in rows if family(r.model) != f], f"-{f}", (w_best,))
+        results += [(r, {"nested": p[f"w{w_best}"]}) for r, p in outer]
+        print(f"  nested: family {f}: weight {w_best:g} (inner accuracy "
+              + ", ".join(f"{w:g}: {score[w][0]:.3f}" for w in NESTED_WEIGHTS) + ")", file=sys.stderr)
+    return results, chosen
+
+
 def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
                        ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     types = sorted({specs.get(r.gpu_type).gpu_type for r in rows} & (only or {specs.get(r.gpu_type).gpu_type for r in rows}))
@@ -170,8 +219,12 @@ def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
         kept = [r for r in rows if specs.get(r.gpu_type).gpu_type != t]
         cm = fitted(kept, profiles, specs)
+        # the type's own host factor is unknown; its measurement run's (the same machine setup) is used
         out[t] = [(r, {"cost_model": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
-                                                      r.batch_size, r.num_gpus, r.optimizer)}) for r in held]
+                                                      r.batch_size, r.num_gpus, r.optimizer, run=r.run),
+                       "cost_model_any_host": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
+                                                              r.batch_size, r.num_gpus, r.optimizer)})
+                  for r in held]
         gen = specs.get(t).generation
         sibling = any(specs.get(r.gpu_type).generation == gen for r in kept)
         out[t + ("" if sibling else " (no sibling of its generation)")] = out.pop(t)
@@ -206,6 +259,18 @@ def best_type_accuracy(results, method: str) -> tuple[float, int]:
     return (right / total if total else float("nan")), total
 
 
+def best_type_regret(results, method: str) -> tuple[float, float]:
+    """What a user feels of a wrong choice: per configuration (as in `best_type_accuracy`), how much slower
+    the predicted fastest type truly is than the true fastest; the mean and the worst over configurations."""
+    configs: dict[tuple, list[tuple[FitRow, float]]] = defaultdict(list)
+    for r, preds in results:
+        if preds.get(method):
+            configs[(r.model, r.num_gpus, r.precision, r.batch_size, r.optimizer)].append((r, preds[method]))
+    regrets = [min(e, key=lambda x: x[1])[0].iter_ms / min(r.iter_ms for r, _p in e) - 1.0
+               for e in configs.values() if len(e) >= 2]
+    return (statistics.fmean(regrets), max(regrets)) if regrets else (float("nan"), float("nan"))
+
+
 def type_left_out_accuracy(held, rows) -> tuple[float, int]:
     """Best-type accuracy where the left-out type's time is predicted and the other types' are measured:
     does the scheduler send a job to the new type exactly when it is (within 5%) the fastest?"""
@@ -230,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", default=None,
                     help="comma-separated families to hold out (default: all; an empty string: none)")
     ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all)")
+    ap.add_argument("--nested", action="store_true",
+                    help="also choose the type-shape weight by nested (inner leave-one-family-out) cross-validation "
+                         "and report its held-out accuracy (a fit per pair of families: slow)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
@@ -248,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     fam = family_hold_out(rows, profiles, specs, args.quick,
                           set(args.families.split(",")) - {""} if args.families is not None else None)
     loto = leave_one_type_out(rows, profiles, specs, args.quick, set(args.types.split(",")) if args.types else None)
+    nested, chosen = nested_rank_weight(rows, profiles, specs) if args.nested else ([], {})
     wall = time.perf_counter() - start
     pooled = [x for v in fam.values() for x in v]
     if not pooled:
@@ -263,20 +332,30 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(loto)} types left out; {wall:.0f} s for all fits.\n")
     print("### Family hold-out (the family's rows removed from the fit and the references)\n")
     print("| method | mean abs log error, all | torchvision | gavel | float | half | double | 1 GPU | 2-4 GPUs "
-          "| best-type accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| best-type accuracy | regret: mean, worst |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m in methods:
         a = log_errors(pooled, m, origin)
         ds = log_errors(pooled, m, origin, key=lambda r: origin[r])
         pr = log_errors(pooled, m, origin, key=lambda r: r.precision)
         ng = log_errors(pooled, m, origin, key=lambda r: "1" if r.num_gpus == 1 else "2-4")
         acc, n_cfg = best_type_accuracy(pooled, m)
+        mean_regret, worst_regret = best_type_regret(pooled, m)
 
         def cell(d, k):
             return f"{d[k][0]:.3f} ({d[k][1]})" if k in d else "-"
         print(f"| {names[m]} | {cell(a, 'all')} | {cell(ds, 'torchvision')} | {cell(ds, 'gavel')} | "
               f"{cell(pr, 'float')} | {cell(pr, 'half')} | {cell(pr, 'double')} | {cell(ng, '1')} | "
-              f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} |")
+              f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | {100 * mean_regret:.2f}%, {100 * worst_regret:.0f}% |")
+    if nested:
+        acc, n_cfg = best_type_accuracy(nested, "nested")
+        mean_regret, worst_regret = best_type_regret(nested, "nested")
+        print(f"\nNested choice of the type-shape weight (inner leave-one-family-out over the other families, "
+              f"fits without both): best-type accuracy {acc:.3f} of {n_cfg}, regret mean {100 * mean_regret:.2f}% "
+              f"worst {100 * worst_regret:.0f}%, mean abs log error "
+              f"{log_errors(nested, 'nested', origin)['all'][0]:.3f} (torchvision "
+              f"{log_errors(nested, 'nested', origin, key=lambda r: origin[r]).get('torchvision', (float('nan'),))[0]:.3f}); "
+              "weights chosen: " + ", ".join(f"{f} {w:g}" for f, w in chosen.items()))
     print("\nPer family (mean abs log error; cost model + residual):\n")
     print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
           " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " |")
@@ -294,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         vals = [log_errors(sub, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {model} | {len(sub)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
-    print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy "
+          "| error, host of every machine |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t, res in loto.items():
         a = log_errors(res, "cost_model", origin)
         pr = log_errors(res, "cost_model", origin, key=lambda r: r.precision)
@@ -305,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             return f"{d[k][0]:.3f}" if k in d else "-"
         acc, n_cfg = type_left_out_accuracy(res, rows)
         print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
-              f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} |")
+              f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | "
+              f"{cell(log_errors(res, 'cost_model_any_host', origin), 'all')} |")
     if args.json:
         dump = {"family_hold_out": {f: [[r._asdict(), p] for r, p in res] for f, res in fam.items()},
                 "leave_one_type_out": {t: [[r._asdict(), p] for r, p in res] for t, res in loto.items()}}

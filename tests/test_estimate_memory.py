@@ -94,3 +94,46 @@ def test_the_round_and_planner_never_choose_a_card_the_step_does_not_fit(perf):
     plan = get_policy("msched").plan(snap).by_job()
     assert plan["2"].gpu_types == ("a100",)
     assert plan["3"].gpu_types == ("gtx1080ti",)
+
+
+SITE_SPEC_HEADER = ("gpu_type,aliases,name,generation,compute_capability,form_factor,sm_count,boost_clock_mhz,"
+                    "fp32_tflops,tf32_tflops,fp16_tflops,fp64_tflops,memory_gb,memory_bw_gbs,interconnect,"
+                    "interconnect_gbs,source\n")
+
+
+def test_a_type_the_site_added_is_held_back_for_memory(perf, tmp_path, monkeypatch):
+    """A type only the site's config knows (its `gpu_specs` rows: an 8 GB card, never measured): the round's
+    feasibility reads its memory from the site's spec table, so the big-batch job never goes there."""
+    from msched.estimate.gpu_specs import site_specs
+    from msched.estimate.predictor import PredictorTimes
+
+    specs_csv = tmp_path / "site_gpu_specs.csv"
+    specs_csv.write_text(SITE_SPEC_HEADER + "sitecard8,,Site card 8 GB,turing,7.5,pcie,40,1600,10,0,40,0.3,8,448,"
+                         "pcie3,15.75,site's own datasheet\n")
+    config = tmp_path / "msched.toml"
+    config.write_text(f'gpu_specs = "{specs_csv}"\n')
+    monkeypatch.setenv("MSCHED_CONFIG", str(config))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    usable = usable_by_type(["sitecard8", "a100"])
+    assert 5.0 < usable["sitecard8"] < 8.0                       # from the site's row, not the shipped table
+    mem_big = job_peak_gb("resnet50", 96, "float")
+    mem_small = job_peak_gb("resnet50", 16, "float")
+    assert mem_small < usable["sitecard8"] < mem_big < usable["a100"]
+
+    def tagged(bs: int, mem: float) -> str:
+        return with_tag(JobTag(model="resnet50", ref="resnet50", iters=2000, bs=bs, mem=mem), None)
+
+    nodes = [SlurmNode("n1", "a100", 1, 1, ("a100",), "ALLOCATED"), SlurmNode("n2", "sitecard8", 1, 0, ("sitecard8",))]
+    jobs = [SlurmJob("1", RUNNING, num_gpus=1, start_time=0.0, nodes="n1", time_limit_s=500_000.0),
+            SlurmJob("2", PENDING, priority=50, num_gpus=1, comment=tagged(96, mem_big), time_limit_s=86400.0),
+            SlurmJob("3", PENDING, priority=40, num_gpus=1, comment=tagged(16, mem_small), time_limit_s=86400.0)]
+    # the cost model estimates the new type from its spec row; its own memory check is off, so what holds
+    # the big job back is the round's feasibility
+    times = PredictorTimes(perf, types=["sitecard8"], specs=site_specs(), memory_check=False)
+    snap, _views = build_snapshot(jobs, nodes, TagEstimator(times), 1000.0, gpu_type_of=str.lower)
+    pending = {p.job_id: p for p in snap.pending}
+    assert set(pending["2"].est_runtime_s) == {"a100"}
+    assert set(pending["3"].est_runtime_s) == {"a100", "sitecard8"}
+    plan = get_policy("msched").plan(snap).by_job()
+    assert plan["2"].gpu_types == ("a100",)
+    assert plan["3"].gpu_types == ("sitecard8",)

@@ -50,6 +50,15 @@ def test_refit_lowers_the_error_on_the_sites_rows(site_setup):
     # the parameters written are a usable cost model
     model = CostModel(params)
     assert model.knows_generation("volta")
+    # a type of this site never measured (a T4 added later) runs on the site's machines: it takes the
+    # site's host factor and GPU-time factor (here titanv's, the one site type), not the shipped machines' mean
+    assert params["run_host"]["site"] == pytest.approx(params["type_host"][SITE_TYPE])
+    assert model.default_host == pytest.approx(params["run_host"]["site"]) and model.default_run == "site"
+    shipped_mean = CostModel({k: v for k, v in params.items() if k not in ("default_host", "default_run")})
+    assert shipped_mean.default_host != pytest.approx(model.default_host, rel=0.05)
+    t4 = load_specs().get("t4")
+    profile = load_table()["models"]["densenet121"]           # host-bound at batch 12: the factor shows
+    assert model.iteration_ms(profile, t4) != pytest.approx(shipped_mean.iteration_ms(profile, t4), rel=0.02)
 
 
 def test_refit_without_site_rows_is_one_clear_error(site_setup):

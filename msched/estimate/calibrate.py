@@ -43,6 +43,7 @@ DEFAULT_ITERATIONS = 50
 DEFAULT_INPUT_SIZE = 224
 NUM_CLASSES = 1000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+SITE_RUN = "site"             # the measurement run of a site's own rows (cost_fit.FitRow.run)
 _SOURCE_DATE = re.compile(r":(\d{4}-\d{2}-\d{2})$")
 
 
@@ -415,8 +416,16 @@ def refit_cost_model(site: PerfTable, *, base_params: str | None = None, specs=N
     if not usable:
         raise CalibrationError(f"none of the site's {len(own)} row(s) has both a shipped model profile and a GPU "
                                "spec row (add the type to the config's gpu_specs file)")
-    rows = rows_from_perf(shipped.merged_with(own).rows)
+    own_keys = {key(r) for r in own}
+    from msched.estimate.training_data import torchvision_run
+
+    rows = rows_from_perf(shipped.merged_with(own).rows,
+                          run=lambda r: SITE_RUN if key(r) in own_keys else torchvision_run(r))
     params = fit(rows, profiles, specs)
+    # a type of this site never measured runs on the site's machines and software: the site's host factor
+    if params.get("run_host", {}).get(SITE_RUN):
+        params["default_host"] = params["run_host"][SITE_RUN]
+        params["default_run"] = SITE_RUN
     before = CostModel.load(base_params or SHIPPED_PARAMS)
     after = CostModel(params)
 

@@ -41,6 +41,7 @@ class FitRow:
     precision: str
     iter_ms: float
     optimizer: bool = False
+    run: str = ""          # the measurement run (machine and software stack) the row came from; see `fit`
 
 
 def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable) -> dict:
@@ -64,8 +65,15 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     bw_free = [g for g in gens if g != bw_fixed]
     types = sorted({specs.get(r.gpu_type).gpu_type for r in usable})
     multi_types = sorted({f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable if r.num_gpus > 1})
+    # each measurement run's GPU-speed factor (its software stack: cuDNN, driver), relative to the run with
+    # the most rows; identifiable where runs share a generation (Pascal: titanxp and the older run's gtx1080ti)
+    run_rows = {}
+    for r in usable:
+        run_rows[r.run] = run_rows.get(r.run, 0) + 1
+    run_fixed = max(sorted(run_rows), key=lambda k: run_rows[k])
+    runs_free = [k for k in sorted(run_rows) if k != run_fixed]
     names = [*free_shared, *(f"eff:{g}:{c}" for g, c in eff_keys), *(f"bw:{g}" for g in bw_free),
-             *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types)]
+             *(f"run:{k}" for k in runs_free), *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types)]
     x0 = np.array([math.log(INITIAL.get(n, 0.5 if n.startswith(("e_", "eff:")) else 1.0)) for n in names])
 
     tarr = {key: np.array([t[key] for _g, t, _p in per_row]) for key in per_row[0][1]}
@@ -76,6 +84,8 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     link_idx = np.array([multi_types.index(t) if t in multi_types else -1
                          for t in (f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable)])
     n_bw = len(bw_free)
+    n_run = len(runs_free)
+    run_idx = np.array([runs_free.index(r.run) if r.run in runs_free else -1 for r in usable])
     y = np.log(np.array([r.iter_ms for r in usable]))
     n_shared, n_eff = len(free_shared), len(eff_keys)
 
@@ -84,16 +94,20 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         eff_vals = np.exp(x[n_shared:n_shared + n_eff])
         at = n_shared + n_eff
         bw = {bw_fixed: 1.0, **{g: math.exp(v) for g, v in zip(bw_free, x[at:at + n_bw], strict=True)}}
-        host = np.exp(x[at + n_bw:at + n_bw + len(types)])
-        link = np.exp(x[at + n_bw + len(types):])
-        return shared, eff_vals, bw, host, link
+        at += n_bw
+        run = np.exp(x[at:at + n_run])
+        at += n_run
+        host = np.exp(x[at:at + len(types)])
+        link = np.exp(x[at + len(types):])
+        return shared, eff_vals, bw, host, link, run
 
     def predict(x):
-        shared, eff_vals, bw, host, link = unpack(x)
+        shared, eff_vals, bw, host, link, run = unpack(x)
         padded = np.append(eff_vals, 1.0)   # index -1: a kind with no FLOPs in this row
         eff = {k: padded[kind_idx[k]] for k in COMPUTE_KINDS}
         ebw = np.array([bw[g] for g in gens])[gen_idx]
-        return combine(tarr, shared, eff, ebw, host[type_idx], np.append(link, 1.0)[link_idx])
+        return combine(tarr, shared, eff, ebw, host[type_idx], np.append(link, 1.0)[link_idx],
+                       gpuf=np.append(run, 1.0)[run_idx])
 
     groups = [np.array([n_shared + i for i, (_g, c) in enumerate(eff_keys) if c == cls])
               for cls in sorted({c for _g, c in eff_keys})]
@@ -112,7 +126,7 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     x0 = np.clip(x0, np.array(lower) + 1e-9, np.array(upper) - 1e-9)
     res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf",
                         bounds=(np.array(lower), np.array(upper)))
-    shared, eff_vals, bw, host, link = unpack(res.x)
+    shared, eff_vals, bw, host, link, run = unpack(res.x)
     gen_eff: dict[str, dict[str, float]] = {}
     for (g, c), v in zip(eff_keys, eff_vals, strict=True):
         gen_eff.setdefault(g, {})[c] = float(v)
@@ -123,7 +137,10 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         "gen_eff": gen_eff,
         "gen_bw": {g: float(v) for g, v in bw.items()},
         "type_host": {t: float(v) for t, v in zip(types, host, strict=True)},
+        "run_host": _run_host(usable, {t: float(v) for t, v in zip(types, host, strict=True)}, specs),
         "type_link": {t: float(v) for t, v in zip(multi_types, link, strict=True)},
+        "run_gpu": {run_fixed: 1.0, **{k: float(v) for k, v in zip(runs_free, run, strict=True)}},
+        "type_run": _type_run(usable, specs),
         "fit": {"rows": len(usable), "mean_abs_log_error": float(err.mean()),
                 "types": sorted({r.gpu_type for r in usable}), "models": sorted({r.model for r in usable})},
     }
@@ -138,7 +155,40 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     return out
 
 
-def rows_from_perf(perf_rows: Iterable, optimizer: bool = False) -> list[FitRow]:
-    """FitRows from PerfTable rows (per-GPU batch size, as DESIGN's table holds it)."""
-    return [FitRow(r.model, r.gpu_type, int(r.num_gpus), int(r.batch_size), r.precision, float(r.iter_ms), optimizer)
+def _type_run(rows: Sequence[FitRow], specs: SpecTable) -> dict[str, str]:
+    """The run each type was measured in (the one with most of its rows): its own figures carry that run's
+    GPU-speed factor."""
+    count: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (specs.get(r.gpu_type).gpu_type, r.run)
+        count[key] = count.get(key, 0) + 1
+    out: dict[str, str] = {}
+    for (t, run), n in sorted(count.items()):
+        if t not in out or n > count[(t, out[t])]:
+            out[t] = run
+    return out
+
+
+def _run_host(rows: Sequence[FitRow], type_host: Mapping[str, float], specs: SpecTable) -> dict[str, float]:
+    """Each measurement run's host factor: the geometric mean of the host factors of the types it measured.
+
+    The host factor is the machine's and its software's (Python dispatch, the PyTorch and cuDNN versions),
+    not the GPU's: the torchvision table's older single-GPU files (gtx1080ti, titanv: 20 timed iterations)
+    were run on another setup than the rest and both fit a host ~4x faster. A type never measured whose
+    run is known (a site's new type, on the site's software) takes its run's factor rather than the mean
+    over every machine."""
+    from msched.estimate.cost_model import _geomean
+
+    by_run: dict[str, set[str]] = {}
+    for r in rows:
+        if r.run:
+            by_run.setdefault(r.run, set()).add(specs.get(r.gpu_type).gpu_type)
+    return {run: _geomean([type_host[t] for t in sorted(ts) if t in type_host]) for run, ts in sorted(by_run.items())}
+
+
+def rows_from_perf(perf_rows: Iterable, optimizer: bool = False, run=None) -> list[FitRow]:  # noqa: ANN001
+    """FitRows from PerfTable rows (per-GPU batch size, as DESIGN's table holds it). `run`: the
+    measurement run of each row, a string or a function of the row (default: none)."""
+    return [FitRow(r.model, r.gpu_type, int(r.num_gpus), int(r.batch_size), r.precision, float(r.iter_ms), optimizer,
+                   (run(r) if callable(run) else run) or "")
             for r in perf_rows]

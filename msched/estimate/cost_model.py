@@ -24,6 +24,10 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth`, plus a per-module replication
   cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows used).
 
+- the measurement run (a machine setup and its software stack: the torchvision table's main and older
+  files, Gavel's cluster, a site's own rows): a GPU-time factor per run (`run_gpu`, its cuDNN and driver)
+  and, for a type never measured, its run's host factor (`run_host`) instead of every machine's mean.
+
 The same arithmetic serves the fit (numpy arrays, in msched.estimate.cost_fit) and msub's hot path (floats,
 pure Python): `combine` uses only + - * / and **. Generations the fit never saw take the geometric mean of
 the fitted generations (`default` in the parameter file), which is what makes a type known only by its
@@ -146,10 +150,11 @@ def _smax(a, b, q: float = SMOOTH_Q):
     return (a ** q + b ** q) ** (1.0 / q)
 
 
-def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9):
+def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9, gpuf=1.0):
     """ms per iteration from `terms` and parameters. `p` holds the shared parameters, `eff[kind]` the
     kind's generation x precision efficiency, `ebw` the generation's bandwidth efficiency, `hostf` and
-    `linkf` the measured machine's host-speed and multi-GPU factors (1 for a type known only by its spec).
+    `linkf` the measured machine's host-speed and multi-GPU factors (1 for a type known only by its spec),
+    `gpuf` its measurement run's GPU-time factor (the run's software stack; 1 for the reference run).
     Works on floats (prediction) and numpy arrays (fitting) alike."""
     gpu = 0.0
     for k in COMPUTE_KINDS:
@@ -158,7 +163,7 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
         gpu = gpu + _smax(c, m)
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
-    gpu = gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"]
+    gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"]) * gpuf
     host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_sample", 0.0) * t["S"])
     one = _smax(gpu, host)
     multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
@@ -180,8 +185,15 @@ class CostModel:
         # 1 for a machine never measured
         self.type_host: dict[str, float] = dict(data.get("type_host") or {})
         self.type_link: dict[str, float] = dict(data.get("type_link") or {})
-        # a machine never measured: the measured machines' geometric mean
-        self.default_host = _geomean(list(self.type_host.values()))
+        # a machine never measured: its measurement run's factor (the same software stack), else the
+        # file's `default_host` (a site's refit: the site's own machines), else every machine's geometric mean
+        self.run_host: dict[str, float] = dict(data.get("run_host") or {})
+        self.default_host = float(data.get("default_host") or _geomean(list(self.type_host.values())))
+        # each run's GPU-time factor and the run each measured type belongs to; a type never measured runs
+        # at the file's `default_run` (a site's refit: the site's) or at the reference run's speed (1)
+        self.run_gpu: dict[str, float] = dict(data.get("run_gpu") or {})
+        self.type_run: dict[str, str] = dict(data.get("type_run") or {})
+        self.default_run: str = str(data.get("default_run") or "")
         self.default_link: dict[int, float] = {}
         for key in self.type_link:
             n = int(key.rpartition(":")[2])
@@ -205,13 +217,17 @@ class CostModel:
         return generation in self.gen_bw
 
     def iteration_ms(self, profile: object, spec: GpuSpec, precision: str = "float", batch_size: int = 12,
-                     num_gpus: int = 1, optimizer: bool = False) -> float:
+                     num_gpus: int = 1, optimizer: bool = False, run: str = "") -> float:
+        """`run`: the measurement run (msched.estimate.cost_fit.FitRow.run) the type's machine belongs to,
+        for its host factor when the type itself was never measured."""
         t, pclass = terms(profile, spec, precision, batch_size, num_gpus, optimizer)
         eff = {k: self.efficiency(spec.generation, pclass[k]) for k in COMPUTE_KINDS}
         n = max(1, int(num_gpus))
-        host = self.type_host.get(spec.gpu_type, self.default_host)
+        host = self.type_host.get(spec.gpu_type, self.run_host.get(run, self.default_host))
+        gpuf = self.run_gpu.get(self.type_run.get(spec.gpu_type) or run or self.default_run, 1.0)
         link = self.type_link.get(f"{spec.gpu_type}:{n}", self.default_link.get(n, 1.0))
-        return float(combine(t, self.shared, eff, self.bandwidth_efficiency(spec.generation), host, link))
+        return float(combine(t, self.shared, eff, self.bandwidth_efficiency(spec.generation), host, link,
+                             gpuf=gpuf))
 
 
 def _geomean(values: list[float]) -> float:

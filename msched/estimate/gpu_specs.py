@@ -171,3 +171,15 @@ def specs_for_config(config=None) -> SpecTable:
 
         config = load_config(cached=True)
     return load_specs(config.gpu_specs, dict(config.gpu_aliases))
+
+
+def site_specs() -> SpecTable:
+    """The spec table of this machine's site config (`specs_for_config`), or the shipped rows where the
+    config or its spec file cannot be read: what a caller without a config in hand (the round's memory
+    check) must use, so that a type the site added is known by its memory too. Never raises: memory is
+    advice, and a broken site file must not stop a round (msub and `msched config check` report it)."""
+    try:
+        return specs_for_config()
+    except Exception:  # noqa: BLE001 - ConfigError, GpuSpecError: fall back to the shipped rows
+        return load_specs()
+

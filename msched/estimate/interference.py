@@ -171,11 +171,12 @@ def pair_fits(peaks: Sequence[float | None], usable_gb: float | None) -> bool:
 
 
 def type_usable_gb(gpu_type: str, specs=None) -> float | None:  # noqa: ANN001 - a SpecTable
-    """Usable memory of one GPU of the type (msched.estimate.memory.usable_gb), None without a spec row."""
-    from msched.estimate.gpu_specs import load_specs
+    """Usable memory of one GPU of the type (msched.estimate.memory.usable_gb), None without a spec row
+    (the site's table by default: a type its config's `gpu_specs` added counts)."""
+    from msched.estimate.gpu_specs import site_specs
     from msched.estimate.memory import usable_gb
 
-    spec = (specs or load_specs()).get(gpu_type)
+    spec = (specs or site_specs()).get(gpu_type)
     return usable_gb(spec) if spec and spec.memory_gb > 0 else None
 
 

@@ -99,12 +99,13 @@ def job_peak_gb(spec: str, batch_size: int | None, precision: str = "float") -> 
 
 
 def usable_by_type(types, specs=None) -> dict[str, float]:  # noqa: ANN001 - a SpecTable
-    """Usable memory (GB) of each of `types` that has a spec row (the shipped table by default): what
+    """Usable memory (GB) of each of `types` that has a spec row (by default the site's table: the shipped
+    rows plus the config's `gpu_specs`, so a type the site added is held back for memory too): what
     msched.policy.feasibility.memory_fits compares a job's peak with."""
     if specs is None:
-        from msched.estimate.gpu_specs import load_specs
+        from msched.estimate.gpu_specs import site_specs
 
-        specs = load_specs()
+        specs = site_specs()
     out = {}
     for t in types:
         spec = specs.get(t)

@@ -38,6 +38,16 @@ TORCHVISION, GAVEL = "torchvision", "gavel"
 # of the fit, where they would pull the GPU efficiencies toward whatever machine Gavel measured; still
 # predicted and reported (separately) in bench/bench_estimate.py
 CPU_BOUND = ("gavel:recommendation", "gavel:a3c")
+# measurement runs (cost_fit.FitRow.run: one machine setup and software stack each). The torchvision
+# table's README: its older single-GPU files (gtx1080ti, titanv) timed 20 iterations, the rest 50; they
+# come from another setup (both fit a ~4x faster host). Gavel measured its three types on its own cluster.
+TV_RUN, TV_OLDER_RUN, GAVEL_RUN = "pytorch-gpu-benchmark", "pytorch-gpu-benchmark:older", "gavel"
+TV_OLDER_TYPES = ("gtx1080ti", "titanv")
+
+
+def torchvision_run(row: object) -> str:
+    """The measurement run of a torchvision-table row (a PerfRow or FitRow)."""
+    return TV_OLDER_RUN if getattr(row, "gpu_type", "") in TV_OLDER_TYPES else TV_RUN
 
 
 def gavel_key(job_type: str) -> str:
@@ -68,11 +78,11 @@ def gavel_profiles() -> dict[str, dict]:
 def load_rows(data: Path, profiles: Mapping[str, object], gavel: bool = True) -> tuple[list[FitRow], dict[FitRow, str]]:
     """Both data sets' rows whose model has a profile in `profiles`, and the data set of each row.
     Gavel's rows carry `optimizer=True` (its loops step an optimizer and load real data)."""
-    rows = rows_from_perf(_load(data / "gpu-train-benchmarks" / "perf_table.csv"))
+    rows = rows_from_perf(_load(data / "gpu-train-benchmarks" / "perf_table.csv"), run=torchvision_run)
     origin = dict.fromkeys(rows, TORCHVISION)
     path = data / "gavel" / "perf_table.csv"
     if gavel and path.exists():
-        for r in rows_from_perf(_load(path), optimizer=True):
+        for r in rows_from_perf(_load(path), optimizer=True, run=GAVEL_RUN):
             if r.num_gpus != 1:
                 continue
             if r.model in GAVEL_MODEL_FILES:
