@@ -154,6 +154,9 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                                               r.optimizer),
                 "corrected": corrected.iter_ms,
                 **blends,
+                "blend_0.5_refs3": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                           perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                           optimizer=r.optimizer, rank_weight=0.5, shape_refs=3).iter_ms,
             }))
         out[fam] = results
         print(f"  family {fam}: {len(held)} rows", file=sys.stderr)
@@ -162,15 +165,16 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
     return out
 
 
-NESTED_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+NESTED_GRID = tuple((w, k) for w in (0.0, 0.25, 0.5, 0.75, 1.0) for k in (1, 3))   # (type-shape weight, references)
 
 
-def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[str, float]]], dict[str, float]]:
-    """The type-shape weight (predictor.RANK_WEIGHT) chosen without looking at the test family: for each
-    held-out family f, every candidate weight is scored by best-type accuracy (ties: mean regret) on an
-    inner leave-one-family-out over the other families g, each predicted with the cost model fitted and
-    the references drawn without both f and g; the winner then predicts f (fitted and referenced without
-    f alone). Returns f's predictions under `nested` and the weight each family got."""
+def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[str, float]]], dict[str, tuple]]:
+    """The predictor's type-shape weight (predictor.RANK_WEIGHT) and number of correcting references
+    (`shape_refs`) chosen without looking at the test family: for each held-out family f, every candidate
+    pair is scored by best-type accuracy (ties: mean regret) on an inner leave-one-family-out over the
+    other families g, each predicted with the cost model fitted and the references drawn without both f
+    and g; the winner then predicts f (fitted and referenced without f alone). Returns f's predictions
+    under `nested` and the pair each family got."""
     by_family: dict[str, list[FitRow]] = defaultdict(list)
     for r in rows:
         by_family[family(r.model)].append(r)
@@ -186,12 +190,13 @@ def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[s
         out = []
         for r in held:
             refs = ranked.setdefault(r.model, ranked_references(r.model, refset, profiles))
-            out.append((r, {f"w{w}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
-                                              perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                              optimizer=r.optimizer, rank_weight=w).iter_ms for w in weights}))
+            out.append((r, {f"w{w}k{k}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size,
+                                                  r.precision, perf=known, references=refs, profiles=profiles,
+                                                  specs=specs, cost=cm, optimizer=r.optimizer, rank_weight=w,
+                                                  shape_refs=k).iter_ms for w, k in weights}))
         return out
 
-    chosen: dict[str, float] = {}
+    chosen: dict[str, tuple] = {}
     results = []
     for f in fams:
         inner = []
@@ -199,15 +204,15 @@ def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[s
             if g == f:
                 continue
             kept = [r for r in rows if family(r.model) not in (f, g)]
-            inner += predictions(by_family[g], kept, f"-{f}-{g}", NESTED_WEIGHTS)
-        score = {w: (best_type_accuracy(inner, f"w{w}")[0], -best_type_regret(inner, f"w{w}")[0])
-                 for w in NESTED_WEIGHTS}
-        w_best = max(NESTED_WEIGHTS, key=lambda w: (score[w], -abs(w - 0.5)))
-        chosen[f] = w_best
-        outer = predictions(by_family[f], [r for r in rows if family(r.model) != f], f"-{f}", (w_best,))
-        results += [(r, {"nested": p[f"w{w_best}"]}) for r, p in outer]
-        print(f"  nested: family {f}: weight {w_best:g} (inner accuracy "
-              + ", ".join(f"{w:g}: {score[w][0]:.3f}" for w in NESTED_WEIGHTS) + ")", file=sys.stderr)
+            inner += predictions(by_family[g], kept, f"-{f}-{g}", NESTED_GRID)
+        score = {c: (best_type_accuracy(inner, f"w{c[0]}k{c[1]}")[0], -best_type_regret(inner, f"w{c[0]}k{c[1]}")[0])
+                 for c in NESTED_GRID}
+        best = max(NESTED_GRID, key=lambda c: (score[c], -abs(c[0] - 0.5), -c[1]))
+        chosen[f] = best
+        outer = predictions(by_family[f], [r for r in rows if family(r.model) != f], f"-{f}", (best,))
+        results += [(r, {"nested": p[f"w{best[0]}k{best[1]}"]}) for r, p in outer]
+        print(f"  nested: family {f}: weight {best[0]:g}, {best[1]} reference(s) (inner accuracy "
+              + ", ".join(f"{w:g}/{k}: {score[(w, k)][0]:.3f}" for w, k in NESTED_GRID) + ")", file=sys.stderr)
     return results, chosen
 
 
@@ -321,10 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     pooled = [x for v in fam.values() for x in v]
     if not pooled:
         print("(no family held out)")
-    methods = ("flops_rule", "roofline", "cost_model", "corrected", *(f"blend_{w}" for w in BLEND_WEIGHTS))
+    methods = ("flops_rule", "roofline", "cost_model", "corrected", *(f"blend_{w}" for w in BLEND_WEIGHTS),
+               "blend_0.5_refs3")
     names = {"flops_rule": "FLOPs-scaled nearest reference (before)", "roofline": "plain roofline",
              "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual",
-             **{f"blend_{w}": f"corrected, type shape {w:g} from the reference" for w in BLEND_WEIGHTS}}
+             **{f"blend_{w}": f"corrected, type shape {w:g} from the reference" for w in BLEND_WEIGHTS},
+             "blend_0.5_refs3": "corrected, type shape 0.5, the 3 most similar references averaged"}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
           f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
@@ -355,18 +362,18 @@ def main(argv: list[str] | None = None) -> int:
               f"worst {100 * worst_regret:.0f}%, mean abs log error "
               f"{log_errors(nested, 'nested', origin)['all'][0]:.3f} (torchvision "
               f"{log_errors(nested, 'nested', origin, key=lambda r: origin[r]).get('torchvision', (float('nan'),))[0]:.3f}); "
-              "weights chosen: " + ", ".join(f"{f} {w:g}" for f, w in chosen.items()))
+              "(weight, references) chosen: " + ", ".join(f"{f} {w:g}/{k}" for f, (w, k) in chosen.items()))
     print("\nPer family (mean abs log error; cost model + residual):\n")
     print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(BLEND_WEIGHTS))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 1))
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
     print("| job type | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(BLEND_WEIGHTS))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 1))
     gavel = [x for x in pooled if origin[x[0]] == "gavel"]
     for model in sorted({r.model for r, _p in gavel}):
         sub = [x for x in gavel if x[0].model == model]

@@ -112,6 +112,13 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     groups = [np.array([n_shared + i for i, (_g, c) in enumerate(eff_keys) if c == cls])
               for cls in sorted({c for _g, c in eff_keys})]
     groups.append(np.array([n_shared + n_eff + i for i in range(n_bw)]))   # bandwidth, relative to bw_fixed's 0
+    # the host factor is the machine's software more than the GPU's: each type's is pulled toward its run's
+    # (log) mean, so a slow GPU (K80) shows in its generation's efficiency rather than as a slow host that a
+    # never-measured type of the same run would inherit
+    host_at = n_shared + n_eff + n_bw + n_run
+    main_run = _type_run(usable, specs)
+    for run in sorted(set(main_run.values())):
+        groups.append(np.array([host_at + i for i, t in enumerate(types) if main_run.get(t) == run]))
     groups = [g for g in groups if len(g) > 1]
 
     def residuals(x):

@@ -67,7 +67,7 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
             profiles: Mapping[str, object] | None = None, specs: SpecTable | None = None,
             cost: CostModel | None = None, optimizer: bool = False,
             correction_weight: float = CORRECTION_WEIGHT, rank_weight: float = RANK_WEIGHT,
-            level_cache: dict | None = None) -> Prediction | None:
+            level_cache: dict | None = None, shape_refs: int = 1) -> Prediction | None:
     """Iteration time (ms) of `profile` (a Profile or its dict) on `gpu_type`, or None when the type
     has neither measurements nor a spec row.
 
@@ -80,7 +80,9 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
     it) with the reference's measured time on the type scaled by the cost model's job/reference ratio
     averaged over all the types the reference was measured on: which type is fastest then follows the
     measured neighbour (what the FLOPs rule gets right) while the level follows the cost model.
-    `level_cache`: a dict reused across the types of one job (the average does not depend on the type)."""
+    `level_cache`: a dict reused across the types of one job (the average does not depend on the type).
+    `shape_refs`: how many of the most similar references measured on the type (of the first
+    MAX_REFERENCE_RANK) correct it, each as above, averaged in logs (1: the nearest alone)."""
     specs = specs or load_specs()
     cost = cost or load_cost_model()
     spec = specs.get(gpu_type)
@@ -94,8 +96,10 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
         return None
     mine = cost.iteration_ms(profile, spec, precision, batch_size, n, optimizer)
     if perf is not None:
+        logs: list[float] = []
+        used: list[str] = []
         for ref in [r for r in references if r != model][:MAX_REFERENCE_RANK]:
-            if not _has_rows(perf, ref, gpu_type, precision):
+            if len(used) >= max(1, shape_refs) or not _has_rows(perf, ref, gpu_type, precision):
                 continue
             ref_profile = _profile_of(ref, profiles)
             if ref_profile is None:
@@ -114,7 +118,10 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
                         if level_cache is not None:
                             level_cache[key] = level
                     log_t = (1 - rank_weight) * log_t + rank_weight * (math.log(row.iter_ms) + level)
-                return Prediction(gpu_type, math.exp(log_t), CORRECTED, ref, mine)
+                logs.append(log_t)
+                used.append(ref)
+        if logs:
+            return Prediction(gpu_type, math.exp(sum(logs) / len(logs)), CORRECTED, "+".join(used), mine)
     return Prediction(gpu_type, mine, COST_MODEL, "", mine)
 
 
