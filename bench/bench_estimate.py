@@ -379,6 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         sub = [x for x in gavel if x[0].model == model]
         vals = [log_errors(sub, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {model} | {len(sub)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
+    bound = [x for x in gavel if x[0].model not in training_data.CPU_BOUND]
+    vals = [log_errors(bound, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
+    print(f"| GPU-bound job types together (all but {', '.join(training_data.CPU_BOUND)}) | {len(bound)} | "
+          + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
     print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy "
           "| error, host of every machine |")
@@ -394,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
               f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | "
               f"{cell(log_errors(res, 'cost_model_any_host', origin), 'all')} |")
+        bound = [x for x in res if origin[x[0]] == "gavel" and x[0].model not in training_data.CPU_BOUND]
+        if bound and len(bound) < len(res):
+            print(f"| {t}, GPU-bound rows only | {len(bound)} | {cell(log_errors(bound, 'cost_model', origin), 'all')} "
+                  "| | | | | | | |")
     if args.json:
         dump = {"family_hold_out": {f: [[r._asdict(), p] for r, p in res] for f, res in fam.items()},
                 "leave_one_type_out": {t: [[r._asdict(), p] for r, p in res] for t, res in loto.items()}}
