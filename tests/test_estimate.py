@@ -145,6 +145,17 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles)
     assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.25 * r50.iter_ms ** 0.75)
+    # several references (`shape_refs`): each corrects the cost model as above, averaged in logs, and the
+    # figure names them all, most similar first
+    two = PerfTable(r for r in perf.rows if r.model in ("resnet50", "resnet152"))
+    one_each = [predict(profiles["resnet101"], "titanrtx", 1, 12, "float", model="my_resnet", perf=two,
+                        references=[ref], profiles=profiles, shape_refs=1).iter_ms for ref in ("resnet50", "resnet152")]
+    both = predict(profiles["resnet101"], "titanrtx", 1, 12, "float", model="my_resnet", perf=two,
+                   references=["resnet152", "resnet50"], profiles=profiles, shape_refs=3)
+    assert both.source == CORRECTED and both.reference == "resnet152+resnet50"
+    assert both.iter_ms == pytest.approx(math.sqrt(one_each[0] * one_each[1]))
+    assert predict(profiles["resnet101"], "titanrtx", 1, 12, "float", model="my_resnet", perf=two,
+                   references=["resnet152", "resnet50"], profiles=profiles, shape_refs=1).reference == "resnet152"
     # a type nothing was measured on: the cost model alone; a type without spec or rows: unknown
     p = predict(prof, "h100_sxm", 1, 12, "float", model="resnet101", perf=perf, references=["resnet50"])
     assert p.source == COST_MODEL and p.reference == "" and p.iter_ms > 0
