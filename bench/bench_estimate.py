@@ -36,13 +36,13 @@ from msched.estimate.cost_fit import FitRow, fit  # noqa: E402
 from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
 from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfRow, PerfTable  # noqa: E402
-from msched.estimate.predictor import predict  # noqa: E402
+from msched.estimate.predictor import RANK_WEIGHT, SHAPE_REFS, predict  # noqa: E402
 from msched.estimate.training_data import gavel_family, gavel_profiles  # noqa: E402
 from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
 
 BEST_SLACK = 0.05
-BLEND_WEIGHTS = (0.25, 0.5, 1.0)   # predictor.RANK_WEIGHT values compared
+BLEND_WEIGHTS = (0.25, 0.5, 1.0)   # predictor.RANK_WEIGHT values compared (the nearest reference alone)
 
 
 def family(model: str) -> str:
@@ -142,10 +142,11 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
             refs = ranked_cache.setdefault(r.model, ranked_references(r.model, refset, profiles))
             corrected = predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                 perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                optimizer=r.optimizer, rank_weight=0.0)
+                                optimizer=r.optimizer, rank_weight=0.0, shape_refs=1)
             blends = {f"blend_{w}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                             perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                            optimizer=r.optimizer, rank_weight=w).iter_ms for w in BLEND_WEIGHTS}
+                                            optimizer=r.optimizer, rank_weight=w, shape_refs=1).iter_ms
+                      for w in BLEND_WEIGHTS}
             results.append((r, {
                 "flops_rule": flops_rule(r, known, refs, profiles),
                 "roofline": plain.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
@@ -154,6 +155,9 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                                               r.optimizer),
                 "corrected": corrected.iter_ms,
                 **blends,
+                "shipped": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                   perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                   optimizer=r.optimizer).iter_ms,
                 "blend_0.5_refs3": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                            perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
                                            optimizer=r.optimizer, rank_weight=0.5, shape_refs=3).iter_ms,
@@ -327,11 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     if not pooled:
         print("(no family held out)")
     methods = ("flops_rule", "roofline", "cost_model", "corrected", *(f"blend_{w}" for w in BLEND_WEIGHTS),
-               "blend_0.5_refs3")
+               "blend_0.5_refs3", "shipped")
     names = {"flops_rule": "FLOPs-scaled nearest reference (before)", "roofline": "plain roofline",
              "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual",
              **{f"blend_{w}": f"corrected, type shape {w:g} from the reference" for w in BLEND_WEIGHTS},
-             "blend_0.5_refs3": "corrected, type shape 0.5, the 3 most similar references averaged"}
+             "blend_0.5_refs3": "corrected, type shape 0.5, the 3 most similar references averaged",
+             "shipped": f"shipped predictor (type shape {RANK_WEIGHT:g}, {SHAPE_REFS} references)"}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
           f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
@@ -365,15 +370,15 @@ def main(argv: list[str] | None = None) -> int:
               "(weight, references) chosen: " + ", ".join(f"{f} {w:g}/{k}" for f, (w, k) in chosen.items()))
     print("\nPer family (mean abs log error; cost model + residual):\n")
     print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs |")
-    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 1))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 2))
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
     print("| job type | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs |")
-    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 1))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 2))
     gavel = [x for x in pooled if origin[x[0]] == "gavel"]
     for model in sorted({r.model for r, _p in gavel}):
         sub = [x for x in gavel if x[0].model == model]

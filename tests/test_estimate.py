@@ -140,11 +140,12 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles, rank_weight=0.0)
     assert p.iter_ms == pytest.approx(math.sqrt(p.cost_model_ms * r50.iter_ms))
-    # the default also takes half the type shape from the reference (its measurement scaled by the cost
-    # model's job/reference ratio over its types: 1 for the same network): cost^0.25 x measured^0.75
+    # the default also takes 3/4 of the type shape from the reference (its measurement scaled by the cost
+    # model's job/reference ratio over its types: 1 for the same network): 1/4 of cost^0.5 x measured^0.5
+    # and 3/4 of the measurement, i.e. cost^0.125 x measured^0.875
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles)
-    assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.25 * r50.iter_ms ** 0.75)
+    assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.125 * r50.iter_ms ** 0.875)
     # several references (`shape_refs`): each corrects the cost model as above, averaged in logs, and the
     # figure names them all, most similar first
     two = PerfTable(r for r in perf.rows if r.model in ("resnet50", "resnet152"))
