@@ -215,7 +215,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if shard_runs is not None and use_constraint:      # msub's packing decision (slurm_sim.packing)
             times = getattr(getattr(estimator, "inner", estimator), "times", None)
-            decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types)
+            decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types,
+                                                                           free)
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
             extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
@@ -391,5 +392,9 @@ class _Recorder:
 
     def finish(self, client: SimClient, now: float) -> None:
         from msched.store import writes as records
+        shard_runs = getattr(client.sim, "packing", None)
         with self.store.write() as s:
             records.record_completions(s, self.run_id, client.finished_jobs() + client.jobs(), now)
+            if shard_runs is not None:          # the truth of the pairs that ran (slurm_sim.packing)
+                records.record_pair_speeds(s, self.run_id, [(p["a"], p["b"], p["speed_a"], p["speed_b"])
+                                                            for p in shard_runs.pairs])

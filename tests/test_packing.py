@@ -220,3 +220,73 @@ def test_the_shipped_model_predicts_each_jobs_own_speed():
     for x, y in ((a, b), (b, a)):
         assert 0.0 < model.own_speed(x, y, "v100") < 1.2
     assert model.slower_speed(a, b, "v100") == min(model.own_speed(a, b, "v100"), model.own_speed(b, a, "v100"))
+
+
+def test_against_the_queue_every_shard_job_must_be_a_good_partner():
+    """With the queue's shard jobs as partners (`every`), one bad partner is enough to refuse: the job
+    may meet any of them. Against the reference mix (no job to meet yet) a majority decides."""
+    fast, slow = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 100.0}, 32)
+    predict = lambda a, b, t: 1.5 if a.iter_ms[t] + b.iter_ms[t] < 100 else 0.7  # noqa: E731
+    partners = [(fast, 1.0), (fast, 1.0), (slow, 1.0)]
+    assert submit_verdict(fast, 1.0, partners, "v100", predict, 16.0)[0] is not None   # mean 1.23
+    value, why = submit_verdict(fast, 1.0, partners, "v100", predict, 16.0, every=True)
+    assert value is None and "0.70 < 1 beside a queued shard job" in why
+    crawl = lambda a, b, t: 0.3 if b is slow or a is slow else 0.7  # noqa: E731
+    value, why = submit_verdict(fast, 1.0, partners, "v100", lambda a, b, t: 1.5, 16.0, slower=crawl, every=True)
+    assert value is None and "below 0.5x solo beside a queued shard job" in why
+
+
+def test_a_job_is_packed_only_when_sharing_ends_it_no_later_than_waiting():
+    """Own speed 0.8 beside its partner: a 1000 s job shared takes 1250 s, 250 s more; it is packed only
+    when a GPU of its own is 250 s or more away."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    own = lambda a, b, t: 0.8  # noqa: E731
+    kw = dict(every=True, own=own, runtime_s=1000.0)
+    args = (job, 1.0, [(job, 1.0)], "v100", lambda a, b, t: 1.6, 16.0)
+    assert submit_verdict(*args, wait_s=0.0, **kw)[0] is None         # an idle cluster packs nothing
+    kw["wait_share"] = 1.0
+    value, why = submit_verdict(*args, wait_s=249.0, **kw)
+    assert value is None and "sharing would add 4 min" in why
+    assert submit_verdict(*args, wait_s=250.0, **kw)[0] == 1.6
+    assert submit_verdict(*args, **kw)[0] == 1.6                      # no published free time: not judged
+
+
+def test_the_snapshot_sees_the_gpus_shard_jobs_hold():
+    """Slurm shows shard jobs with no GPUs (and counts no `gpu` allocation for a GPU shards use): the
+    round's snapshot gets one running entry per shared GPU, ending with its last job, the node's free
+    GPUs less those, and the open shard beside a job running alone."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import build_snapshot
+
+    perf = PerfTable.load("msched/data/gpu_performance.csv")
+    est = TagEstimator(TableTimes(perf))
+
+    def shard(job_id: str, start: float, node: str) -> SlurmJob:
+        tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+        return SlurmJob(job_id, "RUNNING", partition="shared", num_gpus=0, comment=with_tag(tag, None),
+                        start_time=start, nodes=node, gpu_type="titanxp")
+
+    jobs = [shard("1", 0.0, "n4"), shard("2", 10.0, "n4"), shard("3", 20.0, "n4")]
+    nodes = [SlurmNode("n4", "titanxp", 4, gpus_alloc=0, features=("titanxp", "shard"), partitions=("shared",))]
+    snap, _ = build_snapshot(jobs, nodes, est, 30.0)
+    solo = est(jobs[0], jobs[0].tag)["titanxp"]
+    assert [(g.jobs, g.open_shards) for g in snap.shard_gpus] == [(("1", "2"), 0), (("3",), 1)]
+    assert snap.shards_free == {"titanxp": 1}
+    assert snap.nodes[0].gpus_free == 2                     # 4 GPUs, 2 held by shards, none by `gpu` jobs
+    lone = next(r for r in snap.running if r.job_id == "3")
+    assert lone.num_gpus == 1 and lone.est_end == pytest.approx(20.0 + solo)
+    pair = [r for r in snap.running if r.job_id in ("1", "2")]
+    assert len(pair) == 1 and pair[0].est_end > 10.0 + solo          # one GPU; the pair runs slower than solo
+    # the simulator's view (a shared GPU counted as allocated) gives the same free count
+    snap2, _ = build_snapshot(jobs, [SlurmNode("n4", "titanxp", 4, gpus_alloc=2, features=("titanxp", "shard"),
+                                               partitions=("shared",))], est, 30.0)
+    assert snap2.nodes[0].gpus_free == 2 and len(snap2.running) == 2
+
+
+def test_by_default_any_wait_packs():
+    """The default share 0: a job that would wait at all may share (it leaves a GPU to the queue)."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    args = (job, 1.0, [(job, 1.0)], "v100", lambda a, b, t: 1.6, 16.0)
+    kw = dict(every=True, own=lambda a, b, t: 0.8, runtime_s=1000.0)
+    assert submit_verdict(*args, wait_s=1.0, **kw)[0] == 1.6
+    assert submit_verdict(*args, wait_s=0.0, **kw)[0] is None

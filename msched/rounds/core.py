@@ -50,7 +50,10 @@ from dataclasses import dataclass, field
 from msched.estimate.memory import usable_by_type
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
-from msched.rounds.packing import packing_round  # shard jobs, outside the snapshot (Packing issue)
+from msched.rounds.packing import (  # shard jobs: their GPUs in the snapshot, their pairing (Packing issue)
+    packing_round,
+    shard_view,
+)
 from msched.rounds.settle import (
     Incumbent,
     SettleOptions,
@@ -249,8 +252,9 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    snap = ClusterSnapshot(now=now, nodes=tuple(node_states), running=tuple(running), pending=tuple(pending),
-                           starvation_age_s=starvation_age_s)
+    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon)
+    snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
+                           starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
 
 

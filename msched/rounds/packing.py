@@ -57,6 +57,82 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
     return out
 
 
+SHARDS_PER_GPU = 2        # the dev cluster's and the bench's gres.conf (README: sharing GPUs through shards)
+
+
+def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, estimator, now: float,  # noqa: ANN001
+               canon: Callable[[str], str]) -> tuple[tuple, tuple, tuple]:
+    """The snapshot's view of GPUs that shard jobs hold: (nodes with those GPUs taken, running jobs with
+    one entry per such GPU, `ShardGpu`s). Slurm shows a shard job with no GPUs (and real Slurm counts a
+    GPU that shards use as no `gpu` allocation), so without this the planner sees such a GPU free or
+    busy for an unknown time. Per node, k running shard jobs hold ceil(k / SHARDS_PER_GPU) GPUs (Slurm
+    fills one GPU's shards before the next's; after a departure two lone jobs may sit on two GPUs: the
+    count is then one short). A job's end: its solo estimate on its type, stretched by its predicted own
+    speed beside a partner (msched.estimate.interference); a GPU frees when its last job ends. Pure
+    apart from the estimator; never raises for one bad job."""
+    from msched.policy.snapshot import NodeState, RunningJob, ShardGpu
+    from msched.rounds.core import _end_of, _estimate_on
+
+    per_node: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.is_running and job.num_gpus <= 0 and job.nodes and is_shard_job(job):
+            per_node.setdefault(job.nodes.split(",")[0], []).append(job)
+    if not per_node:
+        return tuple(nodes), tuple(running), ()
+    type_of = {n.name: n.gpu_type for n in nodes}
+    try:
+        from msched.estimate.interference import InterferenceError, load_model, speeds_from_tag
+        model = load_model()
+        times = getattr(getattr(estimator, "inner", estimator), "times", None)
+    except InterferenceError:
+        model = times = None
+    gpus, extra = [], []
+    for name, held in per_node.items():
+        gtype = type_of.get(name) or (canon(held[0].gpu_type) if held[0].gpu_type else None)
+        if gtype is None:
+            continue
+        held.sort(key=lambda j: (j.start_time or 0.0, j.job_id))
+        for k in range(0, len(held), SHARDS_PER_GPU):
+            group = held[k:k + SHARDS_PER_GPU]
+            speeds = {}
+            if model is not None and times is not None and len(group) > 1:
+                for j in group:
+                    try:
+                        speeds[j.job_id] = speeds_from_tag(j.tag, times)
+                    except (InterferenceError, ValueError, KeyError):
+                        speeds[j.job_id] = None
+            ends, predicted = [], []
+            for j in group:
+                est = _estimate_on(j, j.tag, gtype, estimator)
+                own = speeds.get(j.job_id)
+                partner = next((speeds.get(o.job_id) for o in group if o is not j), None)
+                v = None
+                if own is not None and partner is not None:
+                    try:
+                        v = model.own_speed(own, partner, gtype)
+                    except InterferenceError:
+                        v = None
+                if est is not None and v:
+                    est = est / max(0.1, v)
+                predicted.append(v)
+                ends.append(_end_of(j, est, now)[0])
+            last = max(ends)
+            gpus.append(ShardGpu(name, gtype, tuple(j.job_id for j in group), last, SHARDS_PER_GPU,
+                                 tuple(predicted) if len(group) > 1 else ()))
+            extra.append(RunningJob(group[ends.index(last)].job_id, gtype, 1, last, (name,)))
+    held_on = {}
+    for g in gpus:
+        held_on[g.node] = held_on.get(g.node, 0) + 1
+    by_gpu_jobs: dict[str, float] = {}
+    for r in running:
+        for h in r.nodes:
+            by_gpu_jobs[h] = by_gpu_jobs.get(h, 0.0) + r.num_gpus / max(1, len(r.nodes))
+    out_nodes = tuple(NodeState(n.name, n.gpu_type, n.gpus, max(0, min(
+        n.gpus_free, n.gpus - held_on[n.name] - round(by_gpu_jobs.get(n.name, 0.0)))))
+        if n.name in held_on else n for n in nodes)
+    return out_nodes, (*running, *extra), tuple(gpus)
+
+
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
                   gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None
                   ) -> tuple[list, PackingPlan | None]:
