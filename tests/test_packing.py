@@ -290,3 +290,31 @@ def test_by_default_any_wait_packs():
     kw = dict(every=True, own=lambda a, b, t: 0.8, runtime_s=1000.0)
     assert submit_verdict(*args, wait_s=1.0, **kw)[0] == 1.6
     assert submit_verdict(*args, wait_s=0.0, **kw)[0] is None
+
+
+def test_pending_shard_jobs_are_planned_as_one_gpu_jobs_and_the_pairing_has_the_last_word():
+    """The planner sees a pending shard job (Slurm shows it with no GPUs) as a 1-GPU job on the shard
+    nodes' types; a GPU-less job elsewhere whose comment claims `pack` stays out. The round's updates
+    keep the pairing's priorities for the shard jobs it ordered (a permutation of the planner's)."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import Update, build_snapshot
+    from msched.rounds.packing import with_pairing
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+    jobs = [SlurmJob("1", "PENDING", partition="shared", priority=50, num_gpus=0, comment=with_tag(tag, None),
+                     reason="Priority"),
+            SlurmJob("2", "PENDING", partition="cpu", priority=50, num_gpus=0, comment=with_tag(tag, None),
+                     reason="Priority")]
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared")),
+             SlurmNode("c1", None, 0, partitions=("cpu",))]
+    snap, views = build_snapshot(jobs, nodes, est, 0.0)
+    assert [(p.job_id, p.num_gpus, p.managed) for p in snap.pending] == [("1", 1, True)]
+    assert set(snap.pending[0].est_runtime_s) == {"titanxp"} and set(views) == {"1"}
+
+    planner = [Update("1", "priority", 90, 50), Update("3", "priority", 80, 60), Update("1", "features", "titanxp")]
+    pairing = [Update("1", "priority", 80, 50)]
+    from msched.policy.packing import PackingPlan
+    merged = with_pairing(planner, pairing, PackingPlan({"1": 80, "3": 90}, {}))
+    assert merged == [Update("1", "features", "titanxp"), Update("1", "priority", 80, 50)]
+    assert with_pairing(planner, [], None) == planner

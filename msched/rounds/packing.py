@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from msched.policy.packing import PackingPlan, ShardJob, pair_shard_jobs
 from msched.slurm.base import SlurmJob, SlurmNode
@@ -31,7 +32,8 @@ def is_shard_job(job: SlurmJob, shard_partitions: frozenset[str] | None = None) 
 
 
 def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # noqa: ANN001
-               estimator=None, shard_partitions: frozenset[str] | None = None) -> list[ShardJob]:  # noqa: ANN001
+               estimator=None, shard_partitions: frozenset[str] | None = None,  # noqa: ANN001
+               planned: dict[str, int] | None = None) -> list[ShardJob]:
     from msched.estimate.interference import InterferenceError, peak_gb, speeds_from_tag
 
     out = []
@@ -52,9 +54,36 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
             log.warning("job %s: no estimate for packing (%s)", job.job_id, exc)
             length = 0.0
         peak = tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs)    # msub's memory estimate first
-        out.append(ShardJob(job.job_id, job.priority, speeds, peak, job.is_running,
+        prio = (planned or {}).get(job.job_id, job.priority) if job.is_pending else job.priority
+        out.append(ShardJob(job.job_id, prio, speeds, peak, job.is_running,
                             canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length))
     return out
+
+
+def shard_partitions(nodes: Sequence[SlurmNode]) -> frozenset[str]:
+    """Partitions that hold shard nodes (a shard job names only these)."""
+    return frozenset(p for n in nodes if SHARD_FEATURE in n.features for p in n.partitions)
+
+
+def planned_shard_job(job: SlurmJob, shard_parts: frozenset[str]) -> SlurmJob | None:
+    """A pending shard job as the planner sees it: a 1-GPU job (it takes a GPU of its own unless a
+    partner's shard is open, so a whole GPU is the planner's safe view), so that it gets the planner's
+    order and GPU type like every managed job instead of waiting outside the plan. None for any other
+    GPU-less job (left out, as before). The pairing then reorders the shard jobs among the priorities
+    the planner gave them (`with_pairing`)."""
+    if not shard_parts or not job.is_pending or not is_shard_job(job, shard_parts):
+        return None
+    return replace(job, num_gpus=1)
+
+
+def with_pairing(wanted: list, shard_updates: list, plan: PackingPlan | None) -> list:
+    """The round's updates with the pairing's last word on shard jobs: the planner's priority (and,
+    where the pairing names one, GPU type) for each job the pairing ordered is replaced by the
+    pairing's, which permutes the planner's priorities of those jobs (`packing_round(planned=...)`)."""
+    if plan is None:
+        return wanted + shard_updates
+    mine = {(j, "priority") for j in plan.priorities} | {(j, "features") for j in plan.gpu_types}
+    return [u for u in wanted if (u.job_id, u.field) not in mine] + shard_updates
 
 
 SHARDS_PER_GPU = 2        # the dev cluster's and the bench's gres.conf (README: sharing GPUs through shards)
@@ -134,17 +163,19 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
 
 
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
-                  gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None
-                  ) -> tuple[list, PackingPlan | None]:
+                  gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None,
+                  planned: Sequence = ()) -> tuple[list, PackingPlan | None]:
     """(the updates that bring Slurm's shard jobs to the pairing, the pairing) — ([], None) when the
-    cluster has no shard nodes or no shard job waits. Never raises for one bad job."""
+    cluster has no shard nodes or no shard job waits. `planned`: the round's other updates; the
+    priorities they give shard jobs (the planner's) are the ones the pairing permutes. Never raises
+    for one bad job."""
     from msched.estimate.interference import DEFAULT_THRESHOLD, InterferenceError, load_model, type_usable_gb
     from msched.rounds.core import Update
 
     canon = gpu_type_of or (lambda name: name.strip().lower())
     types = list(dict.fromkeys(canon(n.gpu_type) for n in nodes
                                if n.gpu_type and n.gpus > 0 and n.usable and SHARD_FEATURE in n.features))
-    parts = frozenset(p for n in nodes if SHARD_FEATURE in n.features for p in n.partitions)
+    parts = shard_partitions(nodes)
     if not types or not any(is_shard_job(j, parts) and j.is_pending for j in jobs):
         return [], None
     try:
@@ -153,7 +184,8 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         log.warning("packing skipped this round: %s", exc)
         return [], None
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
-    known = shard_jobs(jobs, times, canon, estimator, parts)
+    known = shard_jobs(jobs, times, canon, estimator, parts,
+                       {u.job_id: int(u.value) for u in planned if u.field == "priority"})
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=model.slower_speed)
