@@ -183,6 +183,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     round_s = float(setup.round_s)
     types = setup.cluster.gpu_types
     published: dict[str, float] = {}
+    published_end: float | None = None
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
     rounds = skipped = calls = begin_writes = 0
@@ -216,7 +217,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         if shard_runs is not None and use_constraint:      # msub's packing decision (slurm_sim.packing)
             times = getattr(getattr(estimator, "inner", estimator), "times", None)
             decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types,
-                                                                           free)
+                                                                           free, published_end)
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
             extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
@@ -264,6 +265,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
+                published_end = getattr(result.plan, "est_makespan_end", None)     # packing's horizon
                 stable_until = result.stable_until
                 if recorder is not None:
                     recorder.round(result, sim.now)

@@ -209,12 +209,12 @@ class SimPacking:
         return ShardRuns(self.truth).attach(sim)
 
     def at_submit(self, tj, decision, sim, times, shard_types: list[str],  # noqa: ANN001, ANN201
-                  free_at: Mapping[str, float] | None = None):
-        """(decision, partition, shards): the trace job as msub would submit it (`free_at`: the free
-        times per GPU type msub reads, as the round published them)."""
+                  free_at: Mapping[str, float] | None = None, plan_end: float | None = None):
+        """(decision, partition, shards): the trace job as msub would submit it (`free_at`, `plan_end`:
+        the free times per GPU type and the plan's last end msub reads, as the round published them)."""
         from msched.estimate.interference import load_model, peak_gb, speeds_from_tag, type_usable_gb
         from msched.msub.packing import reference_mix
-        from msched.policy.packing import submit_verdict
+        from msched.policy.packing import solo_runtime_s, submit_verdict
 
         if tj.num_gpus != 1 or tj.gpu_type or not shard_types or not _opted_in(tj.job_id, self.packable_share):
             return decision, tj.partition, 0
@@ -235,7 +235,7 @@ class SimPacking:
                 t = sim.job_view(j).tag
                 s = speeds_from_tag(t, times) if t is not None else None
                 if s is not None:
-                    partners.append((s, peak_gb(t.model, t.bs)))
+                    partners.append((s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, types[0])))
         where = f"{len(partners)} shard jobs in the queue"
         every = bool(partners)
         if not partners:
@@ -250,6 +250,8 @@ class SimPacking:
                                        model.slower_speed, every=every, own=model.own_speed,
                                        wait_s=min(waits) if waits and self.when_waiting else None,
                                        runtime_s=est.seconds if est is not None else None,
+                                       horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting
+                                       else None,
                                        **({} if self.wait_share is None else {"wait_share": self.wait_share}))
         if value is None:
             return decision, tj.partition, 0

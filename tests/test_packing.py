@@ -318,3 +318,36 @@ def test_pending_shard_jobs_are_planned_as_one_gpu_jobs_and_the_pairing_has_the_
     merged = with_pairing(planner, pairing, PackingPlan({"1": 80, "3": 90}, {}))
     assert merged == [Update("1", "features", "titanxp"), Update("1", "priority", 80, 50)]
     assert with_pairing(planner, [], None) == planner
+
+
+def test_no_job_is_slowed_past_the_plans_end():
+    """horizon_s: the plan ends in 10 h. A 4 h job at 0.5x (8 h) may share; a 6 h one (12 h) may not,
+    and neither may a job whose queued partner would then run past the end (its 6 h solo at 0.5x)."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    half = lambda a, b, t: 0.5  # noqa: E731
+    args = (job, 1.0, [(job, 1.0, 4 * 3600.0)], "v100", lambda a, b, t: 1.2, 16.0)
+    kw = dict(every=True, own=half, wait_s=60.0, horizon_s=10 * 3600.0)
+    assert submit_verdict(*args, runtime_s=4 * 3600.0, **kw)[0] == 1.2
+    value, why = submit_verdict(*args, runtime_s=6 * 3600.0, **kw)
+    assert value is None and "past the plan's end in 10.0 h" in why
+    long_partner = (job, 1.0, [(job, 1.0, 6 * 3600.0)], "v100", lambda a, b, t: 1.2, 16.0)
+    value, why = submit_verdict(*long_partner, runtime_s=3600.0, **kw)
+    assert value is None and "a queued shard job beside it" in why
+    assert submit_verdict(*long_partner, runtime_s=3600.0, **{**kw, "horizon_s": None})[0] == 1.2
+
+
+def test_msub_reads_the_plan_end_the_round_published(tmp_path, monkeypatch):
+    """The reorderer publishes its plan's end beside the free times; msub reads it back (fresh only)."""
+    from msched.config import load_config
+    from msched.msub.cluster_view import read_plan_end
+    from msched.rounds.reorder import publish_free_time
+
+    _site(tmp_path, monkeypatch)
+    config = load_config()
+    assert read_plan_end(config) is None                     # nothing published yet
+    now = time.time()
+    publish_free_time(config.free_time_path, now, {"a100": now + 60}, now + 7200)
+    assert read_plan_end(config) == pytest.approx(now + 7200)
+    assert read_plan_end(config, now=now + 86400) is None    # stale
+    publish_free_time(config.free_time_path, now, {"a100": now + 60})
+    assert read_plan_end(config) is None                     # a round that knew no end

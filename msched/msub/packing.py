@@ -35,7 +35,7 @@ from msched.estimate.interference import (
     speeds_from_tag,
     type_usable_gb,
 )
-from msched.policy.packing import submit_verdict
+from msched.policy.packing import solo_runtime_s, submit_verdict
 
 MAX_PARTNERS = 128           # shard jobs read from the queue at most (each must be a good partner)
 
@@ -103,7 +103,8 @@ def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # n
 
 
 def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, nodes, times_of,  # noqa: ANN001, ANN201, PLR0913
-                     types: tuple[str, ...] = (), *, free_at=None, estimates=None, now: float | None = None):
+                     types: tuple[str, ...] = (), *, free_at=None, estimates=None, now: float | None = None,
+                     plan_end: float | None = None):
     """The tag to submit: with `pack` (the prediction) and `why` when the job is packed, else as it was
     (an owner who asked for packing gets the reason in `why` and in the returned warning). `types`: the
     GPU types msub's decision chose (a packed job keeps those of them that shard nodes have, and is
@@ -112,8 +113,9 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
 
     `times_of(models)` gives an iteration-time source over the performance rows of those models (None:
     the whole table). `free_at` (the round's published free time per type) and `estimates` (the submit
-    decision's, per type): a job is packed only when sharing ends it no later than waiting for a GPU
-    of its own would (`submit_verdict`); unknown free times skip that rule.
+    decision's, per type): a job is packed only when it would wait for a GPU of its own
+    (`submit_verdict`); `plan_end` (the round's published plan end): neither it nor a queued partner
+    is slowed past it. Unknown free times or plan end skip those rules.
     Returns (tag, warning or "")."""
     if settings.pack is False or not pack_wanted(settings.pack, req.partition, config):
         return tag, ""
@@ -141,19 +143,19 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return no("no estimate of its speed")
-        others = [(p.model, p.bs, s, p.mem) for p in partners
+        others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
                   if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
         where = f"{len(others)} shard jobs in the queue"
         every = bool(others)
         if not others:
-            others = [(*o, None) for o in reference_mix(times_of(None).perf, gpu_type)]
+            others = [(*o, None, None) for o in reference_mix(times_of(None).perf, gpu_type)]
             where = f"the reference mix ({len(others)} models)"
         predicted, reason = submit_verdict(
             mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
-            [(s, mem if mem is not None else peak_gb(m, bs)) for m, bs, s, mem in others], gpu_type,
+            [(s, mem if mem is not None else peak_gb(m, bs), run) for m, bs, s, mem, run in others], gpu_type,
             model.combined_throughput, type_usable_gb(gpu_type),
             float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed,
-            every=every, own=model.own_speed, **_wait(gpu_type, kept, free_at, estimates, now))
+            every=every, own=model.own_speed, **_wait(gpu_type, kept, free_at, estimates, now, plan_end))
     except InterferenceError as exc:
         return no(str(exc))
     if predicted is None:
@@ -162,16 +164,19 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     return tag._replace(pack=round(predicted, 3), added="|".join(kept) if types else "", why=why), ""
 
 
-def _wait(gpu_type: str, kept, free_at, estimates, now: float | None) -> dict:  # noqa: ANN001
-    """submit_verdict's wait_s and runtime_s: the earliest published free time of the kept types, and
-    the job's estimate on the type it is predicted on ({} when either is unknown)."""
+def _wait(gpu_type: str, kept, free_at, estimates, now: float | None, plan_end: float | None) -> dict:  # noqa: ANN001
+    """submit_verdict's wait_s, runtime_s and horizon_s: the earliest published free time of the kept
+    types, the job's estimate on the type it is predicted on, the published plan end ({} when the
+    free times or the estimate are unknown)."""
     import time
 
+    now = time.time() if now is None else now
     waits = [float(free_at[t]) for t in kept if free_at and t in free_at]
     est = (estimates or {}).get(gpu_type)
     if not waits or est is None:
         return {}
-    return {"wait_s": max(0.0, min(waits) - (time.time() if now is None else now)), "runtime_s": est.seconds}
+    return {"wait_s": max(0.0, min(waits) - now), "runtime_s": est.seconds,
+            "horizon_s": plan_end - now if plan_end is not None else None}
 
 
 def pack_options(req, config) -> list[str]:  # noqa: ANN001 - SbatchRequest, Config

@@ -63,13 +63,20 @@ class PackingPlan:
     alone: tuple = ()                # pending jobs without a partner at or above the threshold
 
 
-def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple[JobSpeeds, float | None]],
+def solo_runtime_s(speeds: JobSpeeds, iterations: int | None, gpu_type: str) -> float | None:
+    """A shard job's solo runtime on the type from what the predictor knows of it (its iteration time
+    there times its iterations; None when either is unknown): a queued partner's, for `horizon_s`."""
+    ms = speeds.iter_ms.get(gpu_type)
+    return ms * iterations / 1000.0 if ms and iterations else None
+
+
+def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple],
                    gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                    usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None, *,
                    every: bool = False, own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
                    wait_s: float | None = None, runtime_s: float | None = None,
-                   wait_share: float = WAIT_SHARE) -> tuple[float | None, str]:
+                   wait_share: float = WAIT_SHARE, horizon_s: float | None = None) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
@@ -89,12 +96,18 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     `own`). It is packed only when it would wait (an idle cluster packs nothing: sharing there only
     slows jobs) and the wait is at least `wait_share` of that stretch (1: sharing ends the job itself
     no later than waiting; 0, the default: any wait, since a job that shares leaves a GPU to the queue
-    behind it; bench/bench_packing.py measures both)."""
+    behind it; bench/bench_packing.py measures both).
+
+    `horizon_s`: how long the round's plan runs (its estimated last end minus now). A job the schedule
+    waits for is not to be slowed, so it is not packed when it would run past that end slowed by its
+    partner, nor when one of its queued partners would (a partner given as (speeds, peak GB, solo
+    runtime s): its whole solo runtime counted from now, which errs towards not packing)."""
     if gpu_type not in mine.iter_ms:
         return None, f"no estimate on the shard nodes' type {gpu_type}"
-    known = [(s, p) for s, p in partners if gpu_type in s.iter_ms]
+    known = [(s, p) for s, p, *_ in partners if gpu_type in s.iter_ms]
     if not known:
         return None, "no partner to predict against"
+    runtimes = {id(s): rest[0] for s, _, *rest in partners if rest and rest[0]}
     need = len(known) if every else len(known) / 2
     fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
     if len(fitting) < need:
@@ -110,13 +123,22 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
         return None, f"predicted combined throughput {min(values):.2f} < {threshold:g} beside a queued shard job"
     if predicted < threshold:
         return None, f"predicted combined throughput {predicted:.2f} < {threshold:g}"
+    speeds = [v for s in fitting if own is not None and (v := own(mine, s, gpu_type)) is not None]
+    speed = max(0.05, min(speeds) if every else statistics.median(speeds)) if speeds else MIN_OWN_SPEED
     if wait_s is not None and runtime_s:
-        speeds = [v for s in fitting if own is not None and (v := own(mine, s, gpu_type)) is not None]
-        speed = max(0.05, min(speeds) if every else statistics.median(speeds)) if speeds else MIN_OWN_SPEED
         stretch = runtime_s * (1.0 / speed - 1.0)
         if wait_s <= 0 or wait_s < wait_share * stretch:
             return None, (f"waits {wait_s / 60:.0f} min for a GPU of its own, sharing would add "
                           f"{stretch / 60:.0f} min (own speed {speed:.2f})")
+    if horizon_s is not None:
+        if runtime_s and runtime_s / speed > horizon_s:
+            return None, (f"slowed to {speed:.2f}x it would run {runtime_s / speed / 3600:.1f} h, past the "
+                          f"plan's end in {horizon_s / 3600:.1f} h")
+        for s in fitting:
+            theirs = own(s, mine, gpu_type) if own is not None else None
+            if runtime := runtimes.get(id(s)):
+                if runtime / max(0.05, theirs or MIN_OWN_SPEED) > horizon_s:
+                    return None, f"a queued shard job beside it would run past the plan's end in {horizon_s / 3600:.1f} h"
     return predicted, f"predicted combined throughput {predicted:.2f}"
 
 
