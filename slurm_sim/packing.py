@@ -230,12 +230,13 @@ class SimPacking:
         from msched.msub.packing import MAX_PARTNERS
 
         partners = []
-        for j in list(sim.active.values())[-4 * MAX_PARTNERS:]:
-            if j.shards and len(partners) < MAX_PARTNERS:
+        for j in sim.active.values():                # every shard job it may meet, as msub's squeue
+            if j.shards:
                 t = sim.job_view(j).tag
                 s = speeds_from_tag(t, times) if t is not None else None
-                if s is not None:
-                    partners.append((s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, types[0])))
+                if s is None or types[0] not in s.iter_ms or len(partners) >= MAX_PARTNERS:
+                    return decision, tj.partition, 0       # one it cannot check: not packed (msub's rule)
+                partners.append((s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, types[0])))
         where = f"{len(partners)} shard jobs in the queue"
         every = bool(partners)
         if not partners:

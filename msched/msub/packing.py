@@ -69,22 +69,30 @@ def shard_types(nodes, config) -> list[str]:  # noqa: ANN001 - cluster_view node
     return sorted(gpus, key=lambda t: -gpus[t])
 
 
-def queued_partners(config, sbatch: str) -> list:  # noqa: ANN001
-    """Tags of the managed jobs pending or running in the shard partition (one squeue), [] when none or
-    squeue fails. Only their models and batch sizes are used, to predict; nothing here is trusted."""
+def queued_partners(config, sbatch: str) -> tuple[list, int]:  # noqa: ANN001
+    """(tags of the managed shard jobs pending or running in the shard partition, the shard jobs there
+    msched cannot predict: untagged ones) from one squeue; ([], 0) when none or squeue fails. A shard
+    job is one whose gres request names shards (`%b`). Only the tags' models and batch sizes are used,
+    to predict; nothing here is trusted (a comment that forges a line only adds a partner to check).
+    Reading stops past MAX_PARTNERS (then the job is not packed: not every partner was checked)."""
     from msched.msub.cluster_view import _run
     from msched.tag import parse_comment
 
     out = _run([os.path.join(os.path.dirname(sbatch), "squeue"), "-h", "-t", "PD,R",
-                "-p", config.shard_partition, "-o", "%k"])
-    tags = []
+                "-p", config.shard_partition, "-o", "%b %k"])
+    tags, unknown = [], 0
     for line in (out or "").splitlines():
-        tag = parse_comment(line.strip())[0]
+        gres, _, comment = line.strip().partition(" ")
+        if "shard" not in gres:
+            continue                      # a whole-GPU job in the partition: never a partner
+        tag = parse_comment(comment.strip())[0]
         if tag is not None:
             tags.append(tag)
-        if len(tags) >= MAX_PARTNERS:
+        else:
+            unknown += 1
+        if len(tags) + unknown > MAX_PARTNERS:
             break
-    return tags
+    return tags, unknown
 
 
 def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # noqa: ANN001 - a PerfTable
@@ -136,7 +144,9 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     if not kept:
         return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
     gpu_type = kept[0]
-    partners = queued_partners(config, sbatch)
+    partners, unknown = queued_partners(config, sbatch)
+    if unknown or len(partners) > MAX_PARTNERS:
+        return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
     times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
     try:
         model = load_model()
@@ -145,6 +155,8 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
             return no("no estimate of its speed")
         others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
                   if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+        if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
+            return no(f"{len(partners) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
         where = f"{len(others)} shard jobs in the queue"
         every = bool(others)
         if not others:
