@@ -70,8 +70,9 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
         predicted = model.combined_throughput(sa, sb, p["gpu_type"])
         errors.append(abs(predicted - p["combined"]))
         if min(p["speed_a"], p["speed_b"]) < MIN_OWN_SPEED:
-            # msched's rule passed (both predicted >= 0.5x, combined >= threshold): the predictor erred;
-            # else Slurm paired two jobs msched never checked against each other
+            # predicted here (from the job types' own figures) to pass msched's rule (both >= 0.5x,
+            # combined >= threshold): the predictor erred; else msub's prediction at submit (from the
+            # tag's reference, or a pair it never checked) differed from this one
             ok = predicted >= threshold and (model.slower_speed(sa, sb, p["gpu_type"]) or 0.0) >= MIN_OWN_SPEED
             crawled["predictor" if ok else "unchecked"] += 1
     slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['pair_mae'] if summary['pair_mae'] is None else round(summary['pair_mae'], 3)}; "
           f"unfinished jobs {summary['unfinished']}")
     print(f"pairs with a job measured below {MIN_OWN_SPEED:g}x solo: {summary['crawled']['predictor']} predicted "
-          f"above it (the predictor's error), {summary['crawled']['unchecked']} never checked against each other")
+          f"above it (the predictor's error), {summary['crawled']['unchecked']} predicted below it from the job "
+          f"types' own figures (msub's prediction from the tag's reference passed, or it never checked the pair)")
     if args.json:
         for r in rows:
             for k in ("fifo", "msched", "packed"):
