@@ -266,7 +266,9 @@ def test_the_snapshot_sees_the_gpus_shard_jobs_hold():
         return SlurmJob(job_id, "RUNNING", partition="shared", num_gpus=0, comment=with_tag(tag, None),
                         start_time=start, nodes=node, gpu_type="titanxp")
 
-    jobs = [shard("1", 0.0, "n4"), shard("2", 10.0, "n4"), shard("3", 20.0, "n4")]
+    forged = shard("9", 5.0, "n4")             # a GPU-less job in another partition whose comment claims `pack`
+    jobs = [shard("1", 0.0, "n4"), shard("2", 10.0, "n4"), shard("3", 20.0, "n4"),
+            SlurmJob("9", "RUNNING", partition="cpu", num_gpus=0, comment=forged.comment, start_time=5.0, nodes="n4")]
     nodes = [SlurmNode("n4", "titanxp", 4, gpus_alloc=0, features=("titanxp", "shard"), partitions=("shared",))]
     snap, _ = build_snapshot(jobs, nodes, est, 30.0)
     solo = est(jobs[0], jobs[0].tag)["titanxp"]

@@ -521,7 +521,8 @@ def packed_db(tmp_path_factory):
     """A simulated run with packing (slurm_sim.packing) written to a store through the replay's own
     recorder: two v100s shared through shards, jobs arriving faster than they end so that msub's
     decision packs some; the pair speeds are the test's own (a ResNet-18 beside a ResNet-50 runs at
-    0.8x solo, the ResNet-50 at 0.45x), so what the report must show is known before it runs."""
+    0.8x solo, the ResNet-50 at 0.45x; two of a kind at 0.7x or 0.6x each), so what the report must
+    show is known before it runs."""
     from msched.estimate.perf_table import PerfRow, PerfTable
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
@@ -535,7 +536,8 @@ def packed_db(tmp_path_factory):
     setup = SimSetup(with_shard_nodes(parse_cluster("v100:2x1")), truth, truth,
                      Classifier(["resnet18", "resnet50"], truth), scheduler="backfill", round_s=60.0,
                      packing=SimPacking(pairs))
-    trace = [TraceJob(str(i), 60.0 * i, "u1", "resnet18" if i % 3 else "resnet50", 1, 32, 100000) for i in range(8)]
+    trace = [TraceJob(str(i), 60.0 * i, "u1", "resnet18" if i % 3 else "resnet50", 1, 32, 100000 if i < 4 else 20000)
+             for i in range(16)]     # four long jobs, then short ones that wait behind them: those pack
     db = tmp_path_factory.mktemp("packed") / "sim.db"
     store = Store(f"sqlite:///{db}")
     result = replay(trace, "msched", setup, store=store)
@@ -551,7 +553,7 @@ def test_report_shows_the_packed_pairs_with_predicted_and_measured_speeds(packed
     (rr,) = json.loads(res.stdout)["runs"]
     pk = rr["packing"]
     assert pk["pairs"] >= len(ran) and pk["measured"] == len(ran)      # every pair that ran has its truth
-    # measured = the hand-made truth: each pair here is a ResNet-18 (0.8x) beside a ResNet-50 (0.45x)
+    # measured = the hand-made truth of the pairs that ran
     measured = sorted(sorted((p["measured_a"], p["measured_b"])) for p in pk["shown"] if p["measured_a"] is not None)
     assert measured == sorted(sorted((p["speed_a"], p["speed_b"])) for p in ran)
     assert pk["slowest"] == pytest.approx(min(min(p["speed_a"], p["speed_b"]) for p in ran))

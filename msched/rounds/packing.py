@@ -90,13 +90,15 @@ SHARDS_PER_GPU = 2        # the dev cluster's and the bench's gres.conf (README:
 
 
 def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, estimator, now: float,  # noqa: ANN001
-               canon: Callable[[str], str]) -> tuple[tuple, tuple, tuple]:
+               canon: Callable[[str], str], shard_parts: frozenset[str] | None = None) -> tuple[tuple, tuple, tuple]:
     """The snapshot's view of GPUs that shard jobs hold: (nodes with those GPUs taken, running jobs with
     one entry per such GPU, `ShardGpu`s). Slurm shows a shard job with no GPUs (and real Slurm counts a
     GPU that shards use as no `gpu` allocation), so without this the planner sees such a GPU free or
     busy for an unknown time. Per node, k running shard jobs hold ceil(k / SHARDS_PER_GPU) GPUs (Slurm
     fills one GPU's shards before the next's; after a departure two lone jobs may sit on two GPUs: the
-    count is then one short). A job's end: its solo estimate on its type, stretched by its predicted own
+    count is then one short, and which jobs share may be misread until those GPUs empty, since Slurm's
+    job list does not say which GPU a shard job holds). `shard_parts`: the partitions of shard nodes
+    (a GPU-less job elsewhere whose comment claims `pack` holds no GPU here). A job's end: its solo estimate on its type, stretched by its predicted own
     speed beside a partner (msched.estimate.interference); a GPU frees when its last job ends. Pure
     apart from the estimator; never raises for one bad job."""
     from msched.policy.snapshot import NodeState, RunningJob, ShardGpu
@@ -104,7 +106,7 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
 
     per_node: dict[str, list[SlurmJob]] = {}
     for job in jobs:
-        if job.is_running and job.num_gpus <= 0 and job.nodes and is_shard_job(job):
+        if job.is_running and job.num_gpus <= 0 and job.nodes and is_shard_job(job, shard_parts):
             per_node.setdefault(job.nodes.split(",")[0], []).append(job)
     if not per_node:
         return tuple(nodes), tuple(running), ()
