@@ -28,7 +28,7 @@ SBATCH = "/nonexistent/slurm/bin/sbatch"   # no squeue beside it: no partners, t
 SLURM_CONF = "/nonexistent/slurm.conf"
 
 
-def _site(tmp_path, monkeypatch, extra: str = "") -> None:
+def _site(tmp_path, monkeypatch, extra: str = "", busy: bool = True) -> None:
     state = tmp_path / "state"
     state.mkdir()
     conf = tmp_path / "msched.toml"
@@ -43,6 +43,11 @@ def _site(tmp_path, monkeypatch, extra: str = "") -> None:
     monkeypatch.setenv("MSCHED_CONFIG", str(conf))
     monkeypatch.setenv("MSCHED_CACHE_DIR", str(cache))
     monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
+    if busy:        # a reorder round's published plan: every type busy for an hour, the plan ends in ten days
+        from msched.rounds.reorder import publish_free_time
+        now = time.time()
+        publish_free_time(state / "gpu_free_time.json", now, dict.fromkeys(("a100", "rtx2080ti", "titanxp"), now + 3600),
+                          now + 10 * 86400)
 
 
 def _submit(argv: list[str], script: str | None = None, tmp_path=None) -> tuple[list[str], JobTag | None, list[str]]:
@@ -344,7 +349,7 @@ def test_msub_reads_the_plan_end_the_round_published(tmp_path, monkeypatch):
     from msched.msub.cluster_view import read_plan_end
     from msched.rounds.reorder import publish_free_time
 
-    _site(tmp_path, monkeypatch)
+    _site(tmp_path, monkeypatch, busy=False)
     config = load_config()
     assert read_plan_end(config) is None                     # nothing published yet
     now = time.time()
@@ -353,3 +358,12 @@ def test_msub_reads_the_plan_end_the_round_published(tmp_path, monkeypatch):
     assert read_plan_end(config, now=now + 86400) is None    # stale
     publish_free_time(config.free_time_path, now, {"a100": now + 60})
     assert read_plan_end(config) is None                     # a round that knew no end
+
+
+def test_without_a_fresh_plan_msub_packs_nothing(tmp_path, monkeypatch):
+    """Whether a job would wait for a GPU of its own is the last round's to say: with no published plan
+    (no reorderer running) an owner who asked for packing gets a whole GPU and the reason."""
+    _site(tmp_path, monkeypatch, busy=False)
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1"])
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    assert any("no fresh plan from the reorderer" in w for w in warnings), warnings

@@ -17,12 +17,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import SCRIPT, SlurmCluster, _cannot_run
 from helpers import wait_for
+
+from msched.rounds.reorder import publish_free_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -102,6 +105,10 @@ def _site(base: Path, user) -> Path:
     os.chown(d / "cache", user.uid, user.gid)
     (d / "msched.toml").write_text(f'sbatch = "{shutil.which("sbatch")}"\nstate_dir = "{d / "cache"}"\n'
                                    'pack_partitions = ["gpu"]\n')
+    # a reorder round's published plan (msub packs only a job that would wait, by a fresh one): the
+    # shard nodes' type busy for an hour, the plan ending in ten days
+    now = time.time()
+    publish_free_time(d / "cache" / "gpu_free_time.json", now, {"titanxp": now + 3600}, now + 10 * 86400)
     return d
 
 

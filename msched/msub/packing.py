@@ -120,10 +120,11 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     `added` lists the shard types kept.
 
     `times_of(models)` gives an iteration-time source over the performance rows of those models (None:
-    the whole table). `free_at` (the round's published free time per type) and `estimates` (the submit
-    decision's, per type): a job is packed only when it would wait for a GPU of its own
-    (`submit_verdict`); `plan_end` (the round's published plan end): neither it nor a queued partner
-    is slowed past it. Unknown free times or plan end skip those rules.
+    the whole table). `free_at` (the round's published free time per type; None: no fresh one) and
+    `estimates` (the submit decision's, per type): a job is packed only when it would wait for a GPU of
+    its own (`submit_verdict`), so without a fresh published plan nothing is packed; `plan_end` (the
+    round's published plan end): neither it nor a queued partner is slowed past it (not judged when
+    unknown).
     Returns (tag, warning or "")."""
     if settings.pack is False or not pack_wanted(settings.pack, req.partition, config):
         return tag, ""
@@ -172,6 +173,8 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
         return no(str(exc))
     if predicted is None:
         return no(f"{reason} with {where}")
+    if free_at is None:       # whether it would wait, and the plan's end, are the last round's to say
+        return no("no fresh plan from the reorderer to judge whether it would wait (is `msched reorder` running?)")
     why = f"packed on {gpu_type}: {reason} with {where}"
     return tag._replace(pack=round(predicted, 3), added="|".join(kept) if types else "", why=why), ""
 
@@ -185,9 +188,9 @@ def _wait(gpu_type: str, kept, free_at, estimates, now: float | None, plan_end: 
     now = time.time() if now is None else now
     waits = [float(free_at[t]) for t in kept if free_at and t in free_at]
     est = (estimates or {}).get(gpu_type)
-    if not waits or est is None:
+    if not waits:
         return {}
-    return {"wait_s": max(0.0, min(waits) - now), "runtime_s": est.seconds,
+    return {"wait_s": max(0.0, min(waits) - now), "runtime_s": est.seconds if est is not None else None,
             "horizon_s": plan_end - now if plan_end is not None else None}
 
 

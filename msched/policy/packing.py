@@ -125,8 +125,8 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
         return None, f"predicted combined throughput {predicted:.2f} < {threshold:g}"
     speeds = [v for s in fitting if own is not None and (v := own(mine, s, gpu_type)) is not None]
     speed = max(0.05, min(speeds) if every else statistics.median(speeds)) if speeds else MIN_OWN_SPEED
-    if wait_s is not None and runtime_s:
-        stretch = runtime_s * (1.0 / speed - 1.0)
+    if wait_s is not None:
+        stretch = runtime_s * (1.0 / speed - 1.0) if runtime_s else 0.0
         if wait_s <= 0 or wait_s < wait_share * stretch:
             return None, (f"waits {wait_s / 60:.0f} min for a GPU of its own, sharing would add "
                           f"{stretch / 60:.0f} min (own speed {speed:.2f})")
