@@ -219,8 +219,9 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             base_setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill")
             fifo = replay(trace, "fifo", base_setup, bound=lb).metrics
             for k, opts in variants.items():
+                opts = dict(opts)
                 setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
-                                 policy_options=opts)
+                                 objective=opts.pop("objective", "balanced"), policy_options=opts)
                 r = replay(trace, "msched", setup, bound=lb)
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
                 per[k].append((ms, jct))

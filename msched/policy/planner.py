@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from msched.policy.base import Placed, queue_key
-from msched.policy.msched import MschedPolicy, OraclePolicy, type_demand
+from msched.policy.msched import MschedPolicy, OraclePolicy, starving_jobs, type_demand
 from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -133,8 +133,7 @@ class OptimizingPolicy(MschedPolicy):
         """Starving first (oldest first), then longest first (sign -1) or shortest first (+1)."""
         age = self.starvation_age_s if self.starvation_age_s is not None else snapshot.starvation_age_s
         managed = [j for j in snapshot.pending if j.managed]
-        starving = [j for j in managed if age is not None and snapshot.now - j.submit_time > age]
-        starving.sort(key=lambda j: (j.submit_time, j.job_id))
+        starving = starving_jobs(managed, snapshot.now, age)
         ids = {j.job_id for j in starving}
         rest = [j for j in managed if j.job_id not in ids]
         s = self._greedy_sign() if sign is None else sign
