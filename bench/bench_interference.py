@@ -76,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
                                                            "share": share, "a_job_below_0.5": crawl}
         console.print(f"predicted > {threshold} and slower job >= 0.5: {len(chosen)} pairs, {bad} measured "
                       f"below 0.8 ({share:.1%}), {crawl} with a job measured below 0.5x solo")
+    # a calibrated margin on the slower job's speed: does asking for more than 0.5 keep crawling jobs out?
+    out["own_speed_margin"] = {}
+    for margin in (0.0, 0.1, 0.2):
+        kept = [sm for p, sp, sm in zip(all_pred, slow_pred, slow_meas, strict=True) if p > 1.0 and sp >= 0.5 + margin]
+        crawl = sum(sm < 0.5 for sm in kept) / len(kept) if kept else 0.0
+        out["own_speed_margin"][str(margin)] = {"packed": len(kept), "a_job_below_0.5_share": crawl}
+        console.print(f"slower job predicted >= {0.5 + margin:.1f}: {len(kept)} pairs, {crawl:.1%} with a job "
+                      f"measured below 0.5x solo")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0

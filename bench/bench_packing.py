@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workloads as wl  # noqa: E402
 
+from msched.estimate.interference import MIN_OWN_SPEED  # noqa: E402
 from msched.estimate.perf_table import PerfTable  # noqa: E402
 from slurm_sim.cluster import parse_cluster  # noqa: E402
 from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402
@@ -38,13 +39,14 @@ H = 3600.0
 
 
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,
-             only_when_busy: bool = False) -> dict:
+             only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load)
     cluster = with_shard_nodes(parse_cluster(w.cluster))
     truth = PerfTable.load(w.truth)
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
-                      packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy))
+                      packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
+                                         when_waiting=when_waiting, wait_share=wait_share))
     trace = list(w.jobs)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound)
@@ -61,16 +63,24 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     model, times = load_model(), TableTimes(truth)
     by_id = {j.job_id: j for j in trace}
     errors = []
+    crawled = {"predictor": 0, "unchecked": 0}     # pairs with a job measured below 0.5x solo, by cause
     for p in pairs:
         a, b = by_id[p["a"]], by_id[p["b"]]
         sa, sb = (speeds_from_tag(JobTag(model=j.model, ref=j.model, bs=j.batch_size), times) for j in (a, b))
-        errors.append(abs(model.combined_throughput(sa, sb, p["gpu_type"]) - p["combined"]))
+        predicted = model.combined_throughput(sa, sb, p["gpu_type"])
+        errors.append(abs(predicted - p["combined"]))
+        if min(p["speed_a"], p["speed_b"]) < MIN_OWN_SPEED:
+            # predicted here (from the job types' own figures) to pass msched's rule (both >= 0.5x,
+            # combined >= threshold): the predictor erred; else msub's prediction at submit (from the
+            # tag's reference, or a pair it never checked) differed from this one
+            ok = predicted >= threshold and (model.slower_speed(sa, sb, p["gpu_type"]) or 0.0) >= MIN_OWN_SPEED
+            crawled["predictor" if ok else "unchecked"] += 1
     slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
     return {"seed": seed, "jobs": len(trace), "lb_s": bound.value_s,
             "fifo": fifo.metrics, "msched": plain.metrics, "packed": pack.metrics,
             "shard_jobs": info["shard_jobs"], "pairs": len(pairs), "oom": info["oom"],
             "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
-            "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs),
+            "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled,
             "unfinished": {k: len(v) for k, v in (("fifo", fifo.unfinished), ("msched", plain.unfinished),
                                                   ("packed", pack.unfinished))},
             "_": len(tags)}
@@ -84,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--static", action="store_true", help="every job at t=0 (the makespan setting)")
     ap.add_argument("--threshold", type=float, default=1.0, help="least predicted combined throughput packed")
     ap.add_argument("--when-busy", action="store_true", help="pack only when no GPU of the job's types is free")
+    ap.add_argument("--any-wait", action="store_true",
+                    help="pack whatever the wait (not only when sharing ends the job no later than waiting)")
+    ap.add_argument("--wait-share", type=float,
+                    help="pack only when the wait is at least this share of the stretch sharing costs (default 0)")
     ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
@@ -100,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8}")
     rows = []
     for seed in range(1, args.seeds + 1):
-        r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy)
+        r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
+                     not args.any_wait, args.wait_share)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in ("fifo", "msched", "packed")}
         jct = r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"]
@@ -122,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(maes) if maes else None,
                "pairs": sum(r["pairs"] for r in rows), "pairs_below_1": sum(r["pairs_below_1"] for r in rows),
                "oom": sum(r["oom"] for r in rows), "shard_jobs": sum(r["shard_jobs"] for r in rows),
+               "crawled": {k: sum(r["crawled"][k] for r in rows) for k in ("predictor", "unchecked")},
                "unfinished": sum(sum(r["unfinished"].values()) for r in rows)}
     print(f"mean makespan, packing / no packing: {summary['makespan_packed_over_msched']:.3f} "
           f"(sd {summary['sd']:.3f}); mean JCT: {summary['mean_jct_packed_over_msched']:.3f}")
@@ -132,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['oom']} joins out of memory, predictor MAE on the pairs that ran "
           f"{summary['pair_mae'] if summary['pair_mae'] is None else round(summary['pair_mae'], 3)}; "
           f"unfinished jobs {summary['unfinished']}")
+    print(f"pairs with a job measured below {MIN_OWN_SPEED:g}x solo: {summary['crawled']['predictor']} predicted "
+          f"above it (the predictor's error), {summary['crawled']['unchecked']} predicted below it from the job "
+          f"types' own figures (msub's prediction from the tag's reference passed, or it never checked the pair)")
     if args.json:
         for r in rows:
             for k in ("fifo", "msched", "packed"):

@@ -183,6 +183,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     round_s = float(setup.round_s)
     types = setup.cluster.gpu_types
     published: dict[str, float] = {}
+    published_end: float | None = None
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
     rounds = skipped = calls = begin_writes = 0
@@ -215,7 +216,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if shard_runs is not None and use_constraint:      # msub's packing decision (slurm_sim.packing)
             times = getattr(getattr(estimator, "inner", estimator), "times", None)
-            decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types)
+            decision, partition, extra["shards"] = setup.packing.at_submit(tj, decision, sim, times, shard_types,
+                                                                           free, published_end)
         if tj.dependency:
             kind, _, ids = tj.dependency.partition(":")
             extra["dependency"] = f"{kind}:{':'.join(sim_id_of[i] for i in ids.split(':'))}"
@@ -263,6 +265,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
+                published_end = getattr(result.plan, "est_makespan_end", None)     # packing's horizon
                 stable_until = result.stable_until
                 if recorder is not None:
                     recorder.round(result, sim.now)
@@ -391,5 +394,9 @@ class _Recorder:
 
     def finish(self, client: SimClient, now: float) -> None:
         from msched.store import writes as records
+        shard_runs = getattr(client.sim, "packing", None)
         with self.store.write() as s:
             records.record_completions(s, self.run_id, client.finished_jobs() + client.jobs(), now)
+            if shard_runs is not None:          # the truth of the pairs that ran (slurm_sim.packing)
+                records.record_pair_speeds(s, self.run_id, [(p["a"], p["b"], p["speed_a"], p["speed_b"])
+                                                            for p in shard_runs.pairs])

@@ -202,15 +202,19 @@ class SimPacking:
     threshold: float = 1.0
     packable_share: float = 1.0          # share of the 1-GPU jobs whose owners opt in (by job id)
     only_when_busy: bool = False         # pack only when no GPU of the job's types is free at submit
+    when_waiting: bool = True            # pack only when the job would wait (submit_verdict's wait rule)
+    wait_share: float | None = None      # submit_verdict's wait_share (None: its default)
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
 
-    def at_submit(self, tj, decision, sim, times, shard_types: list[str]):  # noqa: ANN001, ANN201
-        """(decision, partition, shards): the trace job as msub would submit it."""
+    def at_submit(self, tj, decision, sim, times, shard_types: list[str],  # noqa: ANN001, ANN201
+                  free_at: Mapping[str, float] | None = None, plan_end: float | None = None):
+        """(decision, partition, shards): the trace job as msub would submit it (`free_at`, `plan_end`:
+        the free times per GPU type and the plan's last end msub reads, as the round published them)."""
         from msched.estimate.interference import load_model, peak_gb, speeds_from_tag, type_usable_gb
         from msched.msub.packing import reference_mix
-        from msched.policy.packing import submit_verdict
+        from msched.policy.packing import solo_runtime_s, submit_verdict
 
         if tj.num_gpus != 1 or tj.gpu_type or not shard_types or not _opted_in(tj.job_id, self.packable_share):
             return decision, tj.partition, 0
@@ -223,22 +227,33 @@ class SimPacking:
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return decision, tj.partition, 0
+        from msched.msub.packing import MAX_PARTNERS
+
         partners = []
-        for j in list(sim.active.values())[-256:]:
-            if j.shards and len(partners) < 64:
+        for j in sim.active.values():                # every shard job it may meet, as msub's squeue
+            if j.shards:
                 t = sim.job_view(j).tag
                 s = speeds_from_tag(t, times) if t is not None else None
-                if s is not None:
-                    partners.append((s, peak_gb(t.model, t.bs)))
+                if s is None or types[0] not in s.iter_ms or len(partners) >= MAX_PARTNERS:
+                    return decision, tj.partition, 0       # one it cannot check: not packed (msub's rule)
+                partners.append((s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, types[0])))
         where = f"{len(partners)} shard jobs in the queue"
+        every = bool(partners)
         if not partners:
             perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
             partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, types[0])]
             where = "the reference mix"
         model = load_model()
+        waits = [max(0.0, free_at[t] - sim.now) for t in types if free_at and t in free_at]
+        est = (decision.estimates or {}).get(types[0])
         value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, types[0],
                                        model.combined_throughput, type_usable_gb(types[0]), self.threshold,
-                                       model.slower_speed)
+                                       model.slower_speed, every=every, own=model.own_speed,
+                                       wait_s=min(waits) if waits and self.when_waiting else None,
+                                       runtime_s=est.seconds if est is not None else None,
+                                       horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting
+                                       else None,
+                                       **({} if self.wait_share is None else {"wait_share": self.wait_share}))
         if value is None:
             return decision, tj.partition, 0
         packed = tag._replace(pack=round(value, 3), added="|".join(types),

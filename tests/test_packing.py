@@ -28,7 +28,7 @@ SBATCH = "/nonexistent/slurm/bin/sbatch"   # no squeue beside it: no partners, t
 SLURM_CONF = "/nonexistent/slurm.conf"
 
 
-def _site(tmp_path, monkeypatch, extra: str = "") -> None:
+def _site(tmp_path, monkeypatch, extra: str = "", busy: bool = True) -> None:
     state = tmp_path / "state"
     state.mkdir()
     conf = tmp_path / "msched.toml"
@@ -43,6 +43,11 @@ def _site(tmp_path, monkeypatch, extra: str = "") -> None:
     monkeypatch.setenv("MSCHED_CONFIG", str(conf))
     monkeypatch.setenv("MSCHED_CACHE_DIR", str(cache))
     monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
+    if busy:        # a reorder round's published plan: every type busy for an hour, the plan ends in ten days
+        from msched.rounds.reorder import publish_free_time
+        now = time.time()
+        publish_free_time(state / "gpu_free_time.json", now, dict.fromkeys(("a100", "rtx2080ti", "titanxp"), now + 3600),
+                          now + 10 * 86400)
 
 
 def _submit(argv: list[str], script: str | None = None, tmp_path=None) -> tuple[list[str], JobTag | None, list[str]]:
@@ -220,3 +225,145 @@ def test_the_shipped_model_predicts_each_jobs_own_speed():
     for x, y in ((a, b), (b, a)):
         assert 0.0 < model.own_speed(x, y, "v100") < 1.2
     assert model.slower_speed(a, b, "v100") == min(model.own_speed(a, b, "v100"), model.own_speed(b, a, "v100"))
+
+
+def test_against_the_queue_every_shard_job_must_be_a_good_partner():
+    """With the queue's shard jobs as partners (`every`), one bad partner is enough to refuse: the job
+    may meet any of them. Against the reference mix (no job to meet yet) a majority decides."""
+    fast, slow = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 100.0}, 32)
+    predict = lambda a, b, t: 1.5 if a.iter_ms[t] + b.iter_ms[t] < 100 else 0.7  # noqa: E731
+    partners = [(fast, 1.0), (fast, 1.0), (slow, 1.0)]
+    assert submit_verdict(fast, 1.0, partners, "v100", predict, 16.0)[0] is not None   # mean 1.23
+    value, why = submit_verdict(fast, 1.0, partners, "v100", predict, 16.0, every=True)
+    assert value is None and "0.70 < 1 beside a queued shard job" in why
+    crawl = lambda a, b, t: 0.3 if b is slow or a is slow else 0.7  # noqa: E731
+    value, why = submit_verdict(fast, 1.0, partners, "v100", lambda a, b, t: 1.5, 16.0, slower=crawl, every=True)
+    assert value is None and "below 0.5x solo beside a queued shard job" in why
+
+
+def test_a_job_is_packed_only_when_sharing_ends_it_no_later_than_waiting():
+    """Own speed 0.8 beside its partner: a 1000 s job shared takes 1250 s, 250 s more; it is packed only
+    when a GPU of its own is 250 s or more away."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    own = lambda a, b, t: 0.8  # noqa: E731
+    kw = dict(every=True, own=own, runtime_s=1000.0)
+    args = (job, 1.0, [(job, 1.0)], "v100", lambda a, b, t: 1.6, 16.0)
+    assert submit_verdict(*args, wait_s=0.0, **kw)[0] is None         # an idle cluster packs nothing
+    kw["wait_share"] = 1.0
+    value, why = submit_verdict(*args, wait_s=249.0, **kw)
+    assert value is None and "sharing would add 4 min" in why
+    assert submit_verdict(*args, wait_s=250.0, **kw)[0] == 1.6
+    assert submit_verdict(*args, **kw)[0] == 1.6                      # no published free time: not judged
+
+
+def test_the_snapshot_sees_the_gpus_shard_jobs_hold():
+    """Slurm shows shard jobs with no GPUs (and counts no `gpu` allocation for a GPU shards use): the
+    round's snapshot gets one running entry per shared GPU, ending with its last job, the node's free
+    GPUs less those, and the open shard beside a job running alone."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import build_snapshot
+
+    perf = PerfTable.load("msched/data/gpu_performance.csv")
+    est = TagEstimator(TableTimes(perf))
+
+    def shard(job_id: str, start: float, node: str) -> SlurmJob:
+        tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+        return SlurmJob(job_id, "RUNNING", partition="shared", num_gpus=0, comment=with_tag(tag, None),
+                        start_time=start, nodes=node, gpu_type="titanxp")
+
+    forged = shard("9", 5.0, "n4")             # a GPU-less job in another partition whose comment claims `pack`
+    jobs = [shard("1", 0.0, "n4"), shard("2", 10.0, "n4"), shard("3", 20.0, "n4"),
+            SlurmJob("9", "RUNNING", partition="cpu", num_gpus=0, comment=forged.comment, start_time=5.0, nodes="n4")]
+    nodes = [SlurmNode("n4", "titanxp", 4, gpus_alloc=0, features=("titanxp", "shard"), partitions=("shared",))]
+    snap, _ = build_snapshot(jobs, nodes, est, 30.0)
+    solo = est(jobs[0], jobs[0].tag)["titanxp"]
+    assert [(g.jobs, g.open_shards) for g in snap.shard_gpus] == [(("1", "2"), 0), (("3",), 1)]
+    assert snap.shards_free == {"titanxp": 1}
+    assert snap.nodes[0].gpus_free == 2                     # 4 GPUs, 2 held by shards, none by `gpu` jobs
+    lone = next(r for r in snap.running if r.job_id == "3")
+    assert lone.num_gpus == 1 and lone.est_end == pytest.approx(20.0 + solo)
+    pair = [r for r in snap.running if r.job_id in ("1", "2")]
+    assert len(pair) == 1 and pair[0].est_end > 10.0 + solo          # one GPU; the pair runs slower than solo
+    # the simulator's view (a shared GPU counted as allocated) gives the same free count
+    snap2, _ = build_snapshot(jobs, [SlurmNode("n4", "titanxp", 4, gpus_alloc=2, features=("titanxp", "shard"),
+                                               partitions=("shared",))], est, 30.0)
+    assert snap2.nodes[0].gpus_free == 2 and len(snap2.running) == 2
+
+
+def test_by_default_any_wait_packs():
+    """The default share 0: a job that would wait at all may share (it leaves a GPU to the queue)."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    args = (job, 1.0, [(job, 1.0)], "v100", lambda a, b, t: 1.6, 16.0)
+    kw = dict(every=True, own=lambda a, b, t: 0.8, runtime_s=1000.0)
+    assert submit_verdict(*args, wait_s=1.0, **kw)[0] == 1.6
+    assert submit_verdict(*args, wait_s=0.0, **kw)[0] is None
+
+
+def test_pending_shard_jobs_are_planned_as_one_gpu_jobs_and_the_pairing_has_the_last_word():
+    """The planner sees a pending shard job (Slurm shows it with no GPUs) as a 1-GPU job on the shard
+    nodes' types; a GPU-less job elsewhere whose comment claims `pack` stays out. The round's updates
+    keep the pairing's priorities for the shard jobs it ordered (a permutation of the planner's)."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import Update, build_snapshot
+    from msched.rounds.packing import with_pairing
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+    jobs = [SlurmJob("1", "PENDING", partition="shared", priority=50, num_gpus=0, comment=with_tag(tag, None),
+                     reason="Priority"),
+            SlurmJob("2", "PENDING", partition="cpu", priority=50, num_gpus=0, comment=with_tag(tag, None),
+                     reason="Priority")]
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared")),
+             SlurmNode("c1", None, 0, partitions=("cpu",))]
+    snap, views = build_snapshot(jobs, nodes, est, 0.0)
+    assert [(p.job_id, p.num_gpus, p.managed) for p in snap.pending] == [("1", 1, True)]
+    assert set(snap.pending[0].est_runtime_s) == {"titanxp"} and set(views) == {"1"}
+
+    planner = [Update("1", "priority", 90, 50), Update("3", "priority", 80, 60), Update("1", "features", "titanxp")]
+    pairing = [Update("1", "priority", 80, 50)]
+    from msched.policy.packing import PackingPlan
+    merged = with_pairing(planner, pairing, PackingPlan({"1": 80, "3": 90}, {}))
+    assert merged == [Update("1", "features", "titanxp"), Update("1", "priority", 80, 50)]
+    assert with_pairing(planner, [], None) == planner
+
+
+def test_no_job_is_slowed_past_the_plans_end():
+    """horizon_s: the plan ends in 10 h. A 4 h job at 0.5x (8 h) may share; a 6 h one (12 h) may not,
+    and neither may a job whose queued partner would then run past the end (its 6 h solo at 0.5x)."""
+    job = JobSpeeds({"v100": 10.0}, 32)
+    half = lambda a, b, t: 0.5  # noqa: E731
+    args = (job, 1.0, [(job, 1.0, 4 * 3600.0)], "v100", lambda a, b, t: 1.2, 16.0)
+    kw = dict(every=True, own=half, wait_s=60.0, horizon_s=10 * 3600.0)
+    assert submit_verdict(*args, runtime_s=4 * 3600.0, **kw)[0] == 1.2
+    value, why = submit_verdict(*args, runtime_s=6 * 3600.0, **kw)
+    assert value is None and "past the plan's end in 10.0 h" in why
+    long_partner = (job, 1.0, [(job, 1.0, 6 * 3600.0)], "v100", lambda a, b, t: 1.2, 16.0)
+    value, why = submit_verdict(*long_partner, runtime_s=3600.0, **kw)
+    assert value is None and "a queued shard job beside it" in why
+    assert submit_verdict(*long_partner, runtime_s=3600.0, **{**kw, "horizon_s": None})[0] == 1.2
+
+
+def test_msub_reads_the_plan_end_the_round_published(tmp_path, monkeypatch):
+    """The reorderer publishes its plan's end beside the free times; msub reads it back (fresh only)."""
+    from msched.config import load_config
+    from msched.msub.cluster_view import read_plan_end
+    from msched.rounds.reorder import publish_free_time
+
+    _site(tmp_path, monkeypatch, busy=False)
+    config = load_config()
+    assert read_plan_end(config) is None                     # nothing published yet
+    now = time.time()
+    publish_free_time(config.free_time_path, now, {"a100": now + 60}, now + 7200)
+    assert read_plan_end(config) == pytest.approx(now + 7200)
+    assert read_plan_end(config, now=now + 86400) is None    # stale
+    publish_free_time(config.free_time_path, now, {"a100": now + 60})
+    assert read_plan_end(config) is None                     # a round that knew no end
+
+
+def test_without_a_fresh_plan_msub_packs_nothing(tmp_path, monkeypatch):
+    """Whether a job would wait for a GPU of its own is the last round's to say: with no published plan
+    (no reorderer running) an owner who asked for packing gets a whole GPU and the reason."""
+    _site(tmp_path, monkeypatch, busy=False)
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1"])
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    assert any("no fresh plan from the reorderer" in w for w in warnings), warnings

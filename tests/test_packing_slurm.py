@@ -17,12 +17,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import SCRIPT, SlurmCluster, _cannot_run
 from helpers import wait_for
+
+from msched.rounds.reorder import publish_free_time
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -102,6 +105,10 @@ def _site(base: Path, user) -> Path:
     os.chown(d / "cache", user.uid, user.gid)
     (d / "msched.toml").write_text(f'sbatch = "{shutil.which("sbatch")}"\nstate_dir = "{d / "cache"}"\n'
                                    'pack_partitions = ["gpu"]\n')
+    # a reorder round's published plan (msub packs only a job that would wait, by a fresh one): the
+    # shard nodes' type busy for an hour, the plan ending in ten days
+    now = time.time()
+    publish_free_time(d / "cache" / "gpu_free_time.json", now, {"titanxp": now + 3600}, now + 10 * 86400)
     return d
 
 
@@ -131,12 +138,35 @@ def test_msub_packs_two_opted_in_jobs_onto_one_gpu_and_never_an_opted_out_one(sh
         assert a[0] == b[0] == "shard" and a[1] == b[1] and len(a[1]) == 1     # one GPU, two msub jobs
         shown = shard_cluster.run(["scontrol", "show", "job", ids[0]]).stdout
         assert "Partition=shared" in shown and "Comment=msched:v1;" in shown and ";pack=" in shown
+        # the second was judged against the first, read from squeue as a shard job (`%b` names shards)
+        second = shard_cluster.run(["scontrol", "show", "job", ids[1]]).stdout
+        assert "with%201%20shard%20jobs%20in%20the%20queue" in second, second     # the tag escapes spaces
         opted_out = "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32 --no-pack\n#SBATCH --gres=gpu:1\nsleep 300\n"
         job, _ = _msub(ordinary_user, shard_cluster, site, ["-p", "gpu", "-w", "n4"], opted_out)
         ids.append(job)
         whole = wait_for(lambda: _gpu_indices(shard_cluster, job), timeout=60, message="the opted-out job running")
         assert whole[0] == "gpu" and not whole[1] & a[1]          # its own GPU, never the shard jobs'
         assert ";pack=" not in shard_cluster.run(["scontrol", "show", "job", job]).stdout
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def test_msub_never_packs_beside_a_shard_job_it_cannot_check(shard_cluster, ordinary_user):
+    """A shard job msched knows nothing of (a plain `sbatch --gres=shard:1`) could become any packed
+    job's partner, so while one is queued msub packs nothing: the job goes in as a whole-GPU job and
+    its owner, who asked for packing, is told why."""
+    site = _site(Path(shard_cluster.dir), ordinary_user)
+    ids = []
+    try:
+        ids.append(_submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1"]))
+        script = "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32 --pack\n#SBATCH --gres=gpu:1\nsleep 300\n"
+        job, err = _msub(ordinary_user, shard_cluster, site, ["--constraint=shard"], script)
+        ids.append(job)
+        assert "not packed: 1 shard job(s) in the queue msched cannot check as partners" in err, err
+        shown = shard_cluster.run(["scontrol", "show", "job", job]).stdout
+        assert ";pack=" not in shown and "Partition=shared" not in shown and "gres:gpu:1" in shown
     finally:
         if ids:
             shard_cluster.run(["scancel", *ids])

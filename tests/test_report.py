@@ -296,7 +296,9 @@ window.addEventListener("load", function () {
   document.querySelectorAll("img").forEach(function (img) { widths.push(img.naturalWidth); });
   var pre = document.createElement("pre");
   pre.id = "msched-check";
-  pre.textContent = JSON.stringify({images: widths, tables: document.querySelectorAll("table").length});
+  pre.textContent = JSON.stringify({images: widths, tables: document.querySelectorAll("table").length,
+    packed_rows: Array.from(document.querySelectorAll("#packing tbody tr")).map(function (tr) {
+      return Array.from(tr.cells).map(function (td) { return td.textContent; }); })});
   document.body.appendChild(pre);
 });
 </script>"""
@@ -508,3 +510,78 @@ def test_live_queue_replaces_the_last_round_only_for_this_cluster(history_db):
     assert pending_waits.get("5001") == pytest.approx(600) or len(rr.longest_waits) == 10
     other = _report(path, live_jobs=live, live_run="another-cluster").runs[0]
     assert not other.run.live and other.queue == _report(path).runs[0].queue
+
+
+# ------------------------------------------------------------------------------- packed pairs
+R18, R50 = "ResNet-18 (batch size 32)", "ResNet-50 (batch size 32)"
+
+
+@pytest.fixture(scope="module")
+def packed_db(tmp_path_factory):
+    """A simulated run with packing (slurm_sim.packing) written to a store through the replay's own
+    recorder: two v100s shared through shards, jobs arriving faster than they end so that msub's
+    decision packs some; the pair speeds are the test's own (a ResNet-18 beside a ResNet-50 runs at
+    0.8x solo, the ResNet-50 at 0.45x; two of a kind at 0.7x or 0.6x each), so what the report must
+    show is known before it runs."""
+    from msched.estimate.perf_table import PerfRow, PerfTable
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.packing import PairTruth, SimPacking, with_shard_nodes
+    from slurm_sim.trace import TraceJob
+
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 50.0),
+                       PerfRow("resnet50", "v100", 1, 32, "float", 150.0)])
+    pairs = PairTruth({(R18, R18, "v100"): (0.7, 0.7), (R50, R50, "v100"): (0.6, 0.6),
+                       (R18, R50, "v100"): (0.8, 0.45), (R50, R18, "v100"): (0.45, 0.8)})
+    setup = SimSetup(with_shard_nodes(parse_cluster("v100:2x1")), truth, truth,
+                     Classifier(["resnet18", "resnet50"], truth), scheduler="backfill", round_s=60.0,
+                     packing=SimPacking(pairs))
+    trace = [TraceJob(str(i), 60.0 * i, "u1", "resnet18" if i % 3 else "resnet50", 1, 32, 100000 if i < 4 else 20000)
+             for i in range(16)]     # four long jobs, then short ones that wait behind them: those pack
+    db = tmp_path_factory.mktemp("packed") / "sim.db"
+    store = Store(f"sqlite:///{db}")
+    result = replay(trace, "msched", setup, store=store)
+    store.dispose()
+    return db, result.metrics["packing"]["pairs"]
+
+
+def test_report_shows_the_packed_pairs_with_predicted_and_measured_speeds(packed_db):
+    db, ran = packed_db
+    assert ran, "the run packed nothing: the fixture no longer exercises the report's pairs"
+    res = CliRunner().invoke(report_cmd, ["--db", str(db), "--kind", "sim", "--json"])
+    assert res.exit_code == 0, res.output
+    (rr,) = json.loads(res.stdout)["runs"]
+    pk = rr["packing"]
+    assert pk["pairs"] >= len(ran) and pk["measured"] == len(ran)      # every pair that ran has its truth
+    # measured = the hand-made truth of the pairs that ran
+    measured = sorted(sorted((p["measured_a"], p["measured_b"])) for p in pk["shown"] if p["measured_a"] is not None)
+    assert measured == sorted(sorted((p["speed_a"], p["speed_b"])) for p in ran)
+    assert pk["slowest"] == pytest.approx(min(min(p["speed_a"], p["speed_b"]) for p in ran))
+    assert pk["below_half"] == sum(min(p["speed_a"], p["speed_b"]) < 0.5 for p in ran)
+    # the rounds that saw a pair recorded the predictor's speeds for it (the shipped model's, in (0, 2))
+    seen = [p for p in pk["shown"] if p["predicted_a"] is not None]
+    assert seen and all(0 < p["predicted_a"] < 2 and 0 < p["predicted_b"] < 2 for p in seen)
+    models = {p["model_a"] for p in seen} | {p["model_b"] for p in seen}
+    assert models <= {"resnet18", "resnet50"}
+    text = CliRunner().invoke(report_cmd, ["--db", str(db), "--kind", "sim"]).output
+    assert "Packed pairs" in text and "0.45" in text
+
+
+def test_a_store_written_before_packing_reports_no_pairs(history_db):
+    (rr,) = _report(history_db[0]).runs
+    assert rr.packing.pairs == 0 and not rr.packing.shown
+    assert "No jobs shared a GPU" in render_html(_report(history_db[0]))
+
+
+@pytest.mark.browser
+def test_html_packed_pairs_render_in_chromium(packed_db, tmp_path):
+    db, ran = packed_db
+    out = tmp_path / "report.html"
+    res = CliRunner().invoke(report_cmd, ["--db", str(db), "--kind", "sim", "--html", str(out)])
+    assert res.exit_code == 0, res.output
+    seen = render_in_chromium(out.read_text(), tmp_path)
+    rows = seen["packed_rows"]
+    assert len(rows) >= len(ran) and all(len(r) == 11 for r in rows)
+    # the measured columns, as the browser shows them: the truth's own speeds of the pairs that ran
+    shown = sorted(sorted((r[7], r[8])) for r in rows if r[7] != "-")
+    assert shown == sorted(sorted((f"{p['speed_a']:.2f}", f"{p['speed_b']:.2f}")) for p in ran)

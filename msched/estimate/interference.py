@@ -64,8 +64,12 @@ class JobSpeeds:
 
 
 def pair_features(a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> list[float]:
+    """Symmetric: sums and absolute differences of the two jobs' features, then the faster and the
+    slower job's samples a second (the same information as their sum and difference, but a tree splits
+    on one axis at a time: with them, leave-one-job-type-out MAE 0.189 -> 0.176, bench_interference)."""
     fa, fb = a.features(gpu_type), b.features(gpu_type)
-    return [x + y for x, y in zip(fa, fb, strict=True)] + [abs(x - y) for x, y in zip(fa, fb, strict=True)]
+    return ([x + y for x, y in zip(fa, fb, strict=True)] + [abs(x - y) for x, y in zip(fa, fb, strict=True)]
+            + [max(fa[0], fb[0]), min(fa[0], fb[0])])
 
 
 @record

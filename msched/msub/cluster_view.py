@@ -46,6 +46,19 @@ def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], 
     return free_at, fresh
 
 
+def read_plan_end(config, now: float | None = None) -> float | None:  # noqa: ANN001
+    """The last reorder round's estimated end of its plan (published beside the free times), or None
+    when the file is missing, stale or older than that key (packing then does not judge by it)."""
+    now = time.time() if now is None else now
+    try:
+        with open(config.free_time_path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        end, published = data.get("plan_end"), float(data.get("time", 0))
+        return float(end) if end is not None and now - published <= FREE_TIME_MAX_AGE_S else None
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def _run(argv: list[str]) -> str | None:
     """A Slurm command's standard output, or None when it cannot be run or fails."""
     from msched.msub.spawn import spawn_and_wait

@@ -63,7 +63,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     from msched import __version__
     from msched.estimate.estimators import TagEstimator
     from msched.estimate.runtime import times_for
-    from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time
+    from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time, read_plan_end
     from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
     from msched.policy.feasibility import node_sizes
@@ -116,14 +116,16 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s, peak_memory_gb=mem)
     decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
     if packing and (settings.pack or (settings.pack is None and config.pack_partitions)):
-        tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types)
+        tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types,
+                      free_at=free_at if fresh else None, estimates=decision.estimates,
+                      plan_end=read_plan_end(config) if fresh else None)
         if tag.pack is not None:                 # a shard job, on the chosen types that shard nodes have
             return tag, tuple(t for t in tag.added.split("|") if t), pinned
         return tag, decision.types, pinned       # an owner who asked reads why not in `why`
     return decision.tag, decision.types, pinned      # its `why` says why no type was added, if none was
 
 
-def _packed(tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, types=()):  # noqa: ANN001, ANN202, PLR0913
+def _packed(tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, types=(), **wait):  # noqa: ANN001, ANN202, PLR0913
     """The tag after msub's packing decision (msched.msub.packing), its warning added to WARNINGS."""
     from msched.estimate.perf_table import PerfTable
     from msched.estimate.runtime import times_for
@@ -133,7 +135,8 @@ def _packed(tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, t
         perf = PerfTable.load(config.performance) if models is None else reference_rows(config.performance, models)
         return times_for(config, perf)
 
-    tag, warning = consider_packing(tag, settings, req, gpus, pinned, config, sbatch, nodes, times_of, tuple(types))
+    tag, warning = consider_packing(tag, settings, req, gpus, pinned, config, sbatch, nodes, times_of, tuple(types),
+                                    **wait)
     if warning and warnings is not None:
         warnings.append(warning)
     return tag

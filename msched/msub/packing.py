@@ -35,9 +35,9 @@ from msched.estimate.interference import (
     speeds_from_tag,
     type_usable_gb,
 )
-from msched.policy.packing import submit_verdict
+from msched.policy.packing import solo_runtime_s, submit_verdict
 
-MAX_PARTNERS = 64            # shard jobs read from the queue at most (a long queue says no more)
+MAX_PARTNERS = 128           # shard jobs read from the queue at most (each must be a good partner)
 
 
 def pack_wanted(pack: bool | None, partition: str | None, config) -> bool:  # noqa: ANN001
@@ -69,22 +69,30 @@ def shard_types(nodes, config) -> list[str]:  # noqa: ANN001 - cluster_view node
     return sorted(gpus, key=lambda t: -gpus[t])
 
 
-def queued_partners(config, sbatch: str) -> list:  # noqa: ANN001
-    """Tags of the managed jobs pending or running in the shard partition (one squeue), [] when none or
-    squeue fails. Only their models and batch sizes are used, to predict; nothing here is trusted."""
+def queued_partners(config, sbatch: str) -> tuple[list, int]:  # noqa: ANN001
+    """(tags of the managed shard jobs pending or running in the shard partition, the shard jobs there
+    msched cannot predict: untagged ones) from one squeue; ([], 0) when none or squeue fails. A shard
+    job is one whose gres request names shards (`%b`). Only the tags' models and batch sizes are used,
+    to predict; nothing here is trusted (a comment that forges a line only adds a partner to check).
+    Reading stops past MAX_PARTNERS (then the job is not packed: not every partner was checked)."""
     from msched.msub.cluster_view import _run
     from msched.tag import parse_comment
 
     out = _run([os.path.join(os.path.dirname(sbatch), "squeue"), "-h", "-t", "PD,R",
-                "-p", config.shard_partition, "-o", "%k"])
-    tags = []
+                "-p", config.shard_partition, "-o", "%b %k"])
+    tags, unknown = [], 0
     for line in (out or "").splitlines():
-        tag = parse_comment(line.strip())[0]
+        gres, _, comment = line.strip().partition(" ")
+        if "shard" not in gres:
+            continue                      # a whole-GPU job in the partition: never a partner
+        tag = parse_comment(comment.strip())[0]
         if tag is not None:
             tags.append(tag)
-        if len(tags) >= MAX_PARTNERS:
+        else:
+            unknown += 1
+        if len(tags) + unknown > MAX_PARTNERS:
             break
-    return tags
+    return tags, unknown
 
 
 def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # noqa: ANN001 - a PerfTable
@@ -103,7 +111,8 @@ def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # n
 
 
 def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, nodes, times_of,  # noqa: ANN001, ANN201, PLR0913
-                     types: tuple[str, ...] = ()):
+                     types: tuple[str, ...] = (), *, free_at=None, estimates=None, now: float | None = None,
+                     plan_end: float | None = None):
     """The tag to submit: with `pack` (the prediction) and `why` when the job is packed, else as it was
     (an owner who asked for packing gets the reason in `why` and in the returned warning). `types`: the
     GPU types msub's decision chose (a packed job keeps those of them that shard nodes have, and is
@@ -111,7 +120,11 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     `added` lists the shard types kept.
 
     `times_of(models)` gives an iteration-time source over the performance rows of those models (None:
-    the whole table).
+    the whole table). `free_at` (the round's published free time per type; None: no fresh one) and
+    `estimates` (the submit decision's, per type): a job is packed only when it would wait for a GPU of
+    its own (`submit_verdict`), so without a fresh published plan nothing is packed; `plan_end` (the
+    round's published plan end): neither it nor a queued partner is slowed past it (not judged when
+    unknown).
     Returns (tag, warning or "")."""
     if settings.pack is False or not pack_wanted(settings.pack, req.partition, config):
         return tag, ""
@@ -132,30 +145,53 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     if not kept:
         return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
     gpu_type = kept[0]
-    partners = queued_partners(config, sbatch)
+    partners, unknown = queued_partners(config, sbatch)
+    if unknown or len(partners) > MAX_PARTNERS:
+        return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
     times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
     try:
         model = load_model()
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return no("no estimate of its speed")
-        others = [(p.model, p.bs, s, p.mem) for p in partners
+        others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
                   if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+        if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
+            return no(f"{len(partners) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
         where = f"{len(others)} shard jobs in the queue"
+        every = bool(others)
         if not others:
-            others = [(*o, None) for o in reference_mix(times_of(None).perf, gpu_type)]
+            others = [(*o, None, None) for o in reference_mix(times_of(None).perf, gpu_type)]
             where = f"the reference mix ({len(others)} models)"
         predicted, reason = submit_verdict(
             mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
-            [(s, mem if mem is not None else peak_gb(m, bs)) for m, bs, s, mem in others], gpu_type,
+            [(s, mem if mem is not None else peak_gb(m, bs), run) for m, bs, s, mem, run in others], gpu_type,
             model.combined_throughput, type_usable_gb(gpu_type),
-            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed)
+            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed,
+            every=every, own=model.own_speed, **_wait(gpu_type, kept, free_at, estimates, now, plan_end))
     except InterferenceError as exc:
         return no(str(exc))
     if predicted is None:
         return no(f"{reason} with {where}")
+    if free_at is None:       # whether it would wait, and the plan's end, are the last round's to say
+        return no("no fresh plan from the reorderer to judge whether it would wait (is `msched reorder` running?)")
     why = f"packed on {gpu_type}: {reason} with {where}"
     return tag._replace(pack=round(predicted, 3), added="|".join(kept) if types else "", why=why), ""
+
+
+def _wait(gpu_type: str, kept, free_at, estimates, now: float | None, plan_end: float | None) -> dict:  # noqa: ANN001
+    """submit_verdict's wait_s, runtime_s and horizon_s: the earliest published free time of the kept
+    types, the job's estimate on the type it is predicted on, the published plan end ({} when the
+    free times or the estimate are unknown)."""
+    import time
+
+    now = time.time() if now is None else now
+    waits = [float(free_at[t]) for t in kept if free_at and t in free_at]
+    est = (estimates or {}).get(gpu_type)
+    if not waits:
+        return {}
+    return {"wait_s": max(0.0, min(waits) - now), "runtime_s": est.seconds if est is not None else None,
+            "horizon_s": plan_end - now if plan_end is not None else None}
 
 
 def pack_options(req, config) -> list[str]:  # noqa: ANN001 - SbatchRequest, Config

@@ -20,11 +20,13 @@ msched knows (their solo speeds and memory), it pairs them and orders them.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 
 from msched.estimate.interference import DEFAULT_THRESHOLD, MIN_OWN_SPEED, JobSpeeds, pair_fits
 from msched.util.record import record
 
+WAIT_SHARE = 0.0              # submit_verdict: least wait, as a share of the stretch sharing costs the job
 MAX_PENDING = 200             # shard jobs paired per round at most (the rest keep their order)
 
 
@@ -61,31 +63,82 @@ class PackingPlan:
     alone: tuple = ()                # pending jobs without a partner at or above the threshold
 
 
-def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple[JobSpeeds, float | None]],
+def solo_runtime_s(speeds: JobSpeeds, iterations: int | None, gpu_type: str) -> float | None:
+    """A shard job's solo runtime on the type from what the predictor knows of it (its iteration time
+    there times its iterations; None when either is unknown): a queued partner's, for `horizon_s`."""
+    ms = speeds.iter_ms.get(gpu_type)
+    return ms * iterations / 1000.0 if ms and iterations else None
+
+
+def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple],
                    gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                    usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
-                   slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None
-                   ) -> tuple[float | None, str]:
+                   slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None, *,
+                   every: bool = False, own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
+                   wait_s: float | None = None, runtime_s: float | None = None,
+                   wait_share: float = WAIT_SHARE, horizon_s: float | None = None) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
     below the threshold. `slower(a, b, type)`: the slower job's predicted own speed; partners beside
-    which it falls under MIN_OWN_SPEED count as misfits too."""
+    which it falls under MIN_OWN_SPEED count as misfits too.
+
+    `every`: the partners are the shard jobs in the queue (pending or running), one of which it will
+    meet. Then *each* of them must be a good partner (fits, combined at or above the threshold, both
+    jobs at or above MIN_OWN_SPEED): a shard job that starts after a running one may join its GPU, and
+    a pending one may be joined, so a pair forms only between jobs the later one was checked against
+    (the 0.5x-solo rule holds for every pair Slurm forms, up to the predictor's error and the jobs a
+    long queue leaves unread). Without `every` (the reference mix: no job to meet yet) most must be.
+
+    `wait_s` (the plan's wait for a GPU of its own: the round's published free time) and `runtime_s`
+    (its solo estimate on the type): sharing stretches the job by runtime x (1 / own speed - 1) (own
+    speed its lowest predicted beside the queue's partners, the median beside the reference mix,
+    `own`). It is packed only when it would wait (an idle cluster packs nothing: sharing there only
+    slows jobs) and the wait is at least `wait_share` of that stretch (1: sharing ends the job itself
+    no later than waiting; 0, the default: any wait, since a job that shares leaves a GPU to the queue
+    behind it; bench/bench_packing.py measures both).
+
+    `horizon_s`: how long the round's plan runs (its estimated last end minus now). A job the schedule
+    waits for is not to be slowed, so it is not packed when it would run past that end slowed by its
+    partner, nor when one of its queued partners would (a partner given as (speeds, peak GB, solo
+    runtime s): its whole solo runtime counted from now, which errs towards not packing)."""
     if gpu_type not in mine.iter_ms:
         return None, f"no estimate on the shard nodes' type {gpu_type}"
-    known = [(s, p) for s, p in partners if gpu_type in s.iter_ms]
+    known = [(s, p) for s, p, *_ in partners if gpu_type in s.iter_ms]
     if not known:
         return None, "no partner to predict against"
+    runtimes = {id(s): rest[0] for s, _, *rest in partners if rest and rest[0]}
+    need = len(known) if every else len(known) / 2
     fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
-    if len(fitting) < len(known) / 2:
-        return None, f"too big to share a {gpu_type} with most partners"
+    if len(fitting) < need:
+        return None, f"too big to share a {gpu_type} with {'every partner' if every else 'most partners'}"
     if slower is not None:
         fitting = [s for s in fitting if (v := slower(mine, s, gpu_type)) is None or v >= MIN_OWN_SPEED]
-        if len(fitting) < len(known) / 2:
-            return None, f"one job predicted below {MIN_OWN_SPEED:g}x solo beside most partners"
-    predicted = sum(predict(mine, s, gpu_type) for s in fitting) / len(fitting)
+        if len(fitting) < need:
+            return None, (f"one job predicted below {MIN_OWN_SPEED:g}x solo beside "
+                          f"{'a queued shard job' if every else 'most partners'}")
+    values = [predict(mine, s, gpu_type) for s in fitting]
+    predicted = sum(values) / len(values)
+    if every and min(values) < threshold:
+        return None, f"predicted combined throughput {min(values):.2f} < {threshold:g} beside a queued shard job"
     if predicted < threshold:
         return None, f"predicted combined throughput {predicted:.2f} < {threshold:g}"
+    speeds = [v for s in fitting if own is not None and (v := own(mine, s, gpu_type)) is not None]
+    speed = max(0.05, min(speeds) if every else statistics.median(speeds)) if speeds else MIN_OWN_SPEED
+    if wait_s is not None:
+        stretch = runtime_s * (1.0 / speed - 1.0) if runtime_s else 0.0
+        if wait_s <= 0 or wait_s < wait_share * stretch:
+            return None, (f"waits {wait_s / 60:.0f} min for a GPU of its own, sharing would add "
+                          f"{stretch / 60:.0f} min (own speed {speed:.2f})")
+    if horizon_s is not None:
+        if runtime_s and runtime_s / speed > horizon_s:
+            return None, (f"slowed to {speed:.2f}x it would run {runtime_s / speed / 3600:.1f} h, past the "
+                          f"plan's end in {horizon_s / 3600:.1f} h")
+        for s in fitting:
+            theirs = own(s, mine, gpu_type) if own is not None else None
+            if runtime := runtimes.get(id(s)):
+                if runtime / max(0.05, theirs or MIN_OWN_SPEED) > horizon_s:
+                    return None, f"a queued shard job beside it would run past the plan's end in {horizon_s / 3600:.1f} h"
     return predicted, f"predicted combined throughput {predicted:.2f}"
 
 

@@ -31,6 +31,24 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class ShardGpu:
+    """One GPU that shard jobs share (gres/shard, the Packing issue). Slurm shows shard jobs with no
+    GPUs, so the round adds this view: which jobs hold the GPU, when it frees (its last job's estimated
+    end) and how many of its shards are open (a 1-shard job would join it before taking a free GPU)."""
+
+    node: str
+    gpu_type: str
+    jobs: tuple[str, ...]
+    est_end: float
+    shards: int = 2
+    speeds: tuple[float | None, ...] = ()   # each job's predicted own/solo speed beside the other (a pair)
+
+    @property
+    def open_shards(self) -> int:
+        return max(0, self.shards - len(self.jobs))
+
+
+@dataclass(frozen=True)
 class PendingJob:
     job_id: str
     submit_time: float
@@ -55,6 +73,7 @@ class ClusterSnapshot:
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
     starvation_age_s: float | None = None       # pending longer than this: first, widened (None = no guard)
+    shard_gpus: tuple[ShardGpu, ...] = ()       # GPUs shard jobs hold (also in `running`, one entry per GPU)
 
     @cached_property
     def gpu_types(self) -> list[str]:
@@ -73,6 +92,14 @@ class ClusterSnapshot:
         for n in self.nodes:
             c[n.gpu_type] += n.gpus
         return dict(c)
+
+    @property
+    def shards_free(self) -> dict[str, int]:
+        """Open shards per GPU type: where a 1-shard job starts at once, beside a job already there."""
+        c: Counter[str] = Counter()
+        for g in self.shard_gpus:
+            c[g.gpu_type] += g.open_shards
+        return {t: k for t, k in c.items() if k}
 
     @property
     def gpus_free(self) -> dict[str, int]:

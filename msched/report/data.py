@@ -22,7 +22,7 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from msched.store.schema import Job, Round, RoundDay, Run
+from msched.store.schema import Job, PackedPair, Round, RoundDay, Run
 
 ACTIVE = ("PENDING", "RUNNING")
 # A job that ended like this says nothing about how long its work takes.
@@ -132,6 +132,57 @@ class ReferenceMiss:
 
 
 @dataclass(frozen=True)
+class PairRow:
+    """Two shard jobs that shared a GPU: each one's own/solo speed, predicted (when a round saw the
+    pair) and measured (a simulated run's truth; None on a real cluster, which reports no such speed)."""
+
+    job_a: str
+    job_b: str
+    model_a: str
+    model_b: str
+    gpu_type: str
+    predicted_a: float | None
+    predicted_b: float | None
+    measured_a: float | None
+    measured_b: float | None
+
+    @staticmethod
+    def _sum(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a + b
+
+    @property
+    def predicted(self) -> float | None:
+        """Predicted combined throughput (own/solo + partner/solo)."""
+        return self._sum(self.predicted_a, self.predicted_b)
+
+    @property
+    def measured(self) -> float | None:
+        return self._sum(self.measured_a, self.measured_b)
+
+    @property
+    def slowest(self) -> float | None:
+        """The slower job's measured own/solo speed (packing aims to keep it at 0.5 or more)."""
+        return None if self.measured_a is None or self.measured_b is None else min(self.measured_a, self.measured_b)
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    """The run's packed pairs (the Packing issue): how many, how well predicted, the slowest job."""
+
+    pairs: int = 0
+    measured: int = 0
+    mean_predicted: float | None = None        # combined, over pairs with a prediction
+    mean_measured: float | None = None         # combined, over pairs with a measurement
+    mean_abs_error: float | None = None        # |predicted - measured| combined, over pairs with both
+    slowest: float | None = None               # the slowest measured own/solo speed of any packed job
+    below_half: int = 0                        # pairs with a job measured below 0.5x solo
+    shown: tuple[PairRow, ...] = ()            # slowest measured first, then the newest
+
+
+MAX_PAIRS_SHOWN = 20
+
+
+@dataclass(frozen=True)
 class RoundError:
     time: float
     error: str
@@ -177,6 +228,7 @@ class RunReport:
     reference_misses: tuple[ReferenceMiss, ...]
     rounds: RoundStats
     series: PlotSeries
+    packing: PackingStats = PackingStats()
 
 
 @dataclass(frozen=True)
@@ -453,7 +505,31 @@ def _run_report(session: Session, run: Run, since_s: float | None, starvation_ag
         est_vs_actual=points)
     return RunReport(run=info, queue=queue, gpu_types=usage, waits=waits, longest_waits=longest,
                      starving=starving, started_late=started_late, estimates=estimates, reference_misses=reference_misses,
-                     rounds=rounds_stats, series=series)
+                     rounds=rounds_stats, series=series, packing=_packing(session, run.id, jobs))
+
+
+def _packing(session: Session, run_id: int, jobs: Sequence[Job]) -> PackingStats:
+    """The run's packed pairs (msched.store.schema.PackedPair); none in a store written before packing."""
+    if not inspect(session.connection()).has_table(PackedPair.__tablename__):
+        return PackingStats()
+    rows = list(session.scalars(select(PackedPair).where(PackedPair.run_id == run_id).order_by(PackedPair.id)))
+    if not rows:
+        return PackingStats()
+    model = {j.job_id: j.model for j in jobs}
+    pairs = [PairRow(r.job_a, r.job_b, model.get(r.job_a, ""), model.get(r.job_b, ""), r.gpu_type or "",
+                     r.predicted_a, r.predicted_b, r.measured_a, r.measured_b) for r in rows]
+    predicted = [p.predicted for p in pairs if p.predicted is not None]
+    measured = [p for p in pairs if p.measured is not None]
+    both = [abs(p.predicted - p.measured) for p in measured if p.predicted is not None]
+    worst = sorted(measured, key=lambda p: p.slowest)[:MAX_PAIRS_SHOWN // 2]
+    newest = [p for p in reversed(pairs) if p not in worst][:MAX_PAIRS_SHOWN - len(worst)]
+    return PackingStats(
+        pairs=len(pairs), measured=len(measured),
+        mean_predicted=sum(predicted) / len(predicted) if predicted else None,
+        mean_measured=sum(p.measured for p in measured) / len(measured) if measured else None,
+        mean_abs_error=sum(both) / len(both) if both else None,
+        slowest=min((p.slowest for p in measured), default=None),
+        below_half=sum(p.slowest < 0.5 for p in measured), shown=(*worst, *newest))
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ def _run_section(rr: RunReport, report: Report) -> str:
                       ["reference", "group", "jobs", "median ratio", "typical miss"],
                       [[m.reference, m.group, str(m.jobs), fmt_ratio(m.median_ratio), f"x{m.miss_factor:.2f}"]
                        for m in rr.reference_misses], "Nothing to compare yet."))
+    out.append(_packing_section(rr))
     r = rr.rounds
     out.append("<h3>Rounds</h3>")
     if r.count:
@@ -113,6 +114,29 @@ def _run_section(rr: RunReport, report: Report) -> str:
         out.append(f'<img alt="{_e(alt)}" src="data:image/png;base64,{png}">')
     out.append("</div>")
     return "\n".join(out)
+
+
+def _packing_section(rr: RunReport) -> str:
+    """Packed pairs (gres/shard): which jobs shared a GPU, predicted vs measured own/solo speeds."""
+    pk = rr.packing
+    if not pk.pairs:
+        return '<div id="packing"><h3>Packed pairs</h3><p class=note>No jobs shared a GPU in this run.</p></div>'
+    summary = (f"<p>{pk.pairs} pair(s) shared a GPU; predicted combined throughput "
+               f"{_e(fmt_ratio(pk.mean_predicted))} on average")
+    if pk.measured:
+        summary += (f", measured {_e(fmt_ratio(pk.mean_measured))} ({pk.measured} measured; mean error "
+                    f"{_e(fmt_ratio(pk.mean_abs_error))}); slowest packed job at {_e(fmt_ratio(pk.slowest))}x solo, "
+                    f"{pk.below_half} pair(s) with a job below 0.5x")
+    else:
+        summary += "; no measured speeds (Slurm reports none for a shared GPU; simulated runs have them)"
+    table = _table("Packed pairs (slowest measured first, then the newest): own/solo speed of each job",
+                   ["job a", "model a", "job b", "model b", "type", "predicted a", "predicted b",
+                    "measured a", "measured b", "combined predicted", "combined measured"],
+                   [[p.job_a, p.model_a or "-", p.job_b, p.model_b or "-", p.gpu_type or "-",
+                     fmt_ratio(p.predicted_a), fmt_ratio(p.predicted_b), fmt_ratio(p.measured_a),
+                     fmt_ratio(p.measured_b), fmt_ratio(p.predicted), fmt_ratio(p.measured)] for p in pk.shown], "")
+    table = table.replace("<h3>", "<h4>").replace("</h3>", "</h4>")
+    return f'<div id="packing"><h3>Packed pairs</h3>{summary}.</p>{table}</div>'
 
 
 def _ms(seconds: float | None) -> str:

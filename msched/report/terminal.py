@@ -59,7 +59,7 @@ def render(report: Report, console: Console | None = None) -> None:
 
 
 TEXT_COLUMNS = {"group", "type", "basis", "jobs by group", "model", "state", "reference", "time", "error",
-                 "planned type (pending jobs)", "job"}
+                 "planned type (pending jobs)", "job", "job a", "job b", "model a", "model b"}
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -119,6 +119,18 @@ def _render_run(rr: RunReport, report: Report, console: Console) -> None:
                    "reference", "group", "jobs", "median ratio", "typical miss")
         for m in rr.reference_misses:
             _row(t, m.reference, m.group, str(m.jobs), fmt_ratio(m.median_ratio), f"x{m.miss_factor:.2f}")
+        console.print(t)
+
+    pk = rr.packing
+    if pk.pairs:
+        measured = (f", measured {fmt_ratio(pk.mean_measured)} (mean error {fmt_ratio(pk.mean_abs_error)}), "
+                    f"slowest packed job {fmt_ratio(pk.slowest)}x solo" if pk.measured else ", none measured")
+        t = _table(f"Packed pairs: {pk.pairs}, predicted combined {fmt_ratio(pk.mean_predicted)}{measured}",
+                   "job a", "model a", "job b", "model b", "type", "predicted", "measured")
+        for p in pk.shown:
+            _row(t, p.job_a, p.model_a or "-", p.job_b, p.model_b or "-", p.gpu_type or "-",
+                 f"{fmt_ratio(p.predicted_a)} + {fmt_ratio(p.predicted_b)}",
+                 f"{fmt_ratio(p.measured_a)} + {fmt_ratio(p.measured_b)}")
         console.print(t)
 
     r = rr.rounds

@@ -50,7 +50,13 @@ from dataclasses import dataclass, field
 from msched.estimate.memory import usable_by_type
 from msched.policy.feasibility import feasible_types, node_sizes
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, Plan, RunningJob
-from msched.rounds.packing import packing_round  # shard jobs, outside the snapshot (Packing issue)
+from msched.rounds.packing import (  # shard jobs: their GPUs in the snapshot, their pairing (Packing issue)
+    packing_round,
+    planned_shard_job,
+    shard_partitions,
+    shard_view,
+    with_pairing,
+)
 from msched.rounds.settle import (
     Incumbent,
     SettleOptions,
@@ -227,13 +233,14 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     running: list[RunningJob] = []
     pending: list[PendingJob] = []
     views: dict[str, JobView] = {}
+    shard_parts = shard_partitions(nodes)
     memo = _MEMO.start(estimator, gpu_type_of, (lever, tuple(
         (n.name, node_type.get(n.name), n.gpus, n.features, n.partitions, n.usable) for n in nodes)))
     for job in jobs:
         item = memo.get(job)
         if item is None:
             item = memo.put(job, _read_job(job, estimator, canon, node_type, as_type, known, types_matching,
-                                           possible, lever))
+                                           possible, lever, shard_parts))
         kind = item[0]
         if kind == _RUNNING:
             _, hosts, gtype, est = item
@@ -250,8 +257,9 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    snap = ClusterSnapshot(now=now, nodes=tuple(node_states), running=tuple(running), pending=tuple(pending),
-                           starvation_age_s=starvation_age_s)
+    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts)
+    snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
+                           starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
 
 
@@ -259,12 +267,15 @@ _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
 
 
 def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, str], as_type, known: set[str],  # noqa: ANN001
-              types_matching, possible, lever: TypeLever) -> tuple:
+              types_matching, possible, lever: TypeLever, shard_parts: frozenset[str] = frozenset()) -> tuple:
     """What a round reads of one job that does not depend on the clock: (_RUNNING, hosts, type, estimate
     there), (_PENDING, PendingJob, JobView) or (_LEFT_OUT,) (no GPUs, no known type, held, waiting on a
-    dependency, neither pending nor running)."""
+    dependency, neither pending nor running). A pending shard job is planned as a 1-GPU job
+    (msched.rounds.packing.planned_shard_job); running ones are `shard_view`'s."""
     if job.num_gpus <= 0:
-        return (_LEFT_OUT,)
+        job = planned_shard_job(job, shard_parts)
+        if job is None:
+            return (_LEFT_OUT,)
     tag = job.tag
     if tag is None and job.comment:
         problem = tag_problem(job.comment)
@@ -565,9 +576,9 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever, priority_lever)
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
-    wanted += shard_updates
+    wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
                          plan_seconds=t2 - t1, dry_run=dry_run, nodes=list(nodes), views=views,

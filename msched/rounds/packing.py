@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from msched.policy.packing import PackingPlan, ShardJob, pair_shard_jobs
 from msched.slurm.base import SlurmJob, SlurmNode
@@ -31,7 +32,8 @@ def is_shard_job(job: SlurmJob, shard_partitions: frozenset[str] | None = None) 
 
 
 def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # noqa: ANN001
-               estimator=None, shard_partitions: frozenset[str] | None = None) -> list[ShardJob]:  # noqa: ANN001
+               estimator=None, shard_partitions: frozenset[str] | None = None,  # noqa: ANN001
+               planned: dict[str, int] | None = None) -> list[ShardJob]:
     from msched.estimate.interference import InterferenceError, peak_gb, speeds_from_tag
 
     out = []
@@ -52,23 +54,130 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
             log.warning("job %s: no estimate for packing (%s)", job.job_id, exc)
             length = 0.0
         peak = tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs)    # msub's memory estimate first
-        out.append(ShardJob(job.job_id, job.priority, speeds, peak, job.is_running,
+        prio = (planned or {}).get(job.job_id, job.priority) if job.is_pending else job.priority
+        out.append(ShardJob(job.job_id, prio, speeds, peak, job.is_running,
                             canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length))
     return out
 
 
+def shard_partitions(nodes: Sequence[SlurmNode]) -> frozenset[str]:
+    """Partitions that hold shard nodes (a shard job names only these)."""
+    return frozenset(p for n in nodes if SHARD_FEATURE in n.features for p in n.partitions)
+
+
+def planned_shard_job(job: SlurmJob, shard_parts: frozenset[str]) -> SlurmJob | None:
+    """A pending shard job as the planner sees it: a 1-GPU job (it takes a GPU of its own unless a
+    partner's shard is open, so a whole GPU is the planner's safe view), so that it gets the planner's
+    order and GPU type like every managed job instead of waiting outside the plan. None for any other
+    GPU-less job (left out, as before). The pairing then reorders the shard jobs among the priorities
+    the planner gave them (`with_pairing`)."""
+    if not shard_parts or not job.is_pending or not is_shard_job(job, shard_parts):
+        return None
+    return replace(job, num_gpus=1)
+
+
+def with_pairing(wanted: list, shard_updates: list, plan: PackingPlan | None) -> list:
+    """The round's updates with the pairing's last word on shard jobs: the planner's priority (and,
+    where the pairing names one, GPU type) for each job the pairing ordered is replaced by the
+    pairing's, which permutes the planner's priorities of those jobs (`packing_round(planned=...)`)."""
+    if plan is None:
+        return wanted + shard_updates
+    mine = {(j, "priority") for j in plan.priorities} | {(j, "features") for j in plan.gpu_types}
+    return [u for u in wanted if (u.job_id, u.field) not in mine] + shard_updates
+
+
+SHARDS_PER_GPU = 2        # the dev cluster's and the bench's gres.conf (README: sharing GPUs through shards)
+
+
+def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, estimator, now: float,  # noqa: ANN001
+               canon: Callable[[str], str], shard_parts: frozenset[str] | None = None) -> tuple[tuple, tuple, tuple]:
+    """The snapshot's view of GPUs that shard jobs hold: (nodes with those GPUs taken, running jobs with
+    one entry per such GPU, `ShardGpu`s). Slurm shows a shard job with no GPUs (and real Slurm counts a
+    GPU that shards use as no `gpu` allocation), so without this the planner sees such a GPU free or
+    busy for an unknown time. Per node, k running shard jobs hold ceil(k / SHARDS_PER_GPU) GPUs (Slurm
+    fills one GPU's shards before the next's; after a departure two lone jobs may sit on two GPUs: the
+    count is then one short, and which jobs share may be misread until those GPUs empty, since Slurm's
+    job list does not say which GPU a shard job holds). `shard_parts`: the partitions of shard nodes
+    (a GPU-less job elsewhere whose comment claims `pack` holds no GPU here). A job's end: its solo estimate on its type, stretched by its predicted own
+    speed beside a partner (msched.estimate.interference); a GPU frees when its last job ends. Pure
+    apart from the estimator; never raises for one bad job."""
+    from msched.policy.snapshot import NodeState, RunningJob, ShardGpu
+    from msched.rounds.core import _end_of, _estimate_on
+
+    per_node: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.is_running and job.num_gpus <= 0 and job.nodes and is_shard_job(job, shard_parts):
+            per_node.setdefault(job.nodes.split(",")[0], []).append(job)
+    if not per_node:
+        return tuple(nodes), tuple(running), ()
+    type_of = {n.name: n.gpu_type for n in nodes}
+    try:
+        from msched.estimate.interference import InterferenceError, load_model, speeds_from_tag
+        model = load_model()
+        times = getattr(getattr(estimator, "inner", estimator), "times", None)
+    except InterferenceError:
+        model = times = None
+    gpus, extra = [], []
+    for name, held in per_node.items():
+        gtype = type_of.get(name) or (canon(held[0].gpu_type) if held[0].gpu_type else None)
+        if gtype is None:
+            continue
+        held.sort(key=lambda j: (j.start_time or 0.0, j.job_id))
+        for k in range(0, len(held), SHARDS_PER_GPU):
+            group = held[k:k + SHARDS_PER_GPU]
+            speeds = {}
+            if model is not None and times is not None and len(group) > 1:
+                for j in group:
+                    try:
+                        speeds[j.job_id] = speeds_from_tag(j.tag, times)
+                    except (InterferenceError, ValueError, KeyError):
+                        speeds[j.job_id] = None
+            ends, predicted = [], []
+            for j in group:
+                est = _estimate_on(j, j.tag, gtype, estimator)
+                own = speeds.get(j.job_id)
+                partner = next((speeds.get(o.job_id) for o in group if o is not j), None)
+                v = None
+                if own is not None and partner is not None:
+                    try:
+                        v = model.own_speed(own, partner, gtype)
+                    except InterferenceError:
+                        v = None
+                if est is not None and v:
+                    est = est / max(0.1, v)
+                predicted.append(v)
+                ends.append(_end_of(j, est, now)[0])
+            last = max(ends)
+            gpus.append(ShardGpu(name, gtype, tuple(j.job_id for j in group), last, SHARDS_PER_GPU,
+                                 tuple(predicted) if len(group) > 1 else ()))
+            extra.append(RunningJob(group[ends.index(last)].job_id, gtype, 1, last, (name,)))
+    held_on = {}
+    for g in gpus:
+        held_on[g.node] = held_on.get(g.node, 0) + 1
+    by_gpu_jobs: dict[str, float] = {}
+    for r in running:
+        for h in r.nodes:
+            by_gpu_jobs[h] = by_gpu_jobs.get(h, 0.0) + r.num_gpus / max(1, len(r.nodes))
+    out_nodes = tuple(NodeState(n.name, n.gpu_type, n.gpus, max(0, min(
+        n.gpus_free, n.gpus - held_on[n.name] - round(by_gpu_jobs.get(n.name, 0.0)))))
+        if n.name in held_on else n for n in nodes)
+    return out_nodes, (*running, *extra), tuple(gpus)
+
+
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
-                  gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None
-                  ) -> tuple[list, PackingPlan | None]:
+                  gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None,
+                  planned: Sequence = ()) -> tuple[list, PackingPlan | None]:
     """(the updates that bring Slurm's shard jobs to the pairing, the pairing) — ([], None) when the
-    cluster has no shard nodes or no shard job waits. Never raises for one bad job."""
+    cluster has no shard nodes or no shard job waits. `planned`: the round's other updates; the
+    priorities they give shard jobs (the planner's) are the ones the pairing permutes. Never raises
+    for one bad job."""
     from msched.estimate.interference import DEFAULT_THRESHOLD, InterferenceError, load_model, type_usable_gb
     from msched.rounds.core import Update
 
     canon = gpu_type_of or (lambda name: name.strip().lower())
     types = list(dict.fromkeys(canon(n.gpu_type) for n in nodes
                                if n.gpu_type and n.gpus > 0 and n.usable and SHARD_FEATURE in n.features))
-    parts = frozenset(p for n in nodes if SHARD_FEATURE in n.features for p in n.partitions)
+    parts = shard_partitions(nodes)
     if not types or not any(is_shard_job(j, parts) and j.is_pending for j in jobs):
         return [], None
     try:
@@ -77,7 +186,8 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         log.warning("packing skipped this round: %s", exc)
         return [], None
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
-    known = shard_jobs(jobs, times, canon, estimator, parts)
+    known = shard_jobs(jobs, times, canon, estimator, parts,
+                       {u.job_id: int(u.value) for u in planned if u.field == "priority"})
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=model.slower_speed)

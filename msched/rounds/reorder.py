@@ -123,12 +123,16 @@ def open_site_store(config: Config):  # noqa: ANN201
 
 
 # ------------------------------------------------------------------------------------------ free time
-def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, float]) -> None:
-    """Write `{"time": now, "free_at": {type: epoch}}` for msub: temp file + rename, so a reader sees
-    the old file or the new one, never half of one."""
+def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, float],
+                      plan_end: float | None = None) -> None:
+    """Write `{"time": now, "free_at": {type: epoch}, "plan_end": epoch}` for msub: temp file + rename,
+    so a reader sees the old file or the new one, never half of one. `plan_end` (the plan's estimated
+    last end; packing does not slow a job past it) is left out when unknown."""
     path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
+    if plan_end is not None:
+        data["plan_end"] = float(plan_end)
     write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=FREE_TIME_MODE)
     if not os.stat(path.parent).st_mode & 0o001:
         log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
@@ -294,7 +298,8 @@ class Reorderer:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
             try:
-                publish_free_time(self.config.free_time_path, now, free)
+                publish_free_time(self.config.free_time_path, now, free,
+                                  getattr(result.plan, "est_makespan_end", None))
             except OSError as exc:
                 log.warning("cannot publish %s: %s (msub treats all types as free)",
                             self.config.free_time_path, exc.strerror)

@@ -163,3 +163,22 @@ class Hold(Base):
     closed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     outcome: Mapped[str] = mapped_column(String(64), default="")    # released / gone / expired / ...
     __table_args__ = (Index("ix_holds_open", "closed_at", "job_id"),)
+
+
+class PackedPair(Base):
+    """Two shard jobs the round saw sharing one GPU (gres/shard, the Packing issue): the own/solo speed
+    predicted for each beside the other when the pair was first seen, and the speed measured (a
+    simulated run's truth; Slurm reports no speed of a shared job, so a real run leaves it empty)."""
+
+    __tablename__ = "packed_pairs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    job_a: Mapped[str] = mapped_column(String(64))                  # the one that started first
+    job_b: Mapped[str] = mapped_column(String(64))
+    gpu_type: Mapped[str] = mapped_column(String(64), default="")
+    seen_at: Mapped[float] = mapped_column(Float)
+    predicted_a: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_b: Mapped[float | None] = mapped_column(Float, nullable=True)
+    measured_a: Mapped[float | None] = mapped_column(Float, nullable=True)
+    measured_b: Mapped[float | None] = mapped_column(Float, nullable=True)
+    __table_args__ = (Index("ix_packed_pairs_run_jobs", "run_id", "job_a", "job_b", unique=True),)

@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from msched.slurm.base import SlurmJob
-from msched.store.schema import Decision, Job, ReferenceModel, Round
+from msched.store.schema import Decision, Job, PackedPair, ReferenceModel, Round
 from msched.tag import JobTag
 
 _CHUNK = 900   # under SQLite's old bound-parameter limit (999) so any SQLite build works
@@ -245,8 +245,48 @@ def record_round(
     if job_rows:
         _update_by_id(session, job_rows)
     rnd.decision_rows = len(rows)
+    _record_pairs(session, run_id, getattr(snap, "shard_gpus", ()), result.time)
     session.flush()
     return rnd.id
+
+
+def _record_pairs(session: Session, run_id: int, shard_gpus: Sequence, now: float) -> None:
+    """A row for each pair of shard jobs first seen sharing a GPU (the snapshot's `shard_gpus`), with
+    the speeds predicted for it. The table grows with the pairs formed, not with the rounds."""
+    seen = [g for g in shard_gpus if len(g.jobs) == 2]
+    if not seen:
+        return
+    t = PackedPair.__table__
+    firsts = sorted({str(g.jobs[0]) for g in seen})
+    have = {(a, b) for a, b in session.execute(select(t.c.job_a, t.c.job_b).where(
+        t.c.run_id == run_id, t.c.job_a.in_(firsts)))}
+    rows = []
+    for g in seen:
+        a, b = str(g.jobs[0]), str(g.jobs[1])
+        if (a, b) in have:
+            continue
+        have.add((a, b))
+        sa, sb = (tuple(g.speeds) + (None, None))[:2]
+        rows.append({"run_id": run_id, "job_a": a, "job_b": b, "gpu_type": g.gpu_type, "seen_at": now,
+                     "predicted_a": sa, "predicted_b": sb})
+    if rows:
+        session.execute(insert(t), rows)
+
+
+def record_pair_speeds(session: Session, run_id: int, measured: Iterable[tuple[str, str, float, float]]) -> int:
+    """The measured own/solo speeds of pairs that ran ((first job, second job, its speed, the second's
+    speed): a simulated run's truth, slurm_sim.packing.ShardRuns.pairs). Pairs no round saw (formed and
+    ended between two rounds) get a row here. Returns the rows written."""
+    t = PackedPair.__table__
+    n = 0
+    for a, b, fa, fb in measured:
+        done = session.execute(update(t).where(t.c.run_id == run_id, t.c.job_a == str(a), t.c.job_b == str(b))
+                               .values(measured_a=float(fa), measured_b=float(fb))).rowcount
+        if not done:
+            session.execute(insert(t).values(run_id=run_id, job_a=str(a), job_b=str(b), seen_at=0.0,
+                                             measured_a=float(fa), measured_b=float(fb)))
+        n += 1
+    return n
 
 
 def load_incumbent(session: Session, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
