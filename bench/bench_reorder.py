@@ -149,6 +149,14 @@ def measure_round(reorderer: Reorderer, client: CountingClient) -> dict:
     out = reorderer.round()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     r = out.result
+    if r is None:                    # Slurm as the last round left it: not planned (Reorderer.skip_unchanged)
+        return {"writes": "none (unchanged)", "slurm_processes": sum(procs.values()) if procs is not None else None,
+                "slurm_process_kinds": dict(procs) if procs is not None else None, "pending": out.pending,
+                "managed": 0, "running": out.running, "wall_s": wall, "cpu_s": cpu,
+                "read_s": client.seconds.get("jobs", 0.0) + client.seconds.get("nodes", 0.0), "snapshot_s": 0.0,
+                "plan_s": 0.0, "write_s": 0.0, "finished_read_s": client.seconds.get("finished_jobs", 0.0),
+                "db_s": out.db_seconds, "other_s": 0.0, "update_calls": 0, "fewest": 0, "retyped": 0, "skipped": 0,
+                "read_calls": client.calls.get("jobs", 0) + client.calls.get("nodes", 0), "unchanged": True}
     fewest, retyped = fewest_possible(r)
     reads = client.seconds.get("jobs", 0.0) + client.seconds.get("nodes", 0.0)
     writes = sum(client.seconds.get(k, 0.0) for k in ("set_priority", "set_features", "update_jobs"))
@@ -434,17 +442,22 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
             c1, s1 = sdiag_updates()
             r = o.result
-            st = r.settle
-            m = {"label": label, "pending": len(r.snapshot.pending), "writes": c1 - c0, "controller_s": s1 - s0,
-                 "update_calls": r.update_calls, "wall_s": wall, "cpu_s": cpu, "plan_s": r.plan_seconds,
-                 "est_makespan_s": r.plan.est_makespan_end - r.time, "moved": st.moved, "kept": st.kept,
-                 "held_back": st.held_back, "buys": st.buys(),
+            m = {"label": label, "writes": c1 - c0, "controller_s": s1 - s0, "wall_s": wall, "cpu_s": cpu,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 "load1": os.getloadavg()[0]}
+                 "load1": os.getloadavg()[0], "unchanged": r is None}
+            if r is None:           # Slurm as the last round left it: the round did not plan
+                m.update(pending=o.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
+                what = "not planned: Slurm unchanged)"
+            else:
+                st = r.settle
+                m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
+                         est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
+                         held_back=st.held_back, buys=st.buys())
+                what = (f"plan {r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, "
+                        f"kept {st.kept}, waiting {st.held_back}; buys {st.buys()}")
             out["rounds"].append(m)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
-                f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, plan {r.plan_seconds:.2f} s), est. makespan "
-                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}; "
+                f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, {what}; "
                 f"peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
             return m
 

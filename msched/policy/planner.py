@@ -235,8 +235,10 @@ class _Search:
         # sets the makespan later and later (a share of the time from *now* would, by 5% each round)
         self.anchor = min((j.submit_time for j in head), default=snapshot.now)
         self.rng = random.Random(len(head))
-        # a decode costs about one step per head job, running job and node (the timeline is rebuilt)
-        per_eval = len(head) + len(snapshot.running) + len(snapshot.nodes)
+        # a decode costs about one step per job it places (the head, and the plain and starving jobs
+        # around it: at 10,000 pending with a fifth plain, ~2,000 of them), running job and node (the
+        # timeline is copied)
+        per_eval = len(snapshot.pending) + len(snapshot.running) + len(snapshot.nodes)
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}

@@ -42,6 +42,7 @@ msched.rounds.holds writes them through the hold journal).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -617,6 +618,24 @@ def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[st
     for t in snapshot.gpus_total:
         free.setdefault(t, now)
     return {t: max(float(v), now) for t, v in free.items()}
+
+
+def slurm_state_key(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], setup: str = "") -> str:
+    """A digest of all a round reads of Slurm (every field of every job and node but a pending job's
+    free-text reason, of which only whether it is held or waiting on a dependency counts), with `setup`
+    (what else the plan depends on: configuration, tables, scheduler). The same key and a clock before
+    the last round's `stable_until` mean the same plan (`round_due`): the reorderer, a new process each
+    round, keeps the key in the store to skip re-planning an unchanged queue."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(setup.encode())
+    for n in sorted(nodes, key=lambda n: n.name):
+        h.update(repr((n.name, n.gpu_type, n.gpus, n.gpus_alloc, n.features, n.state, n.partitions)).encode())
+    for j in sorted(jobs, key=lambda j: j.job_id):
+        h.update(repr((j.job_id, j.state, j.name, j.user, j.partition, j.priority, j.submit_time, j.start_time,
+                       j.end_time, j.time_limit_s, j.num_nodes, j.num_gpus, j.gpus_per_node, j.gres_gpu_type,
+                       j.features, j.comment, j.nodes, j.gpu_type, j.reason.startswith(("JobHeld", "Dependency")),
+                       j.admin_comment, j.nice, j.begin_time)).encode())
+    return h.hexdigest()
 
 
 def round_due(stable_until: float, now: float, changed: bool) -> bool:
