@@ -144,11 +144,14 @@ class OptimizingPolicy(MschedPolicy):
 
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
-        if self.cpsat_jobs and self.planner != "greedy" or self.planner == "cpsat":
-            import ortools.sat.python.cp_model  # noqa: F401 - its first import (~0.5 s) is not the search's time
+        order, starving = self.order(snapshot)
+        head_n = min(len(order) - len(starving), self.head_jobs)      # the search's head (`_split`)
+        if self.cpsat_jobs and self.planner != "greedy" and CPSAT_MIN_JOBS <= head_n <= self.cpsat_jobs \
+                or self.planner == "cpsat":
+            # its first import (~0.5 s) is not the search's time; only where CP-SAT may run (+50 MB of RSS)
+            import ortools.sat.python.cp_model  # noqa: F401
         t0 = self.clock()
         deadline = t0 + self.time_box_s
-        order, starving = self.order(snapshot)
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
