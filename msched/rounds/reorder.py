@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from msched.config import Config
+from msched.rounds.core import without_cyclic_gc
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 from msched.util.files import write_atomically
 from msched.util.text import one_line
@@ -236,6 +237,7 @@ class Reorderer:
         return self._run_id
 
     # ---------------------------------------------------------------- a round
+    @without_cyclic_gc
     def round(self, *, dry_run: bool = False, now: float | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundOutcome:
         """One round. Raises ReorderError (one line, saying whether Slurm was changed).
