@@ -71,8 +71,8 @@ class RoundOutcome:
     def summary(self) -> str:
         r = self.result
         if r is None:
-            return (f"round unchanged pending={self.pending} running={self.running} updates=0 "
-                    f"completions={self.completions} (Slurm's state and the clock give the last round's plan)")
+            return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes "
+                    f"completions={self.completions} (Slurm as the last round left it: not planned)")
         snap = r.snapshot
         managed = sum(1 for p in snap.pending if getattr(p, "managed", True))
         plan = r.plan
