@@ -25,7 +25,8 @@
 (c) `--workloads static,philly,...`: each bench workload (bench/workloads.py, `--workload-jobs` sizes,
     bench_quality --quick's by default) replayed in-process with backfill for every policy: msched (one
     column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`) over backfill fifo on makespan
-    and mean JCT, the simulator's plan() seconds, and oracle's makespan over the LP bound.
+    and mean JCT, the simulator's plan() seconds, oracle's makespan over the LP bound, and the mean-JCT
+    floor (every job at once on its fastest type: `slurm_sim.metrics.jct_floor`) over fifo's mean JCT.
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -194,15 +195,16 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
 
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
-    from slurm_sim.metrics import trace_bound
+    from slurm_sim.metrics import jct_floor, trace_bound
 
     print("(c) bench workloads, backfill for every policy, 24 h starvation guard; msched variants: "
           + "; ".join(f"{k} = {v or 'defaults'}" for k, v in variants.items()))
     print(f"{'workload':>8} {'seed':>4} {'jobs':>4} | {'fifo makespan':>13} {'fifo JCT':>9} | "
           + " | ".join(f"{k + ' ms/JCT x fifo':>22} {'plan s':>6}" for k in variants)
-          + f" | {'oracle ms x LP':>14}")
+          + f" | {'oracle ms x LP':>14} {'JCT floor x fifo':>16}")
     for name in names:
         per: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+        floors: list[float] = []
         for seed in range(1, seeds + 1):
             try:
                 w = wl.build(name, sizes[name], seed)
@@ -219,19 +221,24 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             base_setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill")
             fifo = replay(trace, "fifo", base_setup, bound=lb).metrics
             for k, opts in variants.items():
+                opts = dict(opts)
                 setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
-                                 policy_options=opts)
+                                 objective=opts.pop("objective", "balanced"), policy_options=opts)
                 r = replay(trace, "msched", setup, bound=lb)
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
                 per[k].append((ms, jct))
                 cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
             oracle = replay(trace, "oracle", base_setup, bound=lb).metrics
+            floors.append(jct_floor(trace, truth, cluster) / fifo["mean_jct_s"])
             print(f"{name:>8} {seed:4d} {len(trace):4d} | {fifo['makespan_s'] / H:12.1f}h {fifo['mean_jct_s'] / H:8.2f}h | "
-                  + " | ".join(cells) + f" | {oracle['makespan_s'] / lb.value_s:14.3f}", flush=True)
+                  + " | ".join(cells) + f" | {oracle['makespan_s'] / lb.value_s:14.3f} {floors[-1]:16.3f}", flush=True)
         for k, rows in per.items():
             if rows:
                 print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
                       f"mean JCT x fifo {statistics.mean(r[1] for r in rows):.3f}")
+        if floors:
+            print(f"{name:>8} mean JCT floor (every job on its fastest type at once, slurm_sim.metrics.jct_floor) "
+                  f"x fifo {statistics.mean(floors):.3f}")
 
 
 def parse_variant(text: str) -> tuple[str, dict]:

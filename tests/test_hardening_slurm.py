@@ -91,14 +91,31 @@ exit $rc
 """
 
 
-def _wrappers(tmp_path: Path) -> Path:
+# scontrol wrapper: before a batch (no arguments, commands on stdin) that releases jobs, record the
+# state and reason of every pending job in $SNAP_FILE, then run the batch unchanged
+SNAPSHOT_BEFORE_RELEASE = """#!/bin/sh
+if [ $# -eq 0 ]; then
+  input=$(cat)
+  if printf '%s\\n' "$input" | grep -q '^release '; then
+    echo "--- $(printf '%s\\n' "$input" | grep -c '^release ') releases" >> "$SNAP_FILE"
+    SQUEUE -h -t PD -o "%i %r" >> "$SNAP_FILE"
+  fi
+  printf '%s\\n' "$input" | REAL
+  exit $?
+fi
+exec REAL "$@"
+"""
+
+
+def _wrappers(tmp_path: Path, scontrol: str = KILLER) -> Path:
     import shutil
     d = tmp_path / "bin"
     d.mkdir()
     for name in ("sbatch", "squeue", "sinfo", "scancel", "sacct"):
         real = shutil.which(name)
         (d / name).write_text(f'#!/bin/sh\nexec {real} "$@"\n')
-    (d / "scontrol").write_text(KILLER.replace("REAL", shutil.which("scontrol")))
+    (d / "scontrol").write_text(scontrol.replace("REAL", shutil.which("scontrol")).replace("SQUEUE",
+                                                                                       shutil.which("squeue")))
     for f in d.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return d
@@ -107,7 +124,7 @@ def _wrappers(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_kill_during_release_at_every_step_leaves_nothing_held(slurm_cluster, janitor, ordinary_user, tmp_path):
     """Issue 13 item 3: `msched reorder --release` killed (SIGKILL, SIGTERM) before or after each of its
-    scontrol calls. Afterwards the journal lets the next plain round (odd steps) or the next --release
+    scontrol calls (one for the type terms, one holding every job, one releasing every job). Afterwards the journal lets the next plain round (odd steps) or the next --release
     (even steps) release every job msched held: none stays JobHeldAdmin at priority 0, and a job its
     owner held themselves stays held (msched never releases a user's hold)."""
     wrap = _wrappers(tmp_path)
@@ -120,7 +137,8 @@ def test_kill_during_release_at_every_step_leaves_nothing_held(slurm_cluster, ja
     count = tmp_path / "count"
     env = {**os.environ, "COUNT_FILE": str(count)}
     left_held = 0
-    steps = [("before", 1)] + [("after", k) for k in range(1, 7)]      # 2 jobs x (features, hold, release)
+    # three scontrol calls: the type terms of both jobs, then one hold pass, then one release pass
+    steps = [(when, k) for k in range(1, 4) for when in ("before", "after")]
     for i, (when, k) in enumerate(steps):
         for sig in ("KILL", "TERM"):
             for jid in managed:                       # msched had set priorities (a round did)
@@ -147,6 +165,37 @@ def test_kill_during_release_at_every_step_leaves_nothing_held(slurm_cluster, ja
     from msched.store.holds import HoldJournal
     store = Store(f"sqlite:///{tmp_path}/state/msched.db", create=False)
     assert HoldJournal(store).open_entries() == []
+
+
+def test_release_holds_every_job_before_it_releases_any(slurm_cluster, janitor, ordinary_user, tmp_path):
+    """`--release` hands jobs back in one hold pass and one release pass: when the release pass starts,
+    every managed job is held (so none can start ahead of one still waiting for its turn, as happened
+    when jobs were held and released one at a time). Afterwards all are pending on Slurm's own
+    priority, and the owner's own hold stays."""
+    wrap = _wrappers(tmp_path, SNAPSHOT_BEFORE_RELEASE)
+    cfg = _site(tmp_path, wrap_dir=wrap)
+    janitor.extend(_fill_gpus(slurm_cluster, janitor))
+    managed = [janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={_tag()}",
+                                        "--wrap=true")) for _ in range(5)]
+    own_hold = janitor.add(_user_submit(ordinary_user, slurm_cluster, "--gres=gpu:1", f"--comment={_tag()}",
+                                        "--hold", "--wrap=true"))
+    for k, jid in enumerate(managed):                 # msched had set priorities (a round did)
+        slurm_cluster.run(["scontrol", "update", f"jobid={jid}", f"priority={5000 + k}"], check=True)
+    snap = tmp_path / "snap"
+    out = subprocess.run([MSCHED, "reorder", "--config", str(cfg), "--release"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "SNAP_FILE": str(snap)})
+    assert out.returncode == 0, out.stderr
+    passes = snap.read_text().split("--- ")[1:]
+    assert len(passes) == 1, snap.read_text()          # one release pass
+    head, *rows = passes[0].splitlines()
+    assert head == f"{len(managed)} releases"
+    reason = dict(r.split(maxsplit=1) for r in rows)
+    assert all(reason[j] == "JobHeldAdmin" for j in managed), reason
+    assert reason[own_hold] == "JobHeldUser"
+    q = _squeue(slurm_cluster, managed + [own_hold])
+    assert all(q[j]["state"] == "PENDING" and q[j]["priority"] not in ("0",) and int(q[j]["priority"]) < 5000
+               for j in managed), q
+    assert q[own_hold]["priority"] == "0"
 
 
 # ------------------------------------------------------------------------------ injection, poison, forgery
@@ -384,7 +433,8 @@ def test_which_lever_explicit_priority_freezes_age_nice_keeps_it(slurm_cluster):
         time.sleep(6)
         later = prio()
         assert later[plain] - first[plain] >= 5000                  # ~1667 a second of age
-        assert later[explicit] == first[explicit] == first[plain]   # frozen: the plain job has aged past it
+        assert later[explicit] == first[explicit]                   # frozen ...
+        assert later[plain] - later[explicit] >= 4000               # ... and the plain job has aged past it
         assert later[niced] - later[plain] == first[niced] - first[plain] == 500 or \
             abs((later[niced] - later[plain]) - (first[niced] - first[plain])) <= 2
 

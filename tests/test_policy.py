@@ -131,6 +131,24 @@ def test_unmanaged_job_holds_gpus_in_its_place_in_the_queue():
     assert d["m"].est_start == 2 * H
 
 
+def test_a_batch_submitted_together_is_not_reordered_by_the_starvation_guard():
+    """Every job past the age with one submit time (a static batch a day in): no later arrival to be
+    protected from, so the guard neither reorders (by id) nor widens; one later arrival brings it back."""
+    nodes = [node("a", "a100"), node("t", "titanv")]
+    pend = [job("1", {"a100": 1 * H, "titanv": 2 * H}, prio=300), job("2", {"a100": 3 * H, "titanv": 6 * H}, prio=200),
+            job("3", {"a100": 2 * H, "titanv": 4 * H}, prio=100)]
+    for planner in ("greedy", "optimize"):
+        lpt = get_policy("msched", objective="makespan", planner=planner)
+        batch = lpt.plan(snap(nodes, pend, now=100_000.0, starvation=86_400.0))
+        assert order_of(batch) == order_of(lpt.plan(snap(nodes, pend, now=100_000.0))) != ["1", "2", "3"]
+        assert all(len(d.gpu_types) == 1 for d in batch.decisions)
+    later = job("4", {"a100": 9 * H, "titanv": 9 * H}, submit=50_000.0, prio=50)
+    guarded = get_policy("msched", objective="makespan", planner="greedy").plan(
+        snap(nodes, [*pend, later], now=100_000.0, starvation=86_400.0))
+    assert order_of(guarded) == ["1", "2", "3", "4"]           # the three past the age first, by id
+    assert guarded.by_job()["1"].gpu_types == ("a100", "titanv")
+
+
 def test_starving_job_goes_first_with_every_feasible_type():
     nodes = [node("a", "a100"), node("t", "titanv"), node("x", "titanxp")]
     pend = [job("old", {"a100": 1 * H, "titanv": 2 * H}, submit=0.0, prio=10),

@@ -426,10 +426,14 @@ def test_a_few_ends_and_an_arrival_cost_writes_in_proportion():
     assert new in arrival.incumbent
 
 
-def test_write_budget_spends_on_the_largest_gains_and_the_rest_waits():
+# balanced plans a batch submitted together (this one) for the makespan (planner.objective_for); so
+# planned, 2 of the 200 jobs once stayed unplaced for ever: their moves ranked below the rate cap and the
+# capped hybrid was not better by the margin (now an arrival's own move comes first under the cap)
+@pytest.mark.parametrize("objective", ["jct", "balanced", "makespan"])
+def test_write_budget_spends_on_the_largest_gains_and_the_rest_waits(objective):
     c, _b, perf = br.busy_sim(200, seed=4, plain_share=0.0)     # no plain job: every order can be written
     est = TagEstimator(perf)
-    policy = get_policy("msched")
+    policy = get_policy("msched", objective=objective)
     budget = SettleOptions(write_budget=40)
     first = run_round(c, policy, est, settle_options=budget)
     assert 0 < first.update_calls <= 40 and first.held_back > 0
@@ -927,35 +931,3 @@ def test_a_round_that_finds_slurm_as_the_last_round_left_it_does_not_plan(tmp_pa
     assert reorderer.round().result is not None                        # Slurm changed
     store.dispose()
 
-
-def _two_insertions(monkeypatch, relabel_max: int) -> tuple[int, int]:  # noqa: ANN001
-    """Writes of two rounds that each insert one job into a stretch of consecutive values (priority/basic's
-    one less per job) with a little room below and spaced jobs above, kept where they are in order (the
-    widening rule of `_assign_keeping`): x after the stretch's third job, then y after its sixth."""
-    import msched.policy.priorities as pr
-
-    monkeypatch.setattr(pr, "RELABEL_MAX", relabel_max)
-    current = {f"a{k}": 100_000 - 1000 * k for k in range(20)} | {f"j{k}": 100 - k for k in range(10)} | \
-        {"j10": 88, "j11": 40, "j12": 10, "x": 1, "y": 2}
-    queue = [*(f"a{k}" for k in range(20)), *(f"j{k}" for k in range(13))]
-    first = [*queue[:23], "x", *queue[23:]]
-    out1 = pr._assign_keeping(first, current, pr._kept(first, current))
-    second = [*first[:27], "y", *first[27:]]
-    held = {**out1, "y": current["y"]}
-    out2 = pr._assign_keeping(second, held, pr._kept(second, held))
-    for order, out in ((first, out1), (second, out2)):
-        assert all(out[a] > out[b] >= 1 for a, b in zip(order, order[1:], strict=False))
-    return pr.changed(out1, current), pr.changed(out2, held)
-
-
-def test_a_dense_stretch_is_relabelled_once_and_then_takes_insertions_without_rewrites(monkeypatch):
-    """A job inserted where consecutive values leave no room widens its run over the jobs below; widened
-    only until the values fit, the run is written back on consecutive values again and the next insertion
-    there rewrites its neighbours again. Widened a little further (RELABEL_MAX jobs at most) until gaps of
-    RELABEL_GAP fit, the stretch takes the next insertion with one write. Measured on overloaded online
-    traces (400 jobs, gaps of 3,000 s, greedy planner): writes per job 9.06 -> 7.45 (seed 1), 6.99 ->
-    6.30 (seed 2)."""
-    tight = _two_insertions(monkeypatch, 0)
-    relabelled = _two_insertions(monkeypatch, 8)
-    assert relabelled[1] == 1 < tight[1]
-    assert sum(relabelled) < sum(tight)

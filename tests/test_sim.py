@@ -13,7 +13,7 @@ from msched.slurm.feature_expr import ConstraintError, compile_constraint
 from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpecError, parse_cluster
 from slurm_sim.compare import Classifier, SimSetup, replay
-from slurm_sim.metrics import lower_bound, percentile_nearest_rank
+from slurm_sim.metrics import jct_floor, lower_bound, percentile_nearest_rank
 from slurm_sim.trace import TraceJob
 
 
@@ -197,6 +197,8 @@ def test_three_job_makespan_hand_computed():
     assert m["simple_lower_bound_s"] == pytest.approx(125)
     assert m["gpu_utilization"] == pytest.approx(350 / 400)
     assert lower_bound(trace, truth, cluster) <= m["makespan_s"]
+    # the mean-JCT floor: each job at once on a100 (its fastest): (100 + 100 + 50) / 3, under fifo's 150
+    assert jct_floor(trace, truth, cluster) == pytest.approx(250 / 3)
 
 
 def test_multi_node_jobs_take_whole_nodes_of_one_type():

@@ -34,8 +34,8 @@ def _setup_logging(verbose: bool) -> None:
 @click.option("--every", type=click.FloatRange(min=1.0), default=None, metavar="SECONDS",
               help="Run a round every SECONDS until interrupted (default: one round).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=None,
-              help="What the plan optimises: balanced (mean JCT, the makespan kept within 5% of its best), "
-                   "makespan or jct. Default: config (balanced).")
+              help="What the plan optimises: balanced (mean JCT, the makespan kept within 5% of its best; "
+                   "a batch submitted together: the makespan first), makespan or jct. Default: config (balanced).")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Slurm client backend. Default: config.")
 @click.option("--release", is_flag=True,
               help="Hand every managed job back to Slurm's own priorities and drop msched's type constraint.")

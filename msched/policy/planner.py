@@ -29,7 +29,9 @@ order and the types and keeps the plan whose decoded schedule scores best:
    within `tolerance` (5%) of the shortest makespan the search found (measured from the oldest planned
    job's submission), i.e. JCT first with the makespan kept near its best; a plan over that limit
    ranks by its makespan. CP-SAT solves balanced in two phases: the makespan, then the sum of ends
-   under that limit.
+   under that limit. For a batch submitted together (every managed pending job with one submit time)
+   balanced plans the makespan first (`objective_for`: accepting 5% over each round's best makespan,
+   round after round, drifted to 1.11x the LP bound on the static bench batch).
 
 Budget: work, not time, so the same snapshot gives the same plan on any machine however loaded: decodes
 (`SEARCH_WORK` decode steps), CP-SAT's deterministic time on one worker, seeded random moves. The time
@@ -49,11 +51,12 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from msched.policy.base import Placed, queue_key
-from msched.policy.msched import MschedPolicy, OraclePolicy, type_demand
+from msched.policy.msched import MschedPolicy, OraclePolicy, starving_jobs, type_demand
 from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -76,6 +79,7 @@ CPSAT_GAP = 0.02             # ... whose best makespan is more than this above t
 CPSAT_WALL_SLACK = 10.0      # CP-SAT's wall-clock limit: this many times the CPU time box left (its own
                              # limits are deterministic or wall time; a loaded machine must not cut it short)
 MIN_EVALS = 8
+BATCH_SHARE = 0.9            # balanced plans the makespan first when this share of the queue was submitted together
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 
@@ -125,19 +129,37 @@ class OptimizingPolicy(MschedPolicy):
         self.stale_moves = STALE_MOVES
         self.last_search: dict = {}          # what the last plan() did (for logs, tests and benches)
 
+    def objective_for(self, snapshot: ClusterSnapshot) -> str:
+        """The objective this queue is planned for. "makespan" and "jct" as set; "balanced" is
+        "makespan" for a batch submitted together (at least BATCH_SHARE of the managed pending jobs, two
+        or more, with one submit time: a static batch, where no later arrival will use what the plan
+        frees early; a share, not all, so that one arrival does not flip the whole queue's order and
+        its first round's moves wait behind the rate limit) and balanced's JCT-first rule with the
+        makespan kept near its best otherwise (online arrivals). Measured on the static bench batch (5
+        seeds, backfill fifo the baseline): balanced accepted up to 5% over each round's best makespan,
+        round after round, and the oracle ended 1.112x the LP bound (msched's makespan 0.781x fifo, two
+        seeds over 0.80); makespan-first 1.047x (0.735x fifo, every seed <= 0.77), at a cost in mean JCT
+        (0.679 -> 0.850x fifo, still below fifo's on every seed)."""
+        if self.objective != "balanced":
+            return self.objective
+        times = Counter(j.submit_time for j in snapshot.pending if j.managed)
+        if not times:
+            return "balanced"
+        largest = max(times.values())
+        return "makespan" if largest >= 2 and largest >= BATCH_SHARE * sum(times.values()) else "balanced"
+
     # the greedy order of the objective: balanced starts from shortest first (JCT first)
-    def _greedy_sign(self) -> float:
-        return -1.0 if self.objective == "makespan" else 1.0
+    def _greedy_sign(self, snapshot: ClusterSnapshot) -> float:
+        return -1.0 if self.objective_for(snapshot) == "makespan" else 1.0
 
     def order(self, snapshot: ClusterSnapshot, sign: float | None = None) -> tuple[list[PendingJob], set[str]]:
         """Starving first (oldest first), then longest first (sign -1) or shortest first (+1)."""
         age = self.starvation_age_s if self.starvation_age_s is not None else snapshot.starvation_age_s
         managed = [j for j in snapshot.pending if j.managed]
-        starving = [j for j in managed if age is not None and snapshot.now - j.submit_time > age]
-        starving.sort(key=lambda j: (j.submit_time, j.job_id))
+        starving = starving_jobs(managed, snapshot.now, age)
         ids = {j.job_id for j in starving}
         rest = [j for j in managed if j.job_id not in ids]
-        s = self._greedy_sign() if sign is None else sign
+        s = self._greedy_sign(snapshot) if sign is None else sign
         typeset = set(snapshot.gpu_types)
         keyed = sorted(((s * self.length(j, typeset), j.submit_time, k) for k, j in enumerate(rest)))
         return starving + [rest[k] for _, _, k in keyed], ids
@@ -215,6 +237,7 @@ class _Search:
     def __init__(self, policy: OptimizingPolicy, snapshot: ClusterSnapshot, starving_first: list[PendingJob],
                  head: list[PendingJob], deadline: float):
         self.p = policy
+        self.objective = policy.objective_for(snapshot)      # the whole queue's (the head's may look a batch)
         self.deadline = deadline
         self.first = starving_first
         self.starving = {j.job_id for j in starving_first}
@@ -252,7 +275,7 @@ class _Search:
 
     # ------------------------------------------------------------------ scoring
     def key(self, s: Score) -> tuple:
-        obj = self.p.objective
+        obj = self.objective
         if obj == "makespan":
             return (-s.placed, s.last_end, s.sum_end)
         if obj == "jct":
@@ -289,7 +312,7 @@ class _Search:
         # state), the opposite greedy order, and the greedy order with the LP's types
         by_len = sorted(self.head, key=lambda j: (self.length[j.job_id], j.submit_time))
         orders = [sorted(self.head, key=queue_key),
-                  list(reversed(by_len)) if self.p.objective != "makespan" else by_len]
+                  list(reversed(by_len)) if self.objective != "makespan" else by_len]
         lp_types = self._lp_types()
         orders_fixed = [(greedy_order, lp_types)] if lp_types else []
         for o, fx in [(o, None) for o in orders] + orders_fixed:
@@ -368,7 +391,7 @@ class _Search:
                 g = gpus[jid]
                 busy.append(cpsat.CpBusy(p.gpu_type, g, max(0, round(p.start - now)), math.ceil(p.end - now)))
         budget = self.p.cpsat_work
-        obj = self.p.objective
+        obj = self.objective
         phases = ["makespan", "jct"] if obj == "balanced" else [obj]
         best = None
         for k, phase in enumerate(phases):

@@ -18,10 +18,6 @@ moves few jobs"):
       run joins it (and the next, ...) until the widened run fits; at worst it reaches the bottom of the
       queue, where SPACING-apart values always fit. So the first round on tightly packed values rewrites
       from the first moved job down and leaves SPACING gaps; later rounds then move only the moved jobs.
-      A run widened this way goes on widening (RELABEL_MAX more kept jobs at most) until its values are
-      RELABEL_GAP apart: widened only until they fit, a dense stretch was written back on consecutive
-      values and the next insertion there rewrote its neighbours again (measured on overloaded online
-      traces: writes per job 9.06 -> 7.45 and 6.99 -> 6.30 on two seeds).
 3. Re-space everything SPACING apart from the highest held value (raised to 1 + SPACING*(n-1) when it
    is lower, as with multifactor's all-equal low values) down when even the bottom has no
    room (values near 1), or when more than half the jobs move anyway and most of the resulting values
@@ -40,8 +36,6 @@ from collections.abc import Mapping, Sequence
 
 SPACING = 1000
 MIN_GAP = 2                        # below this spacing, reuse freed values instead of new ones
-RELABEL_GAP = 8                    # a run widened for want of room is widened until gaps are this wide...
-RELABEL_MAX = 8                    # ... by at most this many more kept jobs
 MAX_PRIORITY = 2**32 - 3          # Slurm reserves 0xffffffff (INFINITE) and 0xfffffffe (NO_VAL)
 
 
@@ -119,15 +113,6 @@ def _fill_run(r: int, hi: int | None, lo: int | None, pool: list[int]) -> list[i
     return _spaced(r, hi, lo, top)
 
 
-def _roomy(r: int, hi: int | None, lo: int | None) -> bool:
-    """r values inside (lo, hi) leave RELABEL_GAP between neighbours (a dense stretch, once relabelled,
-    takes later insertions without rewriting its jobs again)."""
-    if lo is None:
-        return True
-    top = MAX_PRIORITY + 1 if hi is None else hi
-    return (top - lo) // (r + 1) >= RELABEL_GAP
-
-
 def _spaced(r: int, hi: int | None, lo: int | None, top: int) -> list[int] | None:
     if hi is None and lo is not None and lo + SPACING * r <= MAX_PRIORITY:
         return [lo + SPACING * (r - i) for i in range(r)]
@@ -180,17 +165,13 @@ def _assign_keeping(order: Sequence[str], current: Mapping[str, int], kept_set: 
         while end < n and not kept[end]:
             end += 1
         hi = out[order[pos - 1]] if pos > 0 else None
-        widened = 0
         while True:
             lo = current[order[end]] if end < n else None
             vals = _fill_run(end - pos, hi, lo, pool)
-            if vals is not None and (not widened or _roomy(end - pos, hi, lo) or widened >= RELABEL_MAX):
+            if vals is not None:
                 break
             if end >= n:
-                if vals is not None:
-                    break
                 return respace(order, current)
-            widened += 1
             kept[end] = False           # no room: the kept job below joins the run (local widening)
             v = current[order[end]]
             k = bisect.bisect_left(pool, v)

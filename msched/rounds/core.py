@@ -67,6 +67,7 @@ from msched.slurm.base import (
     JobNotPending,
     JobUpdate,
     SlurmClient,
+    SlurmError,
     SlurmJob,
     SlurmNode,
     expand_hostlist,
@@ -723,28 +724,58 @@ def release(client: SlurmClient, *, jobs: list[SlurmJob] | None = None,
         ids = journal.record_holds([(j.job_id, "hold", "", "reorder --release: hold+release resets the priority")
                                     for j, _ in targets])
         entry = {j.job_id: i for (j, _), i in zip(targets, ids, strict=True)}
-    done: list[str] = []
-    finished: list[str] = []
+    finished: list[str] = []          # journal entries to close: released, or gone in between
     try:
-        for job, new_features in targets:
-            try:
-                if new_features is not None:
-                    client.set_features(job.job_id, new_features)
-                client.hold(job.job_id)
-                try:
-                    client.release(job.job_id)
-                except JobNotPending:
-                    raise
-                except BaseException:
-                    client.release(job.job_id)      # one retry: never leave a job held by msched
-                    raise
-            except JobNotPending:
-                log.info("job %s started during release: skipped", job.job_id)
-                finished.append(job.job_id)
-                continue
-            done.append(job.job_id)
-            finished.append(job.job_id)
+        done = _hold_and_release(client, targets, finished)
     finally:
         if entry and finished:
             journal.close([entry[j] for j in finished], "released")
+    return done
+
+
+def _hold_and_release(client: SlurmClient, targets: list[tuple[SlurmJob, str | None]],
+                      finished: list[str]) -> list[str]:
+    """`release`'s writes in three passes: drop the type terms (one batch), hold every job, release
+    every job (one scontrol each on the command line). Holding all before releasing any means no
+    managed job can start out of turn in between: released one at a time, a job already back on
+    Slurm's priority could start ahead of a higher one still waiting for its hold and release (seen on
+    the dev cluster). Releases go oldest submission first, the order Slurm's own priorities mostly give
+    back. Jobs that started or ended in between are skipped (appended to `finished`); a job Slurm
+    refuses does not stop the others, and raises SlurmError at the end, its journal entry still open."""
+    retype = [JobUpdate(job.job_id, features=f) for job, f in targets if f is not None]
+    trouble: list[str] = []
+    for r in client.update_jobs(retype) if retype else []:
+        if r.error is not None and not isinstance(r.error, JobNotPending):
+            log.warning("job %s: type terms kept (%s); its priority is still handed back", r.job_id, r.error)
+    order = [job.job_id for job in sorted((job for job, _ in targets), key=lambda job: job.submit_time)]
+    held: list[str] = []
+    try:
+        refused = client.hold_many(order)
+        held = [j for j in order if j not in refused]
+        for job_id, exc in refused.items():
+            if isinstance(exc, JobNotPending):
+                log.info("job %s started during release: skipped", job_id)
+                finished.append(job_id)
+            else:
+                trouble.append(f"job {job_id}: hold refused ({exc})")
+    except BaseException:
+        client.release_many(order)          # never leave a job held by msched: release all that may be
+        raise
+    try:
+        refused = client.release_many(held)
+    except BaseException:
+        client.release_many(held)           # one retry (SIGTERM arrives as KeyboardInterrupt)
+        raise
+    if any(not isinstance(e, JobNotPending) for e in refused.values()):
+        refused = {j: e for j, e in refused.items() if isinstance(e, JobNotPending)} | client.release_many(
+            [j for j, e in refused.items() if not isinstance(e, JobNotPending)])     # one retry
+    done = [j for j in held if j not in refused]
+    finished.extend(done)
+    for job_id, exc in refused.items():
+        if isinstance(exc, JobNotPending):
+            finished.append(job_id)
+        else:
+            trouble.append(f"job {job_id}: release refused ({exc})")
+    if trouble:
+        raise SlurmError(f"{len(trouble)} job(s) not handed back: {'; '.join(trouble[:3])}")
     return done

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from msched.tag import PREFIX, JobTag, parse_comment
@@ -325,6 +325,17 @@ class SlurmClient(abc.ABC):
     @abc.abstractmethod
     def release(self, job_id: str) -> None: ...
 
+    def hold_many(self, job_ids: Sequence[str]) -> dict[str, SlurmError]:
+        """Hold every job of `job_ids`, in that order; {job id: error} for the jobs Slurm refused
+        (JobNotPending for one that started or ended). Raises SlurmUnavailable when Slurm cannot be
+        reached. Backends that can batch (the command line: one scontrol) make it one pass, so the
+        first and last hold are milliseconds apart, not a process per job."""
+        return _each(self.hold, job_ids)
+
+    def release_many(self, job_ids: Sequence[str]) -> dict[str, SlurmError]:
+        """Release every job of `job_ids`, in that order; errors as `hold_many`."""
+        return _each(self.release, job_ids)
+
     @abc.abstractmethod
     def cancel(self, job_id: str) -> None: ...
 
@@ -336,3 +347,16 @@ class SlurmClient(abc.ABC):
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
         simulator answers from its own settings). This default is Slurm's default: sched/backfill."""
         return SchedulerSettings()
+
+
+def _each(action: Callable[[str], None], job_ids: Sequence[str]) -> dict[str, SlurmError]:
+    """Run `action` on each job id; {job id: error} for the ones Slurm refused (unreachable raises)."""
+    errors: dict[str, SlurmError] = {}
+    for job_id in job_ids:
+        try:
+            action(job_id)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            errors[job_id] = exc
+    return errors

@@ -78,7 +78,12 @@ from msched.slurm.cli.parsers import (
     parse_sinfo,
     parse_squeue,
 )
-from msched.slurm.cli.writes import _SCONTROL_KEY, parse_scontrol_errors, scontrol_update_line
+from msched.slurm.cli.writes import (
+    _SCONTROL_KEY,
+    parse_scontrol_errors,
+    scontrol_job_line,
+    scontrol_update_line,
+)
 
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 
@@ -438,6 +443,33 @@ class CliClient(SlurmClient):
 
     def release(self, job_id: str) -> None:
         self._run(["scontrol", "release", str(job_id)], error=JobNotPending)
+
+    def hold_many(self, job_ids: Sequence[str]) -> dict[str, SlurmError]:
+        return self._hold_or_release_many("hold", job_ids)
+
+    def release_many(self, job_ids: Sequence[str]) -> dict[str, SlurmError]:
+        return self._hold_or_release_many("release", job_ids)
+
+    def _hold_or_release_many(self, command: str, job_ids: Sequence[str]) -> dict[str, SlurmError]:
+        """One scontrol reading `hold N` / `release N` lines (measured on 22.05.8: it runs every line,
+        a refused one writes `<reason> for job N` on stderr), so a pass over a thousand jobs takes a
+        second of RPCs instead of a process per job; an id that cannot travel on a line gets its own argv."""
+        lines: dict[str, str] = {}
+        errors: dict[str, SlurmError] = {}
+        for job_id in job_ids:
+            line = scontrol_job_line(command, job_id)
+            if line is not None:
+                lines[job_id] = line
+                continue
+            try:
+                (self.hold if command == "hold" else self.release)(job_id)
+            except SlurmUnavailable:
+                raise
+            except SlurmError as exc:
+                errors[job_id] = exc
+        if lines:
+            errors.update(self._scontrol_batch(lines))
+        return errors
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", str(job_id)])

@@ -25,6 +25,14 @@ def scontrol_update_line(job_id: str, field: str, value: int | str) -> str | Non
     return f"update JobId={job_id} {_SCONTROL_KEY[field]}={text}"
 
 
+def scontrol_job_line(command: str, job_id: str) -> str | None:
+    """The line `scontrol` reads to hold or release one job (`hold 12`), or None for a job id that is
+    not a plain Slurm id (such an id never reaches a command line)."""
+    if command not in ("hold", "release") or not _BATCH_JOB_ID.fullmatch(str(job_id)):
+        return None
+    return f"{command} {job_id}"
+
+
 def parse_scontrol_errors(stderr: str, job_ids: Iterable[str]) -> tuple[dict[str, str], list[str]]:
     """Split a batched scontrol's stderr into {job id: reason} for the jobs of the batch (`Job is no
     longer pending execution for job 13` -> {"13": "Job is no longer pending execution"}; `12_9:
