@@ -149,6 +149,14 @@ def measure_round(reorderer: Reorderer, client: CountingClient) -> dict:
     out = reorderer.round()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     r = out.result
+    if r is None:                    # Slurm as the last round left it: not planned (Reorderer.skip_unchanged)
+        return {"writes": "none (unchanged)", "slurm_processes": sum(procs.values()) if procs is not None else None,
+                "slurm_process_kinds": dict(procs) if procs is not None else None, "pending": out.pending,
+                "managed": 0, "running": out.running, "wall_s": wall, "cpu_s": cpu,
+                "read_s": client.seconds.get("jobs", 0.0) + client.seconds.get("nodes", 0.0), "snapshot_s": 0.0,
+                "plan_s": 0.0, "write_s": 0.0, "finished_read_s": client.seconds.get("finished_jobs", 0.0),
+                "db_s": out.db_seconds, "other_s": 0.0, "update_calls": 0, "fewest": 0, "retyped": 0, "skipped": 0,
+                "read_calls": client.calls.get("jobs", 0) + client.calls.get("nodes", 0), "unchanged": True}
     fewest, retyped = fewest_possible(r)
     reads = client.seconds.get("jobs", 0.0) + client.seconds.get("nodes", 0.0)
     writes = sum(client.seconds.get(k, 0.0) for k in ("set_priority", "set_features", "update_jobs"))
@@ -390,14 +398,40 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
+def one_round(state: Path, name: str, write_budget: int | None) -> dict:
+    """One reorder round in this process, as cron runs `msched reorder` (the bench's site under `state`):
+    what it did, the process's CPU time (imports included) and its peak RSS."""
+    from msched.slurm.cli import CliClient
+
+    cfg = site(state, name, **({} if write_budget is None else {"write_budget": write_budget}))
+    store = open_site_store(cfg)
+    w0 = time.perf_counter()
+    o = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
+    m = {"round_s": time.perf_counter() - w0, "unchanged": o.result is None}
+    r = o.result
+    if r is None:
+        m.update(pending=o.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
+    else:
+        st = r.settle
+        m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
+                 est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
+                 held_back=st.held_back, buys=st.buys())
+    store.dispose()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=ru.ru_maxrss / 1024)
+    return m
+
+
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
-                write_budget: int | None = None) -> dict | None:
+                write_budget: int | None = None, own_process: bool = False) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, two rounds on the unchanged queue, a round after `ends` blockers end (one
     per node in turn), a round after one arrival. Each round: REQUEST_UPDATE_JOB RPCs counted by sdiag
     (and their controller time), wall time, the held plan's estimated makespan, moves and what they buy.
-    Every job is cancelled at the end. None (with a line) when no cluster answers."""
+    Every job is cancelled at the end. None (with a line) when no cluster answers. `own_process`: each
+    round runs in a new Python process (`one_round`), as cron runs `msched reorder`: its wall time is the
+    whole process's (start and imports included), its CPU time and peak RSS the process's own."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
@@ -428,24 +462,51 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         reorderer = Reorderer(cfg, client, store, publish=False)
 
         def measured(label: str) -> dict:
+            if own_process:
+                return measured_apart(label)
             c0, s0 = sdiag_updates()
             w0, cpu0 = time.perf_counter(), time.process_time()
             o = reorderer.round()
             wall, cpu = time.perf_counter() - w0, time.process_time() - cpu0
             c1, s1 = sdiag_updates()
             r = o.result
-            st = r.settle
-            m = {"label": label, "pending": len(r.snapshot.pending), "writes": c1 - c0, "controller_s": s1 - s0,
-                 "update_calls": r.update_calls, "wall_s": wall, "cpu_s": cpu, "plan_s": r.plan_seconds,
-                 "est_makespan_s": r.plan.est_makespan_end - r.time, "moved": st.moved, "kept": st.kept,
-                 "held_back": st.held_back, "buys": st.buys(),
+            m = {"label": label, "writes": c1 - c0, "controller_s": s1 - s0, "wall_s": wall, "cpu_s": cpu,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 "load1": os.getloadavg()[0]}
+                 "load1": os.getloadavg()[0], "unchanged": r is None}
+            if r is None:           # Slurm as the last round left it: the round did not plan
+                m.update(pending=o.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
+                what = "not planned: Slurm unchanged)"
+            else:
+                st = r.settle
+                m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
+                         est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
+                         held_back=st.held_back, buys=st.buys())
+                what = (f"plan {r.plan_seconds:.2f} s), est. makespan {m['est_makespan_s']:.0f} s; moved {st.moved}, "
+                        f"kept {st.kept}, waiting {st.held_back}; buys {st.buys()}")
             out["rounds"].append(m)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
-                f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, plan {r.plan_seconds:.2f} s), est. makespan "
-                f"{m['est_makespan_s']:.0f} s; moved {st.moved}, kept {st.kept}, waiting {st.held_back}; buys {st.buys()}; "
+                f"of controller time), round {wall:.2f} s (CPU {cpu:.2f} s, {what}; "
                 f"peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
+            return m
+
+        def measured_apart(label: str) -> dict:
+            c0, s0 = sdiag_updates()
+            w0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--one-round", str(tmp), f"settle-{n_pending}",
+                                   str(write_budget or 0)], capture_output=True, text=True, timeout=600)
+            wall = time.perf_counter() - w0
+            c1, s1 = sdiag_updates()
+            if proc.returncode != 0:
+                raise RuntimeError(f"the round's process failed: {proc.stderr.strip().splitlines()[-1:]}")
+            m = json.loads(proc.stdout.strip().splitlines()[-1])
+            m.update(label=label, writes=c1 - c0, controller_s=s1 - s0, wall_s=wall, load1=os.getloadavg()[0])
+            out["rounds"].append(m)
+            what = "not planned: Slurm unchanged" if m["unchanged"] else (
+                f"plan {m['plan_s']:.2f} s; est. makespan {m['est_makespan_s']:.0f} s; moved {m['moved']}, "
+                f"kept {m['kept']}, waiting {m['held_back']}; buys {m['buys']}")
+            log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
+                f"of controller time), process {wall:.2f} s wall (round {m['round_s']:.2f} s), CPU {m['cpu_s']:.2f} s; "
+                f"{what}; peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
             return m
 
         measured("round 1 (the burst)")
@@ -530,14 +591,22 @@ def main() -> None:
                          "at these queue lengths (e.g. 1000,5000)")
     ap.add_argument("--budget", type=int, default=None,
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
+    ap.add_argument("--own-process", action="store_true",
+                    help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
+    ap.add_argument("--one-round", nargs=3, metavar=("DIR", "NAME", "BUDGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one_round:
+        d, name, budget = args.one_round
+        print(json.dumps(one_round(Path(d), name, int(budget) or None)))
+        return
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]
         res: dict = {}
         with tempfile.TemporaryDirectory(prefix="bench-settle-") as d:
             for n in sizes:
                 res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
-                               "real": real_settle(n, Path(d), args.seed, write_budget=args.budget)
+                               "real": real_settle(n, Path(d), args.seed, write_budget=args.budget,
+                                                   own_process=args.own_process)
                                if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))

@@ -880,3 +880,54 @@ def test_moves_are_rate_limited_by_what_changed():
         incumbent = r.incumbent
         spans.append(r.settle.makespan_held)
     assert spans[-1] < spans[0]
+
+
+def test_a_round_that_finds_slurm_as_the_last_round_left_it_does_not_plan(tmp_path):
+    """The reorderer runs each round in a new process (cron): the store keeps what the last round read of
+    Slurm (`slurm_state_key`) and until when its plan holds. A round that finds the same state, before
+    then, after a round that changed nothing, records one small row and does not plan; planning it
+    anyway writes nothing and records no decision (so the skip loses nothing). A change in Slurm, or
+    the clock passing `stable_until`, makes the next round plan again."""
+    from sqlalchemy import select
+
+    from msched.config import Config
+    from msched.rounds.reorder import Reorderer, open_site_store
+    from msched.store.schema import Round
+
+    c, _blockers, _perf = br.busy_sim(300, seed=2)
+    cfg = Config(state_dir=str(tmp_path / "state"), performance=str(br.PERF), cluster_name="quiet", backend="cli")
+    store = open_site_store(cfg)
+    reorderer = Reorderer(cfg, c, store, run_kind="sim", run_name="quiet")
+    for _ in range(8):                        # the burst settles: a round that changes nothing
+        out = reorderer.round()
+        assert out.result is not None
+        c.advance(1)
+        with store.read() as s:
+            last = s.scalars(select(Round).order_by(Round.id.desc())).first()
+            if last.changes == 0 and last.decision_rows == 0:
+                break
+    else:
+        pytest.fail("the rounds did not settle")
+    stable_until = last.stable_until
+    assert stable_until is not None and stable_until > c.now()
+
+    quiet = reorderer.round()
+    assert quiet.unchanged and quiet.result is None and quiet.pending == len(out.result.snapshot.pending)
+    with store.read() as s:
+        row = s.scalars(select(Round).order_by(Round.id.desc())).first()
+        assert (row.unchanged, row.changes, row.decision_rows, row.plan_seconds) == (1, 0, 0, 0.0)
+        assert row.state_key == last.state_key
+    reorderer.skip_unchanged = False          # what the skipped round would have done: nothing
+    planned = reorderer.round()
+    assert planned.result.update_calls == 0
+    with store.read() as s:
+        assert s.scalars(select(Round).order_by(Round.id.desc())).first().decision_rows == 0
+    reorderer.skip_unchanged = True
+
+    assert reorderer.round().unchanged
+    assert reorderer.round(now=stable_until).result is not None        # the clock alone changes the plan
+    pending = [j.job_id for j in c.jobs() if j.is_pending and j.tag is not None]
+    c.cancel(pending[-1])
+    assert reorderer.round().result is not None                        # Slurm changed
+    store.dispose()
+

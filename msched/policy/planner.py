@@ -166,11 +166,14 @@ class OptimizingPolicy(MschedPolicy):
 
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
-        if self.cpsat_jobs and self.planner != "greedy" or self.planner == "cpsat":
-            import ortools.sat.python.cp_model  # noqa: F401 - its first import (~0.5 s) is not the search's time
+        order, starving = self.order(snapshot)
+        head_n = min(len(order) - len(starving), self.head_jobs)      # the search's head (`_split`)
+        if self.cpsat_jobs and self.planner != "greedy" and CPSAT_MIN_JOBS <= head_n <= self.cpsat_jobs \
+                or self.planner == "cpsat":
+            # its first import (~0.5 s) is not the search's time; only where CP-SAT may run (+50 MB of RSS)
+            import ortools.sat.python.cp_model  # noqa: F401
         t0 = self.clock()
         deadline = t0 + self.time_box_s
-        order, starving = self.order(snapshot)
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
@@ -258,8 +261,10 @@ class _Search:
         # sets the makespan later and later (a share of the time from *now* would, by 5% each round)
         self.anchor = min((j.submit_time for j in head), default=snapshot.now)
         self.rng = random.Random(len(head))
-        # a decode costs about one step per head job, running job and node (the timeline is rebuilt)
-        per_eval = len(head) + len(snapshot.running) + len(snapshot.nodes)
+        # a decode costs about one step per job it places (the head, and the plain and starving jobs
+        # around it: at 10,000 pending with a fifth plain, ~2,000 of them), running job and node (the
+        # timeline is copied)
+        per_eval = len(snapshot.pending) + len(snapshot.running) + len(snapshot.nodes)
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}

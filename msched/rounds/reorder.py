@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from msched.config import Config
+from msched.rounds.core import without_cyclic_gc
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 from msched.util.files import write_atomically
 from msched.util.text import one_line
@@ -63,9 +64,15 @@ class RoundOutcome:
     free_time: dict[str, float] = field(default_factory=dict)
     dry_run: bool = False
     db_seconds: float = 0.0               # checking, ingesting and recording (the database's share)
+    unchanged: bool = False               # Slurm as the last round left it: not planned (result is None)
+    pending: int = 0                      # the round's pending and running GPU jobs (an unchanged round)
+    running: int = 0
 
     def summary(self) -> str:
         r = self.result
+        if r is None:
+            return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes "
+                    f"completions={self.completions} (Slurm as the last round left it: not planned)")
         snap = r.snapshot
         managed = sum(1 for p in snap.pending if getattr(p, "managed", True))
         plan = r.plan
@@ -163,6 +170,7 @@ class Reorderer:
         self.publish = publish
         self._run_id: int | None = None
         self._last_completion_check: float | None = None
+        self.skip_unchanged = True        # a round that finds the last round's Slurm state does not plan
 
     @property
     def journal(self):  # noqa: ANN201 - msched.store.holds.HoldJournal, or None without a store
@@ -233,6 +241,7 @@ class Reorderer:
         return self._run_id
 
     # ---------------------------------------------------------------- a round
+    @without_cyclic_gc
     def round(self, *, dry_run: bool = False, now: float | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundOutcome:
         """One round. Raises ReorderError (one line, saying whether Slurm was changed).
@@ -263,6 +272,14 @@ class Reorderer:
                 jobs = self.read()[0]       # released jobs have their priority back: plan with it
         if now is None:
             now = self.client.now()
+        state_key = None
+        if not dry_run:
+            t0 = time.perf_counter()
+            state_key = self._state_key(jobs, nodes)
+            quiet = self._unchanged_round(state_key, jobs, nodes, now)
+            if quiet is not None:
+                return quiet
+            db_s += time.perf_counter() - t0
         new = 0
         if not dry_run:
             t0 = time.perf_counter()
@@ -304,7 +321,7 @@ class Reorderer:
                 log.warning("cannot publish %s: %s (msub treats all types as free)",
                             self.config.free_time_path, exc.strerror)
         try:
-            round_id, done, record_s = self._record(result, jobs, now)
+            round_id, done, record_s = self._record(result, jobs, now, state_key=state_key)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
                         f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
@@ -313,6 +330,77 @@ class Reorderer:
         db_s += time.perf_counter() - t0
         return RoundOutcome(result, round_id=round_id, new_jobs=new, completions=done, free_time=free,
                             db_seconds=db_s + record_s)
+
+    # ---------------------------------------------------------------- an unchanged queue
+    def _state_key(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> str:
+        """`msched.rounds.core.slurm_state_key` of the read, with what else the plan depends on: this
+        msched, the configuration, the tables it names (size and time of change) and the scheduler."""
+        from msched import __version__
+        from msched.rounds.core import slurm_state_key
+
+        files = []
+        for path in (self.config.performance, self.config.cost_model, self.config.gpu_specs):
+            try:
+                st = os.stat(path) if path else None
+                files.append((path, st.st_size, st.st_mtime_ns) if st else None)
+            except OSError:
+                files.append((path, None))
+        policy = self.policy
+        setup = repr((__version__, repr(self.config), self.objective, getattr(policy, "name", ""),
+                      getattr(policy, "backfill", None), files))
+        return slurm_state_key(jobs, nodes, setup)
+
+    def _unchanged_round(self, state_key: str, jobs: list[SlurmJob], nodes: list[SlurmNode],
+                         now: float) -> RoundOutcome | None:
+        """When Slurm's state (`state_key`) is the one the last round read, the clock is before that
+        plan's `stable_until`, and that round changed nothing (no Slurm update, no job's held plan in
+        the store: the incumbent is the same), this round has the same inputs and would decide the same
+        (a round is a pure function of the snapshot and the incumbent: issue 21): record one small row,
+        track completions, publish the free time again and return the outcome; None when the round must
+        plan. Moves waiting for the rate limit do not oblige a plan: with nothing changed they wait on
+        the same decision. At 10,000 pending this saves the snapshot, the plan and the evaluations
+        (seconds of CPU every minute). The begin-time lever decides on the clock, so it always plans."""
+        from msched.store.queries import last_planned_round
+
+        if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
+            return None
+        t0 = time.perf_counter()
+        rid = self.run_id(nodes)
+        with self.store.read() as session:
+            last = last_planned_round(session, rid)
+            if last is not None:
+                session.expunge(last)
+        if last is None or last.state_key != state_key or last.changes or last.decision_rows or \
+                (last.stable_until is not None and now >= last.stable_until):
+            return None
+        free = self._published_free_time(now) if self.publish else {}
+        if free is None:
+            return None                     # no free-time file to carry on: plan, and publish it
+        if self.publish:
+            try:
+                publish_free_time(self.config.free_time_path, now, free)
+            except OSError as exc:
+                log.warning("cannot publish %s: %s (msub treats all types as free)",
+                            self.config.free_time_path, exc.strerror)
+        gpu_jobs = [j for j in jobs if j.num_gpus > 0]
+        pending = sum(1 for j in gpu_jobs if j.is_pending)
+        running = sum(1 for j in gpu_jobs if j.is_running)
+        try:
+            round_id, done, record_s = self._record(None, jobs, now, unchanged=(last, pending, running))
+        except Exception as exc:  # noqa: BLE001 - nothing was written to Slurm
+            raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
+                        "nothing changed in Slurm") from None
+        self._prune(now)
+        return RoundOutcome(None, round_id=round_id, completions=done, free_time=free, unchanged=True,
+                            pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+
+    def _published_free_time(self, now: float) -> dict[str, float] | None:
+        """The free time the last round published, each type clamped to now (None: no readable file)."""
+        try:
+            data = json.loads(Path(self.config.free_time_path).read_text())
+            return {str(t): max(float(v), now) for t, v in dict(data["free_at"]).items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     @property
     def settle_options(self):  # noqa: ANN201 - msched.rounds.settle.SettleOptions
@@ -368,11 +456,19 @@ class Reorderer:
             log.warning("cannot prune old rounds in %s: %s (retried next round)", self.store.display_url,
                         one_line(exc))
 
-    def _record(self, result: Any, jobs: list[SlurmJob], now: float) -> tuple[int, int, float]:
+    def _record(self, result: Any, jobs: list[SlurmJob], now: float, *, state_key: str | None = None,
+                unchanged: tuple | None = None) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
-        `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct)."""
+        `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct). `unchanged`:
+        (the last round's row, pending, running) for a round that found Slurm unchanged (`result` None)."""
         from msched.store.queries import last_round_time
-        from msched.store.writes import active_job_ids, mark_vanished, record_completions, record_round
+        from msched.store.writes import (
+            active_job_ids,
+            mark_vanished,
+            record_completions,
+            record_round,
+            record_unchanged_round,
+        )
 
         finished: list[SlurmJob] = []
         rid = self.run_id([])
@@ -402,7 +498,8 @@ class Reorderer:
             finished += older
             vanished -= {j.job_id for j in older}
         with self.store.write() as session:
-            round_id = record_round(session, rid, result)
+            round_id = record_unchanged_round(session, rid, unchanged[0], now, *unchanged[1:]) if unchanged \
+                else record_round(session, rid, result, state_key=state_key)
             done = record_completions(session, rid, started + finished, now=now)
             if vanished:
                 lost = mark_vanished(session, rid, sorted(vanished))

@@ -21,6 +21,13 @@ def last_round_time(session: Session, run_id: int) -> float | None:
     return session.scalar(select(func.max(Round.time)).where(Round.run_id == run_id))
 
 
+def last_planned_round(session: Session, run_id: int):  # noqa: ANN201 - a Round row, or None
+    """The run's latest round that was recorded whole (not a dry run, no error), planned or found
+    unchanged: what the next round compares Slurm's state with."""
+    return session.scalars(select(Round).where(Round.run_id == run_id, Round.dry_run == 0, Round.error.is_(None))
+                           .order_by(Round.time.desc(), Round.id.desc()).limit(1)).first()
+
+
 def run_names_starting(session: Session, prefix: str) -> set[str]:
     """Names of the recorded runs that start with `prefix` (to give a new simulated run a free name)."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -102,6 +102,11 @@ class Round(Base):
     gain_makespan_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # incumbent minus held
     gain_mean_end_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     decision_rows: Mapped[int | None] = mapped_column(Integer, nullable=True)    # jobs whose plan changed
+    # an unchanged queue (msched.rounds.reorder): the Slurm state read, until when its plan holds (NULL:
+    # for ever), and 1 on a round that found both unchanged and so did not plan
+    state_key: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    stable_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    unchanged: Mapped[int | None] = mapped_column(Integer, nullable=True)
     __table_args__ = (Index("ix_rounds_run_time", "run_id", "time"),)
 
 

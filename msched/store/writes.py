@@ -167,7 +167,7 @@ def mark_vanished(session: Session, run_id: int, job_ids: Iterable[str]) -> int:
 
 def record_round(
     session: Session, run_id: int, result: Any, dry_run: bool = False, error: str | None = None,
-    *, time: float | None = None,
+    *, time: float | None = None, state_key: str | None = None,
 ) -> int:
     """One row for the round (what it wrote and what that bought), and a decisions row only for each job
     whose held plan changed: its planned type, priority or estimate differs from the jobs table's (which
@@ -214,6 +214,9 @@ def record_round(
         held_back=st.held_back if st is not None else None,
         gain_makespan_s=gain(st.makespan_incumbent, st.makespan_held) if st is not None else None,
         gain_mean_end_s=gain(st.mean_end_incumbent, st.mean_end_held) if st is not None else None,
+        state_key=state_key,
+        stable_until=_finite(getattr(result, "stable_until", None)),
+        unchanged=0,
     )
     session.add(rnd)
     session.flush()
@@ -287,6 +290,24 @@ def record_pair_speeds(session: Session, run_id: int, measured: Iterable[tuple[s
                                              measured_a=float(fa), measured_b=float(fb)))
         n += 1
     return n
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and value != float("inf") else None
+
+
+def record_unchanged_round(session: Session, run_id: int, last: Any, now: float, pending: int, running: int) -> int:
+    """One row for a round that found Slurm as the last planned round (`last`, its row) left it, before
+    that plan's `stable_until`: it planned nothing and wrote nothing. The row carries the last plan's key
+    and time limit on, and its estimated makespan end (as seconds from now). Returns the round's id."""
+    est = None if last.est_makespan_s is None else max(0.0, last.time + last.est_makespan_s - now)
+    rnd = Round(run_id=run_id, time=now, pending=pending, running=running, changes=0, skipped=0, plan_seconds=0.0,
+                est_makespan_s=est, busy_gpus=dict(last.busy_gpus or {}), total_gpus=dict(last.total_gpus or {}),
+                dry_run=0, moved=0, held_back=0, gain_makespan_s=0.0, gain_mean_end_s=0.0, decision_rows=0,
+                state_key=last.state_key, stable_until=last.stable_until, unchanged=1)
+    session.add(rnd)
+    session.flush()
+    return rnd.id
 
 
 def load_incumbent(session: Session, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent

@@ -34,6 +34,7 @@ How it reads Slurm:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -72,6 +73,7 @@ from msched.slurm.cli.parsers import (
     _one_line,
     classify_error,
     format_time_limit,
+    gpu_type_on,
     node_names_in,
     parse_sinfo,
     parse_squeue,
@@ -222,11 +224,15 @@ class CliClient(SlurmClient):
         return self._queue()
 
     def _queue(self) -> list[SlurmJob]:
-        out = self._run_bytes(["squeue", "--json"])
-        jobs = parse_squeue(out, self.config, self._node_types)
-        if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, read again
+        # decoded as parse_squeue would (bytes that are not UTF-8 become U+FFFD) and handed over without
+        # a reference kept here, so the parser frees the text once decoded: at 10,000 jobs (32 MB of
+        # JSON) the bytes, the text and the records are never all alive at once
+        jobs = parse_squeue(self._run_bytes(["squeue", "--json"]).decode("utf-8", errors="replace"),
+                            self.config, self._node_types)
+        if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, type again
             self._refresh_node_types()
-            jobs = parse_squeue(out, self.config, self._node_types)
+            jobs = [dataclasses.replace(j, gpu_type=gpu_type_on(j.nodes, self._node_types)) if j.nodes else j
+                    for j in jobs]
         return jobs
 
     def _refresh_node_types(self) -> None:

@@ -139,7 +139,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
     num_gpus = per_job + per_node * num_nodes + per_task * num_tasks
     typed = t_job or t_node or t_task
     nodes = _field(_json_str(d.get("nodes"))) if state != PENDING else ""
-    gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None) if nodes else None
+    gpu_type = gpu_type_on(nodes, node_types)
     limit_min = d.get("time_limit")
     limit = _json_int(limit_min, -1)
     priority = _json_int(d.get("priority"))
@@ -167,6 +167,11 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         nice=_json_signed(d.get("nice")),
         begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
     )
+
+
+def gpu_type_on(nodes: str, node_types: Mapping[str, str | None]) -> str | None:
+    """The GPU type of the first node of a job's node list that has one (None: none known)."""
+    return next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None) if nodes else None
 
 
 def _json_signed(value: object) -> int:
@@ -231,8 +236,12 @@ def parse_squeue(raw: bytes | str, config: Config, node_types: Mapping[str, str 
     close a string (only `"` and `\\` can, and Slurm escapes those). A document that does not parse
     raises SqueueFormatError: the round then changes nothing. A record that is not a job is skipped."""
     records = _json_document(raw, "squeue", _only_job_fields)["jobs"]
+    del raw             # the document's text (tens of MB at 10,000 jobs) is freed here when the caller
+    #                     passed it without keeping it (CliClient does), and each record once it is read:
+    #                     the parse's peak is the text or the records, not both plus every job
     jobs = []
-    for d in records:
+    for k, d in enumerate(records):
+        records[k] = None
         if isinstance(d, dict):
             job = job_from_json(d, config, node_types)
             if job is not None:
