@@ -777,9 +777,9 @@ def _hold_and_release(client: SlurmClient, targets: list[tuple[SlurmJob, str | N
     except BaseException:
         client.release_many(held)           # one retry (SIGTERM arrives as KeyboardInterrupt)
         raise
-    if any(not isinstance(e, JobNotPending) for e in refused.values()):
-        refused = {j: e for j, e in refused.items() if isinstance(e, JobNotPending)} | client.release_many(
-            [j for j, e in refused.items() if not isinstance(e, JobNotPending)])     # one retry
+    failed = [j for j, e in refused.items() if not isinstance(e, JobNotPending)]
+    if failed:                                      # one retry
+        refused = {j: e for j, e in refused.items() if j not in failed} | client.release_many(failed)
     done = [j for j in held if j not in refused]
     finished.extend(done)
     for job_id, exc in refused.items():
