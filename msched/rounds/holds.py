@@ -16,7 +16,7 @@ entries stay open for the next try.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from msched.slurm.base import (
     ACTIVE_STATES,
@@ -41,6 +41,17 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
     now = client.now() if now is None else now
     released: list[str] = []
     outcome: dict[str, list[int]] = {}
+
+    def undone(e, action: Callable[..., None], *args: object) -> bool:  # noqa: ANN001 - a journal entry
+        """Run the Slurm call that undoes entry `e`; False, with the entry closed as gone, when the job
+        started or ended meanwhile. Slurm unreachable raises: the entries stay open for the next try."""
+        try:
+            action(e.job_id, *args)
+        except JobNotPending:
+            outcome.setdefault("gone", []).append(e.id)
+            return False
+        return True
+
     for e in entries:
         job = by_id.get(e.job_id)
         if job is None or not job.is_pending:
@@ -51,12 +62,7 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
                 outcome.setdefault("not held by msched" if job.reason != "JobHeldUser" else "held by its owner",
                                    []).append(e.id)
                 continue
-            try:
-                client.release(e.job_id)
-            except SlurmUnavailable:
-                raise
-            except JobNotPending:
-                outcome.setdefault("gone", []).append(e.id)
+            if not undone(e, client.release):
                 continue
             log.info("job %s: released (held by an interrupted round: %s)", e.job_id, e.reason)
             released.append(e.job_id)
@@ -69,12 +75,7 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
             except ValueError:
                 own = 0
             if job.nice != own:
-                try:
-                    client.set_nice(e.job_id, own)
-                except SlurmUnavailable:
-                    raise
-                except JobNotPending:
-                    outcome.setdefault("gone", []).append(e.id)
+                if not undone(e, client.set_nice, own):
                     continue
                 released.append(e.job_id)
             outcome.setdefault("restored", []).append(e.id)
@@ -91,12 +92,7 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
                 # since: not msched's to clear
                 outcome.setdefault("not in effect" if held is None else "changed by its owner", []).append(e.id)
             elif everything:
-                try:
-                    client.set_begin_time(e.job_id, None)
-                except SlurmUnavailable:
-                    raise
-                except JobNotPending:
-                    outcome.setdefault("gone", []).append(e.id)
+                if not undone(e, client.set_begin_time, None):
                     continue
                 log.info("job %s: begin time cleared (set by msched: %s)", e.job_id, e.reason)
                 released.append(e.job_id)

@@ -330,11 +330,11 @@ class SlurmClient(abc.ABC):
         (JobNotPending for one that started or ended). Raises SlurmUnavailable when Slurm cannot be
         reached. Backends that can batch (the command line: one scontrol) make it one pass, so the
         first and last hold are milliseconds apart, not a process per job."""
-        return _each(self.hold, job_ids)
+        return each_job(self.hold, job_ids)
 
     def release_many(self, job_ids: Sequence[str]) -> dict[str, SlurmError]:
         """Release every job of `job_ids`, in that order; errors as `hold_many`."""
-        return _each(self.release, job_ids)
+        return each_job(self.release, job_ids)
 
     @abc.abstractmethod
     def cancel(self, job_id: str) -> None: ...
@@ -349,7 +349,7 @@ class SlurmClient(abc.ABC):
         return SchedulerSettings()
 
 
-def _each(action: Callable[[str], None], job_ids: Sequence[str]) -> dict[str, SlurmError]:
+def each_job(action: Callable[[str], None], job_ids: Sequence[str]) -> dict[str, SlurmError]:
     """Run `action` on each job id; {job id: error} for the ones Slurm refused (unreachable raises)."""
     errors: dict[str, SlurmError] = {}
     for job_id in job_ids:

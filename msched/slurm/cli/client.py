@@ -59,6 +59,7 @@ from msched.slurm.base import (
     SlurmUnavailable,
     UpdateResult,
     check_updates,
+    each_job,
 )
 from msched.slurm.cli.accounting import (
     HISTORY_DEFAULT_S,
@@ -454,19 +455,9 @@ class CliClient(SlurmClient):
         """One scontrol reading `hold N` / `release N` lines (measured on 22.05.8: it runs every line,
         a refused one writes `<reason> for job N` on stderr), so a pass over a thousand jobs takes a
         second of RPCs instead of a process per job; an id that cannot travel on a line gets its own argv."""
-        lines: dict[str, str] = {}
-        errors: dict[str, SlurmError] = {}
-        for job_id in job_ids:
-            line = scontrol_job_line(command, job_id)
-            if line is not None:
-                lines[job_id] = line
-                continue
-            try:
-                (self.hold if command == "hold" else self.release)(job_id)
-            except SlurmUnavailable:
-                raise
-            except SlurmError as exc:
-                errors[job_id] = exc
+        lines = {job_id: line for job_id in job_ids if (line := scontrol_job_line(command, job_id)) is not None}
+        errors = each_job(self.hold if command == "hold" else self.release,
+                          [job_id for job_id in job_ids if job_id not in lines])
         if lines:
             errors.update(self._scontrol_batch(lines))
         return errors
