@@ -911,8 +911,12 @@ def test_a_round_that_finds_slurm_as_the_last_round_left_it_does_not_plan(tmp_pa
     stable_until = last.stable_until
     assert stable_until is not None and stable_until > c.now()
 
+    import json
+    published = json.loads(Path(cfg.free_time_path).read_text())
     quiet = reorderer.round()
     assert quiet.unchanged and quiet.result is None and quiet.pending == len(out.result.snapshot.pending)
+    again = json.loads(Path(cfg.free_time_path).read_text())     # republished, the plan's end carried on
+    assert published["plan_end"] > c.now() and again["plan_end"] == published["plan_end"]
     with store.read() as s:
         row = s.scalars(select(Round).order_by(Round.id.desc())).first()
         assert (row.unchanged, row.changes, row.decision_rows, row.plan_seconds) == (1, 0, 0, 0.0)

@@ -314,12 +314,7 @@ class Reorderer:
         if dry_run:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
-            try:
-                publish_free_time(self.config.free_time_path, now, free,
-                                  getattr(result.plan, "est_makespan_end", None))
-            except OSError as exc:
-                log.warning("cannot publish %s: %s (msub treats all types as free)",
-                            self.config.free_time_path, exc.strerror)
+            self._publish(now, free, getattr(result.plan, "est_makespan_end", None))
         try:
             round_id, done, record_s = self._record(result, jobs, now, state_key=state_key)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
@@ -373,15 +368,12 @@ class Reorderer:
         if last is None or last.state_key != state_key or last.changes or last.decision_rows or \
                 (last.stable_until is not None and now >= last.stable_until):
             return None
-        free = self._published_free_time(now) if self.publish else {}
-        if free is None:
+        published = self._published_free_time(now) if self.publish else ({}, None)
+        if published is None:
             return None                     # no free-time file to carry on: plan, and publish it
+        free, plan_end = published
         if self.publish:
-            try:
-                publish_free_time(self.config.free_time_path, now, free)
-            except OSError as exc:
-                log.warning("cannot publish %s: %s (msub treats all types as free)",
-                            self.config.free_time_path, exc.strerror)
+            self._publish(now, free, plan_end)
         gpu_jobs = [j for j in jobs if j.num_gpus > 0]
         pending = sum(1 for j in gpu_jobs if j.is_pending)
         running = sum(1 for j in gpu_jobs if j.is_running)
@@ -394,12 +386,22 @@ class Reorderer:
         return RoundOutcome(None, round_id=round_id, completions=done, free_time=free, unchanged=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0)
 
-    def _published_free_time(self, now: float) -> dict[str, float] | None:
-        """The free time the last round published, each type clamped to now (None: no readable file)."""
+    def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
+        try:
+            publish_free_time(self.config.free_time_path, now, free, plan_end)
+        except OSError as exc:
+            log.warning("cannot publish %s: %s (msub treats all types as free)",
+                        self.config.free_time_path, exc.strerror)
+
+    def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None] | None:
+        """The free time the last round published, each type clamped to now, and its plan end (carried
+        on unchanged: packing judges by it); None when there is no readable file."""
         try:
             data = json.loads(Path(self.config.free_time_path).read_text())
-            return {str(t): max(float(v), now) for t, v in dict(data["free_at"]).items()}
-        except (OSError, ValueError, KeyError, TypeError):
+            free = {str(t): max(float(v), now) for t, v in dict(data["free_at"]).items()}
+            end = data.get("plan_end")
+            return free, (float(end) if end is not None else None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     @property
