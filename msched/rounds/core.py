@@ -759,19 +759,18 @@ def _hold_and_release(client: SlurmClient, targets: list[tuple[SlurmJob, str | N
         if r.error is not None and not isinstance(r.error, JobNotPending):
             log.warning("job %s: type terms kept (%s); its priority is still handed back", r.job_id, r.error)
     order = [job.job_id for job in sorted((job for job, _ in targets), key=lambda job: job.submit_time)]
-    held: list[str] = []
     try:
         refused = client.hold_many(order)
-        held = [j for j in order if j not in refused]
-        for job_id, exc in refused.items():
-            if isinstance(exc, JobNotPending):
-                log.info("job %s started during release: skipped", job_id)
-                finished.append(job_id)
-            else:
-                trouble.append(f"job {job_id}: hold refused ({exc})")
     except BaseException:
         client.release_many(order)          # never leave a job held by msched: release all that may be
         raise
+    held = [j for j in order if j not in refused]
+    for job_id, exc in refused.items():
+        if isinstance(exc, JobNotPending):
+            log.info("job %s started during release: skipped", job_id)
+            finished.append(job_id)
+        else:
+            trouble.append(f"job {job_id}: hold refused ({exc})")
     try:
         refused = client.release_many(held)
     except BaseException:
