@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from msched.estimate import training_data  # noqa: E402
+from msched.estimate import cost_fit, training_data  # noqa: E402
 from msched.estimate.cost_fit import FitRow, fit  # noqa: E402
 from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
 from msched.estimate.gpu_specs import load_specs  # noqa: E402
@@ -78,21 +78,25 @@ def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, st
 FIT_CACHE: Path | None = None   # --fit-cache: fitted parameters kept per training set (re-runs skip the fits)
 
 
-def fitted(kept: list[FitRow], profiles: dict, specs) -> CostModel:
+def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None) -> CostModel:
     """The cost model fitted on `kept` (less the CPU-bound job types), from --fit-cache when the same
-    rows, profiles and fitting code were fitted before."""
+    rows, profiles, weights and fitting code were fitted before. `weights`: the fit's (host pool, run prior)
+    weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) when not the shipped ones."""
     rows = training_data.fit_rows(kept)
+    if weights == (cost_fit.HOST_POOL_WEIGHT, cost_fit.RUN_PRIOR_WEIGHT):
+        weights = None
     path = None
     if FIT_CACHE is not None:
         import hashlib
 
         code = (REPO / "msched" / "estimate" / "cost_fit.py").read_bytes() + \
             (REPO / "msched" / "estimate" / "cost_model.py").read_bytes()
-        key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles))).encode() + code).hexdigest()[:20]
+        key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles), weights)).encode() + code).hexdigest()[:20]
         path = FIT_CACHE / f"fit-{key}.json"
         if path.exists():
             return CostModel(json.loads(path.read_text()))
-    params = fit(rows, profiles, specs)
+    extra = {} if weights is None else {"host_pool_weight": weights[0], "run_prior_weight": weights[1]}
+    params = fit(rows, profiles, specs, **extra)
     if path is not None:
         FIT_CACHE.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(params))
@@ -220,6 +224,44 @@ def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[s
     return results, chosen
 
 
+NESTED_FIT_GRID = ((0.3, 0.0), (1.0, 1.0))   # (host pool, run prior) weights of the fit: before, shipped
+
+
+def type_error(cm: CostModel, held: list[FitRow], profiles: dict, specs) -> float:
+    """Mean |log error| of the cost model alone over a left-out type's rows (the type's run known)."""
+    return statistics.fmean(abs(math.log(cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
+                                                          r.batch_size, r.num_gpus, r.optimizer, run=r.run)
+                                         / r.iter_ms)) for r in held)
+
+
+def nested_fit_weights(rows, profiles, specs, only: set[str] | None = None
+                       ) -> dict[str, tuple[tuple[float, float], float]]:
+    """The fit's host-pool and run-prior weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) chosen without
+    looking at the left-out type: for each type t, each pair of NESTED_FIT_GRID is scored by the mean over the
+    other types u that have a sibling of their generation of u's leave-one-type-out error, the cost model
+    fitted without both t and u; the winner is then fitted without t alone and predicts t. Returns, per
+    type (those in `only`, else all), the pair chosen and t's error with it."""
+    specs_type = {r: specs.get(r.gpu_type).gpu_type for r in rows}
+    types = sorted(set(specs_type.values()))
+    by_type = {t: [r for r in rows if specs_type[r] == t] for t in types}
+    sib = [t for t in types if any(specs.get(u).generation == specs.get(t).generation for u in types if u != t)]
+    out = {}
+    for t in [t for t in types if only is None or t in only]:
+        score = {}
+        for c in NESTED_FIT_GRID:
+            errs = [type_error(fitted([r for r in rows if specs_type[r] not in (t, u)], profiles, specs, c),
+                               by_type[u], profiles, specs) for u in sib if u != t]
+            score[c] = statistics.fmean(errs)
+        best = min(NESTED_FIT_GRID, key=lambda c: score[c])
+        err = type_error(fitted([r for r in rows if specs_type[r] != t], profiles, specs, best), by_type[t], profiles,
+                         specs)
+        out[t] = (best, err)
+        print(f"  nested fit weights: type {t}: host pool {best[0]:g}, run prior {best[1]:g} (inner mean "
+              + ", ".join(f"{a:g}/{b:g}: {score[(a, b)]:.3f}" for a, b in NESTED_FIT_GRID) + f"); error {err:.3f}",
+              file=sys.stderr)
+    return out
+
+
 def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
                        ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     types = sorted({specs.get(r.gpu_type).gpu_type for r in rows} & (only or {specs.get(r.gpu_type).gpu_type for r in rows}))
@@ -307,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nested", action="store_true",
                     help="also choose the type-shape weight by nested (inner leave-one-family-out) cross-validation "
                          "and report its held-out accuracy (a fit per pair of families: slow)")
+    ap.add_argument("--nested-types", action="store_true",
+                    help="also choose the fit's host-pool and run-prior weights by nested (inner leave-one-type-out) "
+                         "cross-validation and report each type's error with the weights chosen without it "
+                         "(a fit per pair of types and weights: slow)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
@@ -326,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
                           set(args.families.split(",")) - {""} if args.families is not None else None)
     loto = leave_one_type_out(rows, profiles, specs, args.quick, set(args.types.split(",")) if args.types else None)
     nested, chosen = nested_rank_weight(rows, profiles, specs) if args.nested else ([], {})
+    nested_types = nested_fit_weights(rows, profiles, specs, set(args.types.split(",")) if args.types else None
+                                      ) if args.nested_types else {}
+    noisy = training_data.noisy_measurements(data)
     wall = time.perf_counter() - start
     pooled = [x for v in fam.values() for x in v]
     if not pooled:
@@ -390,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
           + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
     print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy "
-          "| error, host of every machine |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| error, host of every machine | error outside noisy files |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for t, res in loto.items():
         a = log_errors(res, "cost_model", origin)
         pr = log_errors(res, "cost_model", origin, key=lambda r: r.precision)
@@ -402,11 +451,24 @@ def main(argv: list[str] | None = None) -> int:
         acc, n_cfg = type_left_out_accuracy(res, rows)
         print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
               f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | "
-              f"{cell(log_errors(res, 'cost_model_any_host', origin), 'all')} |")
+              f"{cell(log_errors(res, 'cost_model_any_host', origin), 'all')} | "
+              f"{cell(log_errors([x for x in res if (x[0].gpu_type, x[0].num_gpus, x[0].precision) not in noisy], 'cost_model', origin), 'all')} |")
         bound = [x for x in res if origin[x[0]] == "gavel" and x[0].model not in training_data.CPU_BOUND]
         if bound and len(bound) < len(res):
             print(f"| {t}, GPU-bound rows only | {len(bound)} | {cell(log_errors(bound, 'cost_model', origin), 'all')} "
-                  "| | | | | | | |")
+                  "| | | | | | | | |")
+    if noisy:
+        print("\nNoisy measurement files (median log(p90/p10) of their iterations above "
+              f"{training_data.NOISY_SPREAD:g}; fitted and counted like the rest): "
+              + ", ".join(f"{t} {n} GPU(s) {p}" for t, n, p in sorted(noisy)))
+    if nested_types:
+        print("\nFit weights (host pool, run prior) chosen by nested leave-one-type-out cross-validation (grid "
+              + ", ".join(f"{a:g}/{b:g}" for a, b in NESTED_FIT_GRID) + f"; shipped {cost_fit.HOST_POOL_WEIGHT:g}/"
+              f"{cost_fit.RUN_PRIOR_WEIGHT:g}):\n")
+        print("| type | weights chosen without it | its error with them |")
+        print("|---|---|---|")
+        for t, ((a, b), err) in nested_types.items():
+            print(f"| {t} | {a:g} / {b:g} | {err:.3f} |")
     if args.json:
         dump = {"family_hold_out": {f: [[r._asdict(), p] for r, p in res] for f, res in fam.items()},
                 "leave_one_type_out": {t: [[r._asdict(), p] for r, p in res] for t, res in loto.items()}}

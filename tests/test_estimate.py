@@ -120,6 +120,36 @@ def test_fit_recovers_known_parameters(profiles):
     assert statistics.fmean(errs) < 0.1
 
 
+def test_run_prior_leaves_a_run_factor_the_data_identify(profiles):
+    """The pull of run factors toward 1 (cost_fit.RUN_PRIOR_WEIGHT) only settles what the rows leave open:
+    where a run shares a generation with another (gtx1080ti beside titanxp, both Pascal), a run 1.3x slower
+    on the GPU is still found 1.3x slower, as the titanv fix needs."""
+    shipped, specs = load_cost_model(), load_specs()
+    truth = CostModel({**shipped.data, "run_gpu": {}, "type_run": {}})
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0"]
+    rows = [FitRow(m, t, 1, 12, "float", truth.iteration_ms(profiles[m], specs.get(t), "float", 12, 1)
+                   * (1.3 if t == "gtx1080ti" else 1.0), run="slow" if t == "gtx1080ti" else "main")
+            for m in models for t in ("titanxp", "rtx2080ti", "a100", "gtx1080ti")]
+    params = fit(rows, profiles, specs)
+    assert params["run_gpu"]["slow"] / params["run_gpu"]["main"] == pytest.approx(1.3, rel=0.1)
+
+
+def test_noisy_measurement_files_are_found_from_their_percentiles(tmp_path):
+    """A measurement file whose timed iterations spread widely (p90/p10) is flagged; a quiet one is not."""
+    from msched.estimate.training_data import NOISY_SPREAD, noisy_measurements
+
+    folder = tmp_path / "gpu-train-benchmarks"
+    folder.mkdir()
+    lines = ["gpu_type,num_gpus,precision,model,global_batch_size,runs,iter_ms_median,iter_ms_p10,iter_ms_p90,raw_file"]
+    wide = math.exp(NOISY_SPREAD) * 1.5
+    for model in ("resnet50", "vgg16", "mobilenet_v2"):
+        lines.append(f"titanxp,4,float,{model},48,50,200,100,{100 * wide},raw/titanxp_4gpu_float_train_ms.csv")
+        lines.append(f"titanxp,3,float,{model},36,50,100,98,105,raw/titanxp_3gpu_float_train_ms.csv")
+    (folder / "train_iter_ms.csv").write_text("\n".join(lines) + "\n")
+    assert noisy_measurements(tmp_path) == {("titanxp", 4, "float")}
+    assert noisy_measurements(tmp_path / "absent") == set()
+
+
 # --------------------------------------------------------------------------- predictor
 def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     prof = profiles["resnet101"]
