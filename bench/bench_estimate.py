@@ -13,7 +13,7 @@ Figures: mean |log(predicted / true)| of the absolute iteration time over rows, 
 precision and GPU count; best-type accuracy: per (model, GPU count, precision) over the types measured
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
-    .venv/bin/python bench/bench_estimate.py [--quick] [--json OUT]
+    .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR] [--nested] [--nested-types] [--json OUT]
 """
 
 from __future__ import annotations
@@ -238,13 +238,18 @@ def nested_fit_weights(rows, profiles, specs, only: set[str] | None = None
                        ) -> dict[str, tuple[tuple[float, float], float]]:
     """The fit's host-pool and run-prior weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) chosen without
     looking at the left-out type: for each type t, each pair of NESTED_FIT_GRID is scored by the mean over the
-    other types u that have a sibling of their generation of u's leave-one-type-out error, the cost model
-    fitted without both t and u; the winner is then fitted without t alone and predicts t. Returns, per
-    type (those in `only`, else all), the pair chosen and t's error with it."""
+    other types u whose generation was measured in more than one run (the types these weights are about:
+    a left-out type inherits its run's host and GPU-time factors, and its generation's efficiency from other
+    runs) of u's leave-one-type-out error, the cost model fitted without both t and u; the winner is then
+    fitted without t alone and predicts t. Returns, per type (those in `only`, else all), the pair chosen and
+    t's error with it."""
     specs_type = {r: specs.get(r.gpu_type).gpu_type for r in rows}
     types = sorted(set(specs_type.values()))
     by_type = {t: [r for r in rows if specs_type[r] == t] for t in types}
-    sib = [t for t in types if any(specs.get(u).generation == specs.get(t).generation for u in types if u != t)]
+    runs_of_gen: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        runs_of_gen[specs.get(r.gpu_type).generation].add(r.run)
+    sib = [t for t in types if len(runs_of_gen[specs.get(t).generation]) > 1]
     out = {}
     for t in [t for t in types if only is None or t in only]:
         score = {}
@@ -345,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="three families and two types only")
     ap.add_argument("--families", default=None,
                     help="comma-separated families to hold out (default: all; an empty string: none)")
-    ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all)")
+    ap.add_argument("--types", default=None, help="comma-separated canonical types to leave out (default: all); with --nested-types, "
+                         "also the types whose fit weights are chosen by the nested cross-validation")
     ap.add_argument("--nested", action="store_true",
                     help="also choose the type-shape weight by nested (inner leave-one-family-out) cross-validation "
                          "and report its held-out accuracy (a fit per pair of families: slow)")
@@ -393,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(loto)} types left out; {wall:.0f} s for all fits.\n")
     print("### Family hold-out (the family's rows removed from the fit and the references)\n")
     print("| method | mean abs log error, all | torchvision | gavel | float | half | double | 1 GPU | 2-4 GPUs "
-          "| best-type accuracy | regret: mean, worst |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| best-type accuracy | regret: mean, worst | accuracy; regret, without the CPU-bound job types |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    gpu_bound = [x for x in pooled if x[0].model not in training_data.CPU_BOUND]
     for m in methods:
         a = log_errors(pooled, m, origin)
         ds = log_errors(pooled, m, origin, key=lambda r: origin[r])
@@ -407,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             return f"{d[k][0]:.3f} ({d[k][1]})" if k in d else "-"
         print(f"| {names[m]} | {cell(a, 'all')} | {cell(ds, 'torchvision')} | {cell(ds, 'gavel')} | "
               f"{cell(pr, 'float')} | {cell(pr, 'half')} | {cell(pr, 'double')} | {cell(ng, '1')} | "
-              f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | {100 * mean_regret:.2f}%, {100 * worst_regret:.0f}% |")
+              f"{cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | {100 * mean_regret:.2f}%, {100 * worst_regret:.0f}% | "
+              f"{best_type_accuracy(gpu_bound, m)[0]:.3f} of {best_type_accuracy(gpu_bound, m)[1]}; "
+              f"{100 * best_type_regret(gpu_bound, m)[0]:.2f}%, {100 * best_type_regret(gpu_bound, m)[1]:.0f}% |")
     if nested:
         acc, n_cfg = best_type_accuracy(nested, "nested")
         mean_regret, worst_regret = best_type_regret(nested, "nested")
