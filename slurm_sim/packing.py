@@ -66,6 +66,7 @@ class _Run:
     since: float = 0.0        # when `remaining` was last brought up to date
     due: float = 0.0          # the end event that is current
     node: int = -1
+    gpu: int = -1             # which of the node's shard GPUs (squeue's gres_detail index; its partner's)
     partner: str | None = None
     owner: bool = True        # holds the GPU (the first of a pair; its partner after it ends)
 
@@ -119,12 +120,15 @@ class ShardRuns:
         chosen, self.chosen = self.chosen, None
         partner_id = chosen[2] if chosen and chosen[:2] == (job.job_id, node) and chosen[2] in slot else None
         if partner_id is None:                  # a GPU of its own (the main pass found no open shard, or backfill)
+            taken = {r.gpu for r in self.runs.values() if r.node == node and r is not run}
+            run.gpu = next(k for k in range(len(taken) + 1) if k not in taken)
             slot.append(job.job_id)
             self.open_slots[node] = slot
             run.due = min(now + runtime, cap)
             return False, run.due
         slot.remove(partner_id)
         other = self.runs[partner_id]
+        run.gpu = other.gpu
         self._catch_up(other, now)
         partner = self.sim.jobs[partner_id]
         fa, fb = self.truth.pair((job.model, job.batch_size), (partner.model, partner.batch_size),
@@ -159,6 +163,13 @@ class ShardRuns:
         self.open_slots[run.node] = slot
         self._reschedule(run.partner, other)
         return False, done
+
+    def gpu_index(self, job_id: str) -> tuple[int, ...]:
+        """The GPU a running shard job holds, as real Slurm's squeue reports it (`SlurmJob.gpu_index`).
+        The index counts shard GPUs only (the simulator does not number a node's `gpu` jobs' GPUs): it
+        says which shard jobs share, which is what the round reads it for."""
+        run = self.runs.get(job_id)
+        return (run.gpu,) if run is not None and run.gpu >= 0 else ()
 
     def owns_gpu(self, job_id: str) -> bool:
         """Whether the job holds the GPU it runs on (the first of a pair); backfill counts the GPU once."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -288,6 +289,31 @@ def test_the_snapshot_sees_the_gpus_shard_jobs_hold():
     snap2, _ = build_snapshot(jobs, [SlurmNode("n4", "titanxp", 4, gpus_alloc=2, features=("titanxp", "shard"),
                                                partitions=("shared",))], est, 30.0)
     assert snap2.nodes[0].gpus_free == 2 and len(snap2.running) == 2
+
+
+def test_the_snapshot_pairs_shard_jobs_by_the_gpu_slurm_says_they_hold():
+    """After a departure two shard jobs can sit alone on two GPUs, and a third may join the later one
+    (recorded on the dev cluster: tests/data/slurm/squeue_shards.json). Start order would pair the two
+    lone ones; Slurm's GPU index (squeue's gres_detail) keeps them apart and pairs the right two. A job
+    whose index is unknown sends its node back to start order."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import build_snapshot
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+
+    def shard(job_id: str, start: float, gpu: tuple[int, ...]) -> SlurmJob:
+        return SlurmJob(job_id, "RUNNING", partition="shared", num_gpus=0, comment=with_tag(tag, None),
+                        start_time=start, nodes="n4", gpu_type="titanxp", gpu_index=gpu)
+
+    nodes = [SlurmNode("n4", "titanxp", 4, gpus_alloc=0, features=("titanxp", "shard"), partitions=("shared",))]
+    jobs = [shard("7", 0.0, (0,)), shard("8", 1.0, (1,)), shard("11", 2.0, (1,))]
+    snap, _ = build_snapshot(jobs, nodes, est, 30.0)
+    assert [(g.jobs, g.open_shards) for g in snap.shard_gpus] == [(("7",), 1), (("8", "11"), 0)]
+    assert snap.nodes[0].gpus_free == 2 and snap.shards_free == {"titanxp": 1}
+    unknown = [*jobs[:2], replace(jobs[2], gpu_index=())]
+    snap, _ = build_snapshot(unknown, nodes, est, 30.0)
+    assert [g.jobs for g in snap.shard_gpus] == [("7", "8"), ("11",)]      # start order, as before
 
 
 def test_by_default_any_wait_packs():
