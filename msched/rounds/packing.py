@@ -201,7 +201,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
                        {u.job_id: int(u.value) for u in planned if u.field == "priority"})
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-                           slower=model.slower_speed)
+                           slower=model.slower_speed, own=model.own_speed)
     by_id = {j.job_id: j for j in jobs}
     updates = []
     for job_id, gpu_type in plan.gpu_types.items():
