@@ -1,6 +1,6 @@
 """Packing on Gavel's workload: msched with and without shard jobs, and the predictor's error on the pairs.
 
-    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--json FILE]
+    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--shard-nodes N] [--json FILE]
 
 Workload (d) of bench/workloads.py: Gavel's job types and K80/P100/V100 throughputs (truth = knowledge),
 Poisson arrivals at the given load (or a static batch), on Gavel's cluster (`v100:8x4,p100:8x4,k80:8x4`)
@@ -12,7 +12,9 @@ expects to pair well; the round pairs the shard jobs). Packed jobs run at the pa
 (`slurm_sim.packing.PairTruth`); the planner sees only the prediction. Printed per seed and as means:
 makespan and mean JCT (ratios packing / no packing in the same run), the shard jobs, the pairs that ran,
 the slowest packed job's speed (own / solo), the pairs whose joiner ran out of memory (Gavel measured 0),
-and the predictor's error on the pairs that ran (predicted at submit vs measured combined).
+the predictor's error on the pairs that ran (predicted at submit vs measured combined), the share of
+shard-GPU time with one job alone on the GPU, and the job that ends last with packing and how it ran
+without (later start, slower type, itself packed): why the makespans differ.
 Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
 """
 
