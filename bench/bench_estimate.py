@@ -426,6 +426,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{log_errors(nested, 'nested', origin)['all'][0]:.3f} (torchvision "
               f"{log_errors(nested, 'nested', origin, key=lambda r: origin[r]).get('torchvision', (float('nan'),))[0]:.3f}); "
               "(weight, references) chosen: " + ", ".join(f"{f} {w:g}/{k}" for f, (w, k) in chosen.items()))
+        bound = [x for x in nested if x[0].model not in training_data.CPU_BOUND]
+        print(f"Without the CPU-bound job types: best-type accuracy {best_type_accuracy(bound, 'nested')[0]:.3f} of "
+              f"{best_type_accuracy(bound, 'nested')[1]}, regret mean {100 * best_type_regret(bound, 'nested')[0]:.2f}% "
+              f"worst {100 * best_type_regret(bound, 'nested')[1]:.0f}%")
     print("\nPer family (mean abs log error; cost model + residual):\n")
     print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
           " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped |")
