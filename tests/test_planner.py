@@ -17,6 +17,7 @@ from msched.policy.msched import MschedPolicy
 from msched.policy.planner import OptimizingPolicy
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
 from msched.rounds.core import run_round
+from msched.rounds.settle import SettleOptions
 
 H = 3600.0
 
@@ -325,7 +326,7 @@ def test_a_round_whose_cpsat_is_cut_by_the_time_box_still_writes_a_valid_plan(ca
     # prove in 50 s.
     policy = get_policy("msched", objective="jct", planner="cpsat", cpsat_work=1e6, time_box_s=0.02)
     with caplog.at_level(logging.INFO, logger="msched.policy.planner"):
-        res = run_round(c, policy, TagEstimator(TRUTH))
+        res = run_round(c, policy, TagEstimator(TRUTH), settle_options=SettleOptions(head_gpus=None))  # all written
     assert policy.last_search["timed_out"] and policy.last_search["cpsat_phases"] >= 1
     assert "time box" in caplog.text
     d = res.plan.by_job()
