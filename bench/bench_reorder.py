@@ -575,6 +575,60 @@ def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # no
     return out
 
 
+def squeue_document(path: Path, n_pending: int, n_finished: int) -> int:
+    """A `squeue --json` document of `n_pending` pending and `n_finished` completed jobs, each a copy of
+    a recorded job of that state (tests/data/slurm/squeue.json: ~3.3 KB a record, as the dev cluster's
+    10,000-job document is 32 MB) under its own id. Returns its size in bytes."""
+    recorded = json.loads((Path(__file__).resolve().parent.parent / "tests" / "data" / "slurm" / "squeue.json")
+                          .read_bytes().decode("utf-8", errors="replace"))
+    model = {s: next(j for j in recorded["jobs"] if j["job_state"] == s) for s in ("PENDING", "COMPLETED")}
+    with path.open("w") as f:
+        f.write('{"meta": ' + json.dumps(recorded["meta"]) + ', "errors": [], "jobs": [')
+        for k in range(n_pending + n_finished):
+            job = dict(model["PENDING" if k < n_pending else "COMPLETED"], job_id=100000 + k)
+            f.write((", " if k else "") + json.dumps(job))
+        f.write("]}")
+    return path.stat().st_size
+
+
+def queue_read_memory(n_pending: int = 10_000, n_finished: int = 10_000) -> dict:
+    """Peak RSS of a fresh process that reads the queue through CliClient (a stand-in squeue printing
+    `squeue_document`), streamed as the client reads it now and read whole as it did before (the
+    bytes, then their text, then the records), next to the process's RSS after its imports."""
+    code = """
+import json, resource, sys
+from msched.config import Config
+from msched.slurm.cli import CliClient, parse_squeue
+c = CliClient(Config(), bin_dir=sys.argv[1]); c._node_types = {}
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if sys.argv[2] == "stream":
+    jobs = c._queue()
+else:
+    jobs = parse_squeue(c._run_bytes(["squeue", "--json"]).decode("utf-8", errors="replace"), c.config, {})
+print(json.dumps({"jobs": len(jobs), "imports_mb": base,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+    out: dict = {"pending": n_pending, "finished": n_finished}
+    with tempfile.TemporaryDirectory(prefix="bench-squeue-") as d:
+        doc = Path(d) / "squeue.json"
+        out["document_mb"] = squeue_document(doc, n_pending, n_finished) / 2**20
+        fake = Path(d) / "squeue"
+        fake.write_text(f"#!/bin/sh\nexec cat {doc}\n")
+        fake.chmod(0o755)
+        (Path(d) / "sinfo").write_text("#!/bin/sh\nexit 0\n")      # no node: the jobs' nodes stay untyped
+        (Path(d) / "sinfo").chmod(0o755)
+        for how in ("stream", "whole"):
+            proc = subprocess.run([sys.executable, "-c", code, d, how], capture_output=True, text=True, timeout=600,
+                                  cwd=Path(__file__).resolve().parent.parent)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.strip().splitlines()[-1:])
+            out[how] = json.loads(proc.stdout)
+    print(f"queue read, {n_pending} pending + {n_finished} finished ({out['document_mb']:.0f} MB of squeue --json): "
+          f"peak RSS streamed {out['stream']['peak_rss_mb']:.0f} MB, read whole {out['whole']['peak_rss_mb']:.0f} MB "
+          f"(after imports {out['stream']['imports_mb']:.0f} MB)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -593,11 +647,18 @@ def main() -> None:
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
     ap.add_argument("--own-process", action="store_true",
                     help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
+    ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
+                    help="only the queue read's peak memory (a stand-in squeue; e.g. 10000,10000)")
     ap.add_argument("--one-round", nargs=3, metavar=("DIR", "NAME", "BUDGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one_round:
         d, name, budget = args.one_round
         print(json.dumps(one_round(Path(d), name, int(budget) or None)))
+        return
+    if args.queue_memory:
+        res = queue_read_memory(*(int(x) for x in args.queue_memory.split(",")))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
         return
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]
