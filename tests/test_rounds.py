@@ -655,6 +655,25 @@ def test_only_the_head_of_the_queue_is_written_and_the_rest_as_it_nears_it():
     assert _queue_order(slurm_now)[:places] == _queue_order(after.snapshot, held)[:places]
 
 
+def test_with_only_the_head_written_a_burst_is_placed_in_one_round_within_the_budget():
+    """A 300-job burst into an empty incumbent (the reorderer's first round) with a budget of 40 writes:
+    only the head is written, so the budget does not hold back the moves that write nothing this round
+    (they once waited and were planned again next round): every managed job is placed at once, the
+    writes stay within the budget, and the next round, nothing changed, writes nothing."""
+    from msched.rounds.settle import Incumbent
+
+    c, _b, perf = br.busy_sim(300, seed=8, plain_share=0.0)
+    est = TagEstimator(perf)
+    policy = get_policy("msched", planner="greedy")
+    opts = SettleOptions(write_budget=40)
+    first = run_round(c, policy, est, incumbent=Incumbent(), settle_options=opts)
+    assert 0 < first.update_calls <= 40 and first.held_back == 0
+    assert len(first.incumbent) == len(first.snapshot.pending) == 300
+    c.advance(1)
+    second = run_round(c, policy, est, incumbent=first.incumbent, settle_options=opts)
+    assert second.update_calls == 0 and second.held_back == 0
+
+
 @pytest.mark.slow
 def test_an_overloaded_online_workload_writes_at_most_3_per_job():
     """An overloaded online trace (400 jobs, Poisson gaps of 3,000 s on the dev cluster's 16 GPUs: the
