@@ -694,6 +694,8 @@ def main() -> None:
     ap.add_argument("--online-churn", default="", metavar="JOBS,GAP_S",
                     help="only writes per job on an online trace (e.g. 400,3000), whole queue vs head, per --seeds")
     ap.add_argument("--seeds", default="1,2,3,4,5", help="the online-churn seeds (default 1-5)")
+    ap.add_argument("--heads", default="all,1", help="the online-churn head sizes, places per GPU ('all': the "
+                                                     "whole queue; default all,1)")
     ap.add_argument("--planner", default="greedy", choices=("greedy", "optimize", "cpsat"),
                     help="the online-churn planner (default greedy: one plan per snapshot)")
     ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
@@ -706,7 +708,9 @@ def main() -> None:
         return
     if args.online_churn:
         jobs, gap = args.online_churn.split(",")
-        res = online_churn(int(jobs), float(gap), tuple(int(x) for x in args.seeds.split(",")), planner=args.planner)
+        heads = tuple(None if h.strip() == "all" else float(h) for h in args.heads.split(","))
+        res = online_churn(int(jobs), float(gap), tuple(int(x) for x in args.seeds.split(",")), heads,
+                           planner=args.planner)
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return
