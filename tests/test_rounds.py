@@ -1025,3 +1025,17 @@ def test_a_round_that_finds_slurm_as_the_last_round_left_it_does_not_plan(tmp_pa
     assert reorderer.round().result is not None                        # Slurm changed
     store.dispose()
 
+
+
+def test_write_head_is_read_from_the_site_config_and_zero_writes_the_whole_queue(tmp_path):
+    from msched.config import ConfigError, load_config
+    from msched.rounds.reorder import Reorderer
+
+    path = tmp_path / "msched.toml"
+    path.write_text("write_head = 2.5\n")
+    assert Reorderer(load_config(path), client(), None, publish=False).settle_options.head_gpus == 2.5
+    path.write_text("write_head = 0\n")
+    assert Reorderer(load_config(path), client(), None, publish=False).settle_options.head_gpus is None
+    path.write_text("write_head = -1\n")
+    with pytest.raises(ConfigError, match="write_head -1 must be a number >= 0"):
+        load_config(path)
