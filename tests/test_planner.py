@@ -213,6 +213,27 @@ def test_a_greedy_plan_where_each_job_ends_as_if_alone_is_not_searched():
     assert not p.last_search.get("proven") and p.last_search["evals"] > 1
 
 
+def test_the_searched_head_continued_with_the_tail_is_the_whole_queue_decoded_anew():
+    """Above head_jobs the search plans the head; when every job is managed the plan of the whole queue
+    is the head's best decode continued with the tail. Without the affinity rule (whose type demand is
+    the head's in the search and the whole queue's after it) that is exactly the whole queue decoded
+    anew (`continue_tail=False`), online and in a batch; with it, still a complete plan Slurm follows."""
+    for online in (True, False):
+        s = batch(40, 3)
+        if online:
+            s = replace(s, pending=tuple(replace(j, submit_time=-60.0 * k) for k, j in enumerate(s.pending)))
+        plans = []
+        for cont in (True, False):
+            p = get_policy("msched", head_jobs=12, time_box_s=120, affinity=0)
+            p.continue_tail = cont
+            plans.append(decided(p.plan(s)))
+            assert p.last_search["improved"] and p.last_search["tail"] == 28
+        assert plans[0] == plans[1]
+        p = get_policy("msched", head_jobs=12, time_box_s=120)
+        assert_followable(p.plan(s), [j.job_id for j in s.pending])
+        assert p.last_search["improved"]
+
+
 def test_the_lp_start_point_is_used_when_planning_for_the_makespan():
     """The LP relaxation minimises the makespan: its types are a start point for a batch (which balanced
     plans for the makespan) and, by default, not for an online queue (`lp_start="always"`: for both)."""
