@@ -6,10 +6,12 @@ pending jobs (optionally with a type fixed per job), and the decoder turns it in
 with it (the same timeline, backfill or not, unmanaged jobs in their places). The search changes the
 order and the types and keeps the plan whose decoded schedule scores best:
 
+0. No search when the greedy plan is provably best: every pending job ends when it would end alone
+   (`_each_ends_at_its_earliest`), or every job starts now.
 1. Start points: the greedy plan for the objective (always computed first: it is the fallback), the
    last round's plan (the queue's current priorities: a warm start that needs no state), the opposite
-   greedy order, and the greedy order with each job's type fixed to the one the LP relaxation
-   (msched.policy.bound) gives most of it.
+   greedy order, and, when planning for the makespan (`lp_start`), the greedy order with each job's type
+   fixed to the one the LP relaxation (msched.policy.bound) gives most of it.
 2. Local search from each start point, best first, within the budget (`SEARCH_WORK`): insertion moves
    (a job taken out of the order and put elsewhere: the job that ends last to the front, half way up,
    one place up; each job to the front and to the end; random ones) and retyping moves (a job fixed to
@@ -34,7 +36,7 @@ order and the types and keeps the plan whose decoded schedule scores best:
    round after round, drifted to 1.11x the LP bound on the static bench batch).
 
 Budget: work, not time, so the same snapshot gives the same plan on any machine however loaded: decodes
-(`SEARCH_WORK` decode steps), CP-SAT's deterministic time on one worker, seeded random moves. The time
+(`SEARCH_WORK` decode steps; a plan decoded before in the round is looked up, not decoded, but counts), CP-SAT's deterministic time on one worker, seeded random moves. The time
 box (`time_box_s`, config `plan_time_s`, default 2 s) is only a safety net, measured in this process's
 CPU time (`clock`, time.process_time: other processes' load does not count; CP-SAT, whose own limits are
 deterministic or wall time, gets CPSAT_WALL_SLACK x the CPU time left as its wall-clock limit). When it
