@@ -1,6 +1,6 @@
 """Packing on Gavel's workload: msched with and without shard jobs, and the predictor's error on the pairs.
 
-    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--json FILE]
+    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--shard-nodes N] [--json FILE]
 
 Workload (d) of bench/workloads.py: Gavel's job types and K80/P100/V100 throughputs (truth = knowledge),
 Poisson arrivals at the given load (or a static batch), on Gavel's cluster (`v100:8x4,p100:8x4,k80:8x4`)
@@ -12,7 +12,9 @@ expects to pair well; the round pairs the shard jobs). Packed jobs run at the pa
 (`slurm_sim.packing.PairTruth`); the planner sees only the prediction. Printed per seed and as means:
 makespan and mean JCT (ratios packing / no packing in the same run), the shard jobs, the pairs that ran,
 the slowest packed job's speed (own / solo), the pairs whose joiner ran out of memory (Gavel measured 0),
-and the predictor's error on the pairs that ran (predicted at submit vs measured combined).
+the predictor's error on the pairs that ran (predicted at submit vs measured combined), the share of
+shard-GPU time with one job alone on the GPU, and the job that ends last with packing and how it ran
+without (later start, slower type, itself packed): why the makespans differ.
 Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
 """
 
@@ -39,9 +41,10 @@ H = 3600.0
 
 
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,
-             only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None) -> dict:
+             only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
+             shard_nodes: int | None = None) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load)
-    cluster = with_shard_nodes(parse_cluster(w.cluster))
+    cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
     truth = PerfTable.load(w.truth)
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
@@ -62,12 +65,13 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
 
     model, times = load_model(), TableTimes(truth)
     by_id = {j.job_id: j for j in trace}
-    errors = []
+    errors, predictions = [], []
     crawled = {"predictor": 0, "unchecked": 0}     # pairs with a job measured below 0.5x solo, by cause
     for p in pairs:
         a, b = by_id[p["a"]], by_id[p["b"]]
         sa, sb = (speeds_from_tag(JobTag(model=j.model, ref=j.model, bs=j.batch_size), times) for j in (a, b))
         predicted = model.combined_throughput(sa, sb, p["gpu_type"])
+        predictions.append(predicted)
         errors.append(abs(predicted - p["combined"]))
         if min(p["speed_a"], p["speed_b"]) < MIN_OWN_SPEED:
             # predicted here (from the job types' own figures) to pass msched's rule (both >= 0.5x,
@@ -76,14 +80,35 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             ok = predicted >= threshold and (model.slower_speed(sa, sb, p["gpu_type"]) or 0.0) >= MIN_OWN_SPEED
             crawled["predictor" if ok else "unchecked"] += 1
     slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
+    # why the makespans differ: the job that ends last with packing, as it ran without
+    plain_of = {o.job_id: o for o in plain.outcomes}
+    last = max(pack.outcomes, key=lambda o: o.end or 0.0)
+    before = plain_of[last.job_id]
+    in_pair = {p["a"] for p in pairs} | {p["b"] for p in pairs}
+    tail = {"job": last.job_id, "model": last.model, "gpus": last.num_gpus, "packed": last.job_id in in_pair,
+            "gpu_type": (before.gpu_type, last.gpu_type), "start_h": (before.start / H, last.start / H),
+            "end_h": (before.end / H, last.end / H)}
+    tail["why"] = ("itself packed" if tail["packed"] else "started later" if last.start > before.start + 60
+                   else "slower GPU type" if last.gpu_type != before.gpu_type else "same start and type"
+                   if abs(last.end - before.end) < 60 else "other")
+    gpu_s = info.get("alone_gpu_s", 0.0) + info.get("shared_gpu_s", 0.0)
     return {"seed": seed, "jobs": len(trace), "lb_s": bound.value_s,
             "fifo": fifo.metrics, "msched": plain.metrics, "packed": pack.metrics,
             "shard_jobs": info["shard_jobs"], "pairs": len(pairs), "oom": info["oom"],
             "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
-            "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled,
+            "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled, "tail": tail,
+            "alone_share": info.get("alone_gpu_s", 0.0) / gpu_s if gpu_s else None,
+            "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
             "unfinished": {k: len(v) for k, v in (("fifo", fifo.unfinished), ("msched", plain.unfinished),
                                                   ("packed", pack.unfinished))},
             "_": len(tags)}
+
+
+def _tail(t: dict) -> str:
+    """The job that ends last with packing: what it is, and how it ran without packing -> with."""
+    (ta, tb), (sa, sb), (ea, eb) = t["gpu_type"], t["start_h"], t["end_h"]
+    return (f"{t['model']} x{t['gpus']}: {t['why']} ({ta} -> {tb}, start {sa:.0f} -> {sb:.0f} h, "
+            f"end {ea:.0f} -> {eb:.0f} h)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="pack whatever the wait (not only when sharing ends the job no later than waiting)")
     ap.add_argument("--wait-share", type=float,
                     help="pack only when the wait is at least this share of the stretch sharing costs (default 0)")
+    ap.add_argument("--shard-nodes", type=int, metavar="N",
+                    help="only the first N nodes of each GPU type share their GPUs (default: every node)")
     ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
@@ -108,22 +135,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Gavel's pair throughputs not found ({exc}); give --gavel", file=sys.stderr)
         return 1
     print(f"Gavel workload, {args.jobs} jobs x {args.seeds} seeds, "
-          f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, every node shard-capable "
+          f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, "
+          f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}{', packing only when busy' if args.when_busy else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
-          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8}")
+          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
     rows = []
     for seed in range(1, args.seeds + 1):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
-                     not args.any_wait, args.wait_share)
+                     not args.any_wait, args.wait_share, args.shard_nodes)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in ("fifo", "msched", "packed")}
         jct = r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"]
         slow = f"{r['slowest_packed_speed']:.2f}" if r["slowest_packed_speed"] is not None else "-"
         mae = f"{r['pair_mae']:.3f}" if r["pair_mae"] is not None else "-"
+        alone = f"{r['alone_share']:.0%}" if r["alone_share"] is not None else "-"
         print(f"{seed:4d} | {ms['fifo'] / H:6.1f}h {ms['msched'] / H:6.1f}h {ms['packed'] / H:6.1f}h "
               f"{ms['packed'] / ms['msched']:6.3f} | {jct:9.3f} | {r['shard_jobs']:5d} {r['pairs']:5d} "
-              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8}")
+              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} | {_tail(r['tail'])}")
     ratio = [r["packed"]["makespan_s"] / r["msched"]["makespan_s"] for r in rows]
     jct = [r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"] for r in rows]
     vs_fifo = [r["packed"]["makespan_s"] / r["fifo"]["makespan_s"] for r in rows]

@@ -309,7 +309,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     if shard_runs is not None:
         metrics["packing"] = {"shard_jobs": sum(1 for j in sim.jobs.values() if j.shards),
                               "pairs": [{**p, "a": trace_of[p["a"]].job_id, "b": trace_of[p["b"]].job_id}
-                                        for p in shard_runs.pairs], "oom": len(shard_runs.oom)}
+                                        for p in shard_runs.pairs], "oom": len(shard_runs.oom),
+                              "alone_gpu_s": shard_runs.alone_s, "shared_gpu_s": shard_runs.shared_s}
     return RunResult(policy_name, outcomes, metrics, rounds, skipped, calls, plan_s, wall,
                      [trace_of[j].job_id for j in unfinished])
 

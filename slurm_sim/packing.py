@@ -66,6 +66,7 @@ class _Run:
     since: float = 0.0        # when `remaining` was last brought up to date
     due: float = 0.0          # the end event that is current
     node: int = -1
+    gpu: int = -1             # which of the node's shard GPUs (squeue's gres_detail index; its partner's)
     partner: str | None = None
     owner: bool = True        # holds the GPU (the first of a pair; its partner after it ends)
 
@@ -81,6 +82,8 @@ class ShardRuns:
     oom: list[tuple[str, str, str]] = field(default_factory=list)       # (joiner, partner, gpu type)
     pairs: list[dict] = field(default_factory=list)                     # every pair that ran
     chosen: tuple | None = None          # (job, node, partner) open_slot found for the start that follows
+    alone_s: float = 0.0                 # GPU seconds shard jobs ran alone on a GPU (a shard idle beside them)
+    shared_s: float = 0.0                # GPU seconds of shared GPUs (two jobs on one)
     sim: object = None
 
     def attach(self, sim) -> ShardRuns:  # noqa: ANN001 - a slurm_sim.simulator.Simulator
@@ -119,12 +122,15 @@ class ShardRuns:
         chosen, self.chosen = self.chosen, None
         partner_id = chosen[2] if chosen and chosen[:2] == (job.job_id, node) and chosen[2] in slot else None
         if partner_id is None:                  # a GPU of its own (the main pass found no open shard, or backfill)
+            taken = {r.gpu for r in self.runs.values() if r.node == node and r is not run}
+            run.gpu = next(k for k in range(len(taken) + 1) if k not in taken)
             slot.append(job.job_id)
             self.open_slots[node] = slot
             run.due = min(now + runtime, cap)
             return False, run.due
         slot.remove(partner_id)
         other = self.runs[partner_id]
+        run.gpu = other.gpu
         self._catch_up(other, now)
         partner = self.sim.jobs[partner_id]
         fa, fb = self.truth.pair((job.model, job.batch_size), (partner.model, partner.batch_size),
@@ -160,12 +166,23 @@ class ShardRuns:
         self._reschedule(run.partner, other)
         return False, done
 
+    def gpu_index(self, job_id: str) -> tuple[int, ...]:
+        """The GPU a running shard job holds, as real Slurm's squeue reports it (`SlurmJob.gpu_index`).
+        The index counts shard GPUs only (the simulator does not number a node's `gpu` jobs' GPUs): it
+        says which shard jobs share, which is what the round reads it for."""
+        run = self.runs.get(job_id)
+        return (run.gpu,) if run is not None and run.gpu >= 0 else ()
+
     def owns_gpu(self, job_id: str) -> bool:
         """Whether the job holds the GPU it runs on (the first of a pair); backfill counts the GPU once."""
         run = self.runs.get(job_id)
         return run is None or run.owner
 
     def _catch_up(self, run: _Run, now: float) -> None:
+        if run.partner is None:
+            self.alone_s += now - run.since          # a shard GPU with one of its two shards idle
+        else:
+            self.shared_s += (now - run.since) / 2  # GPU seconds: a pair's two jobs hold one GPU
         run.remaining = max(0.0, run.remaining - (now - run.since) * run.rate)
         run.since = now
 
@@ -229,36 +246,44 @@ class SimPacking:
             return decision, tj.partition, 0
         from msched.msub.packing import MAX_PARTNERS
 
-        partners = []
+        queued = []
         for j in sim.active.values():                # every shard job it may meet, as msub's squeue
             if j.shards:
                 t = sim.job_view(j).tag
                 s = speeds_from_tag(t, times) if t is not None else None
-                if s is None or types[0] not in s.iter_ms or len(partners) >= MAX_PARTNERS:
+                if s is None or len(queued) >= MAX_PARTNERS:
                     return decision, tj.partition, 0       # one it cannot check: not packed (msub's rule)
-                partners.append((s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, types[0])))
-        where = f"{len(partners)} shard jobs in the queue"
-        every = bool(partners)
-        if not partners:
-            perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
-            partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, types[0])]
-            where = "the reference mix"
+                queued.append((s, t))
         model = load_model()
-        waits = [max(0.0, free_at[t] - sim.now) for t in types if free_at and t in free_at]
-        est = (decision.estimates or {}).get(types[0])
-        value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, types[0],
-                                       model.combined_throughput, type_usable_gb(types[0]), self.threshold,
-                                       model.slower_speed, every=every, own=model.own_speed,
-                                       wait_s=min(waits) if waits and self.when_waiting else None,
-                                       runtime_s=est.seconds if est is not None else None,
-                                       horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting
-                                       else None,
-                                       **({} if self.wait_share is None else {"wait_share": self.wait_share}))
-        if value is None:
+        kept = []                                    # as msub: judged on each type it may land on
+        for gpu_type in types:
+            if any(gpu_type not in s.iter_ms for s, _ in queued):
+                continue
+            partners = [(s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, gpu_type)) for s, t in queued]
+            where = f"{len(partners)} shard jobs in the queue"
+            every = bool(partners)
+            if not partners:
+                perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
+                partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, gpu_type)]
+                where = "the reference mix"
+            waits = [max(0.0, free_at[gpu_type] - sim.now)] if free_at and gpu_type in free_at else []
+            est = (decision.estimates or {}).get(gpu_type)
+            value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, gpu_type,
+                                           model.combined_throughput, type_usable_gb(gpu_type), self.threshold,
+                                           model.slower_speed, every=every, own=model.own_speed,
+                                           wait_s=min(waits) if waits and self.when_waiting else None,
+                                           runtime_s=est.seconds if est is not None else None,
+                                           horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting
+                                           else None,
+                                           **({} if self.wait_share is None else {"wait_share": self.wait_share}))
+            if value is not None:
+                kept.append((gpu_type, value, f"{reason} with {where}"))
+        if not kept:
             return decision, tj.partition, 0
-        packed = tag._replace(pack=round(value, 3), added="|".join(types),
-                              why=f"packed on {types[0]}: {reason} with {where}")
-        return decision._replace(tag=packed, types=tuple(types)), SHARD_PARTITION, 1
+        ok = [t for t, _, _ in kept]
+        packed = tag._replace(pack=round(kept[0][1], 3), added="|".join(ok),
+                              why=f"packed on {'|'.join(ok)}: {kept[0][2]}")
+        return decision._replace(tag=packed, types=tuple(ok)), SHARD_PARTITION, 1
 
 
 def _opted_in(job_id: str, share: float) -> bool:

@@ -697,7 +697,8 @@ class Simulator:
                 features=job.features, comment=job.comment,
                 nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason,
                 begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,
-                nice=job.nice)
+                nice=job.nice,
+                gpu_index=self.packing.gpu_index(job.job_id) if job.shards and job.state == RUNNING else ())
         return job.view
 
     def node_view(self, n: int) -> SlurmNode:

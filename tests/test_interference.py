@@ -10,8 +10,10 @@ import pytest
 
 from msched.estimate.interference import (
     JobSpeeds,
+    family_of,
     fit,
-    leave_one_family_out,
+    job_type_of,
+    leave_one_out,
     load_model,
     pair_features,
     read_gavel,
@@ -48,19 +50,30 @@ def test_pure_python_forest_predicts_what_scikit_learn_predicts(gavel):
     jobs, pairs = gavel
     model = fit(jobs, pairs, trees=10, max_depth=4, seed=3)
     x = [pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs]
-    ref = RandomForestRegressor(n_estimators=10, max_depth=4, min_samples_leaf=3, random_state=3)
+    ref = RandomForestRegressor(n_estimators=10, max_depth=4, min_samples_leaf=3, max_features=0.5, random_state=3)
     ref.fit(x, [p.combined for p in pairs])
     for row, expected in zip(x, ref.predict(x), strict=True):
         assert model.predict_features(row) == pytest.approx(expected)
 
 
-def test_leave_one_family_out_never_trains_on_the_held_out_family(gavel):
+@pytest.mark.parametrize("key", [job_type_of, family_of])
+def test_leave_one_out_never_trains_on_the_held_out_job_type_or_family(gavel, key, monkeypatch):
+    """The issue's validation: every pair holding the held-out job type (or, stricter, any type of the
+    held-out family) is left out of the fit that predicts it, and every pair holding it is predicted."""
+    import msched.estimate.interference as interference
+
     jobs, pairs = gavel
-    results = leave_one_family_out(jobs, pairs, trees=5, max_depth=3)
-    assert {r.family for r in results} == {"ResNet-18", "ResNet-50", "Transformer", "LM", "A3C", "CycleGAN",
-                                           "Recommendation"}
-    for r in results:
-        held = [p for p in pairs if r.family in p.families]
+    fitted = []
+    real_fit = interference.fit
+    monkeypatch.setattr(interference, "fit", lambda j, train, **kw: fitted.append(train) or real_fit(j, train, **kw))
+    results = leave_one_out(jobs, pairs, key, trees=3, max_depth=3)
+    expected = {key(t) for t in jobs}
+    assert [r.held_out for r in results] == sorted(expected)
+    assert len(expected) == len({t if key is job_type_of else t.split(" (")[0] for t in jobs}) > 1
+    for r, train in zip(results, fitted, strict=True):
+        held = [p for p in pairs if r.held_out in (key(p.a), key(p.b))]
+        assert not any(r.held_out in (key(p.a), key(p.b)) for p in train)
+        assert len(train) + len(held) == len(pairs)
         assert r.pairs == len(held) and r.measured == [p.combined for p in held]
         assert r.mean_abs_error == pytest.approx(
             sum(abs(a - b) for a, b in zip(r.predicted, r.measured, strict=True)) / len(held))

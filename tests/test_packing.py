@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -80,6 +81,38 @@ def test_an_opted_in_small_job_goes_in_as_a_shard_job(tmp_path, monkeypatch):
     assert tag.added and argv[-1] == f"--constraint={tag.added}"      # msched's types that shard nodes have
     assert tag.why.startswith(f"packed on {tag.added.split('|')[0]}") and "reference mix" in tag.why
     assert set(tag.added.split("|")) <= {"a100", "titanxp"}
+
+
+def test_a_packed_job_keeps_only_the_shard_types_where_it_was_judged_a_good_pair(tmp_path, monkeypatch):
+    """It may land on any type its constraint names and meet a partner there, so each is judged: a
+    model that predicts the pair pays on the titanxp and not on the a100 leaves the titanxp alone in
+    the constraint; one that pays nowhere packs nothing and says why (the first type's reason)."""
+    import msched.msub.packing as msub_packing
+
+    class ByType:
+        def __init__(self, good: set[str]) -> None:
+            self.good = good
+
+        def combined_throughput(self, a, b, t):  # noqa: ANN001, ANN201
+            return 1.5 if t in self.good else 0.7
+
+        def own_speed(self, a, b, t):  # noqa: ANN001, ANN201
+            return 0.75 if t in self.good else 0.35
+
+        slower_speed = own_speed
+
+    _site(tmp_path, monkeypatch)
+    monkeypatch.setattr(msub_packing, "load_model", lambda: ByType({"a100", "titanxp"}))
+    argv, tag, _ = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
+    assert set(tag.added.split("|")) == {"a100", "titanxp"}          # both pass: both kept
+    monkeypatch.setattr(msub_packing, "load_model", lambda: ByType({"titanxp"}))
+    argv, tag, _ = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
+    assert tag.pack == 1.5 and tag.added == "titanxp" and argv[-1] == "--constraint=titanxp"
+    assert tag.why.startswith("packed on titanxp:")
+    monkeypatch.setattr(msub_packing, "load_model", lambda: ByType(set()))
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
+    assert tag.pack is None and "--gres=shard:1" not in argv
+    assert any("not packed: one job predicted below 0.5x solo" in w for w in warnings), warnings
 
 
 def test_the_site_default_packs_its_partitions_and_no_pack_opts_out(tmp_path, monkeypatch):
@@ -161,6 +194,24 @@ def test_a_running_job_alone_gets_its_best_partner_first():
     plan = pair_shard_jobs(jobs, predict, ["v100"])
     assert max(plan.priorities, key=plan.priorities.get) == "y"
     assert plan.pairs[0].a == "r" and plan.pairs[0].b == "y"
+
+
+def test_a_pair_goes_to_the_type_where_it_gets_most_work_done():
+    """Normalized throughput is relative to solo on that type: a job twice as slow on the V100 as on the
+    P100 (Gavel's Recommendation) scores higher there (1.6 against 1.3) but gets less done: on the P100
+    each job runs at 0.65 of its best speed (1.3 in all); on the V100 one at 0.8 x 1/2 and the other at
+    0.8 x 1 (1.2 in all). The pair goes to the P100."""
+    rec = ShardJob("rec", 100, JobSpeeds({"p100": 60.0, "v100": 120.0}, 2048), length_s=10.0)
+    lm = ShardJob("lm", 99, JobSpeeds({"p100": 20.0, "v100": 20.0}, 20), length_s=10.0)
+    predict = lambda a, b, t: {"p100": 1.3, "v100": 1.6}[t]  # noqa: E731
+    own = lambda a, b, t: predict(a, b, t) / 2  # noqa: E731
+    plan = pair_shard_jobs([rec, lm], predict, ["p100", "v100"], own=own)
+    assert [(p.gpu_type, p.predicted) for p in plan.pairs] == [("p100", 1.3)]
+    assert plan.gpu_types == {"rec": "p100", "lm": "p100"}
+    plan = pair_shard_jobs([rec, lm], predict, ["p100", "v100"])      # without own speeds: half each
+    assert plan.gpu_types == {"rec": "p100", "lm": "p100"}
+    slow = lambda a, b, t: {"p100": 0.9, "v100": 1.6}[t]  # noqa: E731  (below the threshold on the P100)
+    assert pair_shard_jobs([rec, lm], slow, ["p100", "v100"], own=own).gpu_types == {"rec": "v100", "lm": "v100"}
 
 
 def test_memory_keeps_a_pair_apart():
@@ -288,6 +339,31 @@ def test_the_snapshot_sees_the_gpus_shard_jobs_hold():
     snap2, _ = build_snapshot(jobs, [SlurmNode("n4", "titanxp", 4, gpus_alloc=2, features=("titanxp", "shard"),
                                                partitions=("shared",))], est, 30.0)
     assert snap2.nodes[0].gpus_free == 2 and len(snap2.running) == 2
+
+
+def test_the_snapshot_pairs_shard_jobs_by_the_gpu_slurm_says_they_hold():
+    """After a departure two shard jobs can sit alone on two GPUs, and a third may join the later one
+    (recorded on the dev cluster: tests/data/slurm/squeue_shards.json). Start order would pair the two
+    lone ones; Slurm's GPU index (squeue's gres_detail) keeps them apart and pairs the right two. A job
+    whose index is unknown sends its node back to start order."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import build_snapshot
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2)
+
+    def shard(job_id: str, start: float, gpu: tuple[int, ...]) -> SlurmJob:
+        return SlurmJob(job_id, "RUNNING", partition="shared", num_gpus=0, comment=with_tag(tag, None),
+                        start_time=start, nodes="n4", gpu_type="titanxp", gpu_index=gpu)
+
+    nodes = [SlurmNode("n4", "titanxp", 4, gpus_alloc=0, features=("titanxp", "shard"), partitions=("shared",))]
+    jobs = [shard("7", 0.0, (0,)), shard("8", 1.0, (1,)), shard("11", 2.0, (1,))]
+    snap, _ = build_snapshot(jobs, nodes, est, 30.0)
+    assert [(g.jobs, g.open_shards) for g in snap.shard_gpus] == [(("7",), 1), (("8", "11"), 0)]
+    assert snap.nodes[0].gpus_free == 2 and snap.shards_free == {"titanxp": 1}
+    unknown = [*jobs[:2], replace(jobs[2], gpu_index=())]
+    snap, _ = build_snapshot(unknown, nodes, est, 30.0)
+    assert [g.jobs for g in snap.shard_gpus] == [("7", "8"), ("11",)]      # start order, as before
 
 
 def test_by_default_any_wait_packs():

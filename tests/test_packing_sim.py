@@ -72,3 +72,25 @@ def test_shards_need_shard_nodes():
     sim = Simulator(parse_cluster("v100:1x1"), PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0)]))
     with pytest.raises(SimError, match="shard"):
         sim.submit(num_gpus=1, model="resnet18", iterations=10, batch_size=32, shards=1)
+
+
+def test_squeue_says_which_gpu_each_shard_job_holds_after_a_partner_leaves():
+    """As real Slurm's gres_detail (tests/data/slurm/squeue_shards.json): a and b share GPU 0, c is alone
+    on GPU 1; b leaves, and d joins c (the first open shard), not a, though a started first. The round
+    reads the index and pairs c with d (start order would pair a with c)."""
+    from msched.rounds.packing import _by_gpu
+
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0)])
+    sim = Simulator(with_shard_nodes(parse_cluster("v100:2x1")), truth)
+    ShardRuns(PairTruth({(R18, R18, "v100"): (0.5, 0.5)})).attach(sim)
+    a, b, c = (_submit(sim, "resnet18", 32, n) for n in (1000, 50, 1000))
+    sim.run_until(0.0)
+    view = {j: sim.job_view(sim.jobs[j]) for j in (a, b, c)}
+    assert view[a].gpu_index == view[b].gpu_index != view[c].gpu_index
+    sim.run_until(20.0)                             # b: 5 s of work at half speed, done at 10 s
+    assert sim.jobs[b].state == "COMPLETED"
+    d = _submit(sim, "resnet18", 32, 1000)
+    sim.run_until(20.0)
+    view = {j: sim.job_view(sim.jobs[j]) for j in (a, c, d)}
+    assert view[d].gpu_index == view[c].gpu_index != view[a].gpu_index
+    assert [[j.job_id for j in g] for g in _by_gpu(list(view.values()))] == [[a], [c, d]]

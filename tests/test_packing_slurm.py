@@ -171,3 +171,53 @@ def test_msub_never_packs_beside_a_shard_job_it_cannot_check(shard_cluster, ordi
         if ids:
             shard_cluster.run(["scancel", *ids])
         shutil.rmtree(site, ignore_errors=True)
+
+
+def test_the_round_reads_which_gpu_each_shard_job_holds(shard_cluster, ordinary_user):
+    """After a departure two shard jobs sit alone on two GPUs: start order would pair them. The round's
+    read of the real queue (CliClient: squeue --json's gres_detail) knows each job's GPU, so its snapshot
+    shows two GPUs each with an open shard, exactly as `scontrol show job -d` allocates them; a job
+    that then joins one of them is paired with that one."""
+    from msched.config import Config
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.perf_table import PerfTable
+    from msched.estimate.runtime import TableTimes
+    from msched.rounds.core import build_snapshot
+    from msched.slurm.cli import CliClient
+    from msched.tag import JobTag, with_tag
+
+    tag = with_tag(JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000,
+                          pack=1.2), None)
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    client = CliClient(Config(), env={"SLURM_CONF": str(shard_cluster.conf)})
+
+    def submit() -> str:
+        job = _submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1", f"--comment={tag}"])
+        wait_for(lambda: _gpu_indices(shard_cluster, job), timeout=30, message=f"job {job} running")
+        return job
+
+    def snapshot_groups() -> tuple[set, dict]:
+        jobs = [j for j in client.jobs() if j.job_id in ids]
+        snap, _ = build_snapshot(jobs, client.nodes(), est, time.time())
+        running = [j for j in ids if _gpu_indices(shard_cluster, j)]
+        by_gpu: dict[int, set] = {}
+        for j in running:
+            by_gpu.setdefault(min(_gpu_indices(shard_cluster, j)[1]), set()).add(j)
+        return {frozenset(g.jobs) for g in snap.shard_gpus}, by_gpu
+
+    ids: list[str] = []
+    try:
+        ids += [submit(), submit(), submit()]          # the first two share a GPU, the third is alone
+        seen, allocated = snapshot_groups()
+        assert seen == {frozenset(g) for g in allocated.values()} == {frozenset(ids[:2]), frozenset(ids[2:])}
+        shard_cluster.run(["scancel", ids[0]])
+        wait_for(lambda: not _gpu_indices(shard_cluster, ids[0]), timeout=30, message="the first job gone")
+        seen, allocated = snapshot_groups()
+        assert seen == {frozenset(g) for g in allocated.values()} == {frozenset(ids[1:2]), frozenset(ids[2:3])}
+        ids.append(submit())                           # joins one of the two lone jobs: Slurm's choice
+        seen, allocated = snapshot_groups()
+        assert seen == {frozenset(g) for g in allocated.values()} and len(seen) == 2
+        assert frozenset(ids[1:3]) not in seen                  # never the two that merely started in a row
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])

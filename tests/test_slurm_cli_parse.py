@@ -27,6 +27,7 @@ from msched.slurm.cli import (
     parse_squeue,
     parse_time_limit,
 )
+from msched.slurm.cli.parsers import parse_gres_index
 from msched.tag import parse_comment
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -367,3 +368,32 @@ def test_job_records_cut_as_decoded_parse_exactly_as_whole_ones():
     assert {"job_id", "eligible_time", "comment"} <= read
     from msched.slurm.cli.parsers import SQUEUE_FIELDS
     assert read <= SQUEUE_FIELDS
+
+
+def test_which_gpu_a_shard_job_holds_is_read_from_squeue():
+    """Recorded on the dev cluster (tests/data/slurm/record_shards.py: n4's 4 GPUs carry 2 shards each):
+    squeue --json's gres_detail names the GPU each running job holds, the same index `scontrol show job
+    -d` prints; a job whose name and comment spell a GRES allocation is read by its allocation, and a
+    pending job holds none."""
+    parsed = {j.name: j for j in parse_squeue((DATA / "squeue_shards.json").read_bytes(), Config(), NODE_TYPES)}
+    shown = (DATA / "scontrol_shards.txt").read_text()
+    for block in shown.split("JobId=")[1:]:
+        name = re.search(r"JobName=(.*)", block).group(1)
+        m = re.search(r"\n\s+Nodes=n4 .*GRES=\S+\(IDX:(\d+)\)", block)   # the allocation line, not the name's
+        assert parsed[name].gpu_index == ((int(m.group(1)),) if m else ())
+    forged = next(j for n, j in parsed.items() if n.startswith("GRES="))
+    assert forged.gpu_index == parsed["shard-2"].gpu_index != (3,)   # it joined shard-2's GPU, not the GPU it names
+    assert parsed["shard-1"].gpu_index != parsed["shard-2"].gpu_index     # alone on two GPUs after shard-0 left
+    assert parsed["whole-gpu"].gpu_index not in {parsed[n].gpu_index for n in ("shard-1", "shard-2", "two-shards")}
+    assert parsed["pending-shard"].gpu_index == () and parsed["pending-shard"].state == "PENDING"
+
+
+@pytest.mark.parametrize("detail,expected", [
+    (["shard:1(IDX:0)"], (0,)),
+    (["gpu:titanxp:2(IDX:0-1)", "gpu:titanxp:2(IDX:2-3)"], (0, 1)),         # the first node's
+    (["gpu:a100:3(IDX:0,2-3)"], (0, 2, 3)),
+    (["gpu:1(IDX:N/A)"], ()), (["shard:1(IDX:5-2)"], ()), (["shard:1(IDX:4096)"], ()),
+    (["shard:1(IDX:0) shard:1(IDX:1)"], ()), (["x" * 600], ()), ([], ()), ("shard:1(IDX:0)", ()), ([7], ()), (None, ()),
+])
+def test_gres_detail_is_read_bounded_or_not_at_all(detail, expected):
+    assert parse_gres_index(detail) == expected

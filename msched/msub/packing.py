@@ -115,9 +115,11 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
                      plan_end: float | None = None):
     """The tag to submit: with `pack` (the prediction) and `why` when the job is packed, else as it was
     (an owner who asked for packing gets the reason in `why` and in the returned warning). `types`: the
-    GPU types msub's decision chose (a packed job keeps those of them that shard nodes have, and is
-    predicted on the first; none chosen: any shard type). Returns (tag, warning or "") - a packed tag's
-    `added` lists the shard types kept.
+    GPU types msub's decision chose (none chosen: any shard type). The job is judged on each of them
+    that shard nodes have, since it may land on any it names and meet a partner there, and keeps only
+    those where it passes (a job fast on a P100 may crawl beside a partner on a V100, where it is slow
+    anyway: bench/bench_packing.py); its prediction is the first's. Returns (tag, warning or "") - a
+    packed tag's `added` lists the shard types kept.
 
     `times_of(models)` gives an iteration-time source over the performance rows of those models (None:
     the whole table). `free_at` (the round's published free time per type; None: no fresh one) and
@@ -144,39 +146,48 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     kept = [t for t in types if t in sharing] if types else sharing
     if not kept:
         return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
-    gpu_type = kept[0]
     partners, unknown = queued_partners(config, sbatch)
     if unknown or len(partners) > MAX_PARTNERS:
         return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
     times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
+    judged, refused = [], []              # (type, prediction, why) where it may share; why not elsewhere
     try:
         model = load_model()
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return no("no estimate of its speed")
-        others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
-                  if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
-        if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
-            return no(f"{len(partners) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
-        where = f"{len(others)} shard jobs in the queue"
-        every = bool(others)
-        if not others:
-            others = [(*o, None, None) for o in reference_mix(times_of(None).perf, gpu_type)]
-            where = f"the reference mix ({len(others)} models)"
-        predicted, reason = submit_verdict(
-            mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
-            [(s, mem if mem is not None else peak_gb(m, bs), run) for m, bs, s, mem, run in others], gpu_type,
-            model.combined_throughput, type_usable_gb(gpu_type),
-            float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed,
-            every=every, own=model.own_speed, **_wait(gpu_type, kept, free_at, estimates, now, plan_end))
+        for gpu_type in kept:             # each type it may land on: a partner there is one it was checked against
+            others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
+                      if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+            if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
+                refused.append(f"{len(partners) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
+                continue
+            where = f"{len(others)} shard jobs in the queue"
+            every = bool(others)
+            if not others:
+                others = [(*o, None, None) for o in reference_mix(times_of(None).perf, gpu_type)]
+                where = f"the reference mix ({len(others)} models)"
+            predicted, reason = submit_verdict(
+                mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
+                [(s, mem if mem is not None else peak_gb(m, bs), run) for m, bs, s, mem, run in others], gpu_type,
+                model.combined_throughput, type_usable_gb(gpu_type),
+                float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed,
+                every=every, own=model.own_speed, **_wait(gpu_type, [gpu_type], free_at, estimates, now, plan_end))
+            if predicted is None:
+                refused.append(f"{reason} with {where}" + (f" on {gpu_type}" if len(kept) > 1 else ""))
+            else:
+                judged.append((gpu_type, predicted, f"{reason} with {where}"))
     except InterferenceError as exc:
         return no(str(exc))
-    if predicted is None:
-        return no(f"{reason} with {where}")
+    if not judged:
+        return no(refused[0])
     if free_at is None:       # whether it would wait, and the plan's end, are the last round's to say
         return no("no fresh plan from the reorderer to judge whether it would wait (is `msched reorder` running?)")
-    why = f"packed on {gpu_type}: {reason} with {where}"
-    return tag._replace(pack=round(predicted, 3), added="|".join(kept) if types else "", why=why), ""
+    gpu_type, predicted, reason = judged[0]
+    ok = [t for t, _, _ in judged]
+    why = f"packed on {'|'.join(ok)}: {reason}"
+    return tag._replace(pack=round(predicted, 3), added="|".join(ok) if types or len(ok) < len(kept) else "",
+                        why=why), ""
 
 
 def _wait(gpu_type: str, kept, free_at, estimates, now: float | None, plan_end: float | None) -> dict:  # noqa: ANN001

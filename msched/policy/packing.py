@@ -142,13 +142,31 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     return predicted, f"predicted combined throughput {predicted:.2f}"
 
 
+def pair_rate(a: JobSpeeds, b: JobSpeeds, gpu_type: str, combined: float,
+              own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> float:
+    """The work a pair gets done on `gpu_type`, in solo runs on each job's fastest type per unit of
+    time: each job's own speed there (`own`; half the combined throughput each when unknown) times its
+    solo speed there relative to its fastest type. The combined normalized throughput is relative to
+    solo *on that type*: a type where a job is slow anyway (Gavel's Recommendation runs 2.2x slower on a
+    V100 than on a P100) can score high on it while the pair gets less done (bench/bench_packing.py, seed
+    2 at load 3: such a pair put on a V100 ended 80 h late)."""
+    total = 0.0
+    for x, y in ((a, b), (b, a)):
+        fastest = min(v for v in x.iter_ms.values() if v and v > 0)
+        speed = own(x, y, gpu_type) if own is not None else None
+        total += (speed if speed is not None else combined / 2) * fastest / x.iter_ms[gpu_type]
+    return total
+
+
 def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                     shard_types: Sequence[str], usable_gb: Callable[[str], float | None] = lambda t: None, *,
                     threshold: float = DEFAULT_THRESHOLD,
-                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> PackingPlan:
+                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
+                    own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> PackingPlan:
     """Pair and order the pending shard jobs (module docstring). `predict(a, b, gpu_type)` is the
     interference model's combined throughput; `shard_types` the GPU types of the shard nodes; `slower`
-    the slower job's predicted own speed (a pair under MIN_OWN_SPEED is never formed)."""
+    the slower job's predicted own speed (a pair under MIN_OWN_SPEED is never formed); `own` one job's
+    own speed beside the other (the pair's type is the one where it gets most work done, `pair_rate`)."""
     if not shard_types:
         return PackingPlan({}, {})
     pending = sorted((j for j in jobs if not j.running), key=lambda j: -j.priority)[:MAX_PENDING]
@@ -158,6 +176,8 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
     gpu_types: dict[str, str] = {}
 
     def best(a: ShardJob, b: ShardJob, types: Sequence[str]) -> tuple[float, str] | None:
+        """(predicted combined throughput, GPU type) of the pair on the type where it gets most work
+        done (`pair_rate`), among the types where it fits, pays (the threshold) and neither job crawls."""
         if a.speeds is None or b.speeds is None:
             return None
         options = []
@@ -165,8 +185,10 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
             if t in a.speeds.iter_ms and t in b.speeds.iter_ms and pair_fits((a.peak_gb, b.peak_gb), usable_gb(t)):
                 low = slower(a.speeds, b.speeds, t) if slower is not None else None
                 if low is None or low >= MIN_OWN_SPEED:
-                    options.append((predict(a.speeds, b.speeds, t), t))
-        return max(options) if options else None
+                    value = predict(a.speeds, b.speeds, t)
+                    if value >= threshold:
+                        options.append((pair_rate(a.speeds, b.speeds, t, value, own), value, t))
+        return max(options)[1:] if options else None
 
     order: list[str] = []
     taken: set[str] = set()

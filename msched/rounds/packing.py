@@ -94,10 +94,8 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
     """The snapshot's view of GPUs that shard jobs hold: (nodes with those GPUs taken, running jobs with
     one entry per such GPU, `ShardGpu`s). Slurm shows a shard job with no GPUs (and real Slurm counts a
     GPU that shards use as no `gpu` allocation), so without this the planner sees such a GPU free or
-    busy for an unknown time. Per node, k running shard jobs hold ceil(k / SHARDS_PER_GPU) GPUs (Slurm
-    fills one GPU's shards before the next's; after a departure two lone jobs may sit on two GPUs: the
-    count is then one short, and which jobs share may be misread until those GPUs empty, since Slurm's
-    job list does not say which GPU a shard job holds). `shard_parts`: the partitions of shard nodes
+    busy for an unknown time. Which jobs share a GPU: the GPU index Slurm reports (`SlurmJob.gpu_index`,
+    `_by_gpu`). `shard_parts`: the partitions of shard nodes
     (a GPU-less job elsewhere whose comment claims `pack` holds no GPU here). A job's end: its solo estimate on its type, stretched by its predicted own
     speed beside a partner (msched.estimate.interference); a GPU frees when its last job ends. Pure
     apart from the estimator; never raises for one bad job."""
@@ -122,9 +120,7 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
         gtype = type_of.get(name) or (canon(held[0].gpu_type) if held[0].gpu_type else None)
         if gtype is None:
             continue
-        held.sort(key=lambda j: (j.start_time or 0.0, j.job_id))
-        for k in range(0, len(held), SHARDS_PER_GPU):
-            group = held[k:k + SHARDS_PER_GPU]
+        for group in _by_gpu(held):
             speeds = {}
             if model is not None and times is not None and len(group) > 1:
                 for j in group:
@@ -164,6 +160,21 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
     return out_nodes, (*running, *extra), tuple(gpus)
 
 
+def _by_gpu(held: list[SlurmJob]) -> list[list[SlurmJob]]:
+    """One node's running shard jobs grouped by the GPU they share. Slurm says which GPU each holds
+    (squeue's gres_detail, `SlurmJob.gpu_index`): jobs with the same one index share it, whatever order
+    they started in (after a departure, two jobs alone on two GPUs stay apart). When any job's GPU is
+    not known (a single-index read failed), the node falls back to start order in groups of
+    SHARDS_PER_GPU, as Slurm fills one GPU's shards before the next's: exact until a job leaves a pair."""
+    held = sorted(held, key=lambda j: (j.start_time or 0.0, j.job_id))
+    if all(len(j.gpu_index) == 1 for j in held):
+        groups: dict[int, list[SlurmJob]] = {}
+        for j in held:
+            groups.setdefault(j.gpu_index[0], []).append(j)
+        return [groups[k] for k in sorted(groups)]
+    return [held[k:k + SHARDS_PER_GPU] for k in range(0, len(held), SHARDS_PER_GPU)]
+
+
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
                   gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None,
                   planned: Sequence = ()) -> tuple[list, PackingPlan | None]:
@@ -190,7 +201,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
                        {u.job_id: int(u.value) for u in planned if u.field == "priority"})
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-                           slower=model.slower_speed)
+                           slower=model.slower_speed, own=model.own_speed)
     by_id = {j.job_id: j for j in jobs}
     updates = []
     for job_id, gpu_type in plan.gpu_types.items():

@@ -90,6 +90,7 @@ class SlurmJob:
     admin_comment: str = ""           # set only by root or a job_submit plugin (users cannot forge it)
     nice: int = 0
     begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
+    gpu_index: tuple[int, ...] = ()   # the GPUs (indices) it holds on its first node, as Slurm says; () unknown
 
     def held_until(self, now: float) -> float | None:
         """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""

@@ -166,7 +166,36 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         admin_comment=_json_str(d.get("admin_comment")),
         nice=_json_signed(d.get("nice")),
         begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
+        gpu_index=parse_gres_index(d.get("gres_detail")) if state != PENDING else (),
     )
+
+
+# One node's GRES allocation in squeue --json's gres_detail (and `scontrol show job -d`'s GRES=), e.g.
+# `shard:1(IDX:0)`, `gpu:titanxp:2(IDX:0-1)`, `gpu:a100:3(IDX:0,2-3)` (recorded: tests/data/slurm/squeue_shards.json).
+_GRES_IDX_RE = re.compile(r"(?:gpu|shard)(?::[\w.-]{1,64})?:\d{1,4}\(IDX:(\d{1,4}(?:-\d{1,4})?(?:,\d{1,4}(?:-\d{1,4})?){0,63})\)")
+MAX_GPU_INDEX = 1023
+
+
+def parse_gres_index(detail: object) -> tuple[int, ...]:
+    """The GPU indices a running job holds on its first node, from squeue --json's `gres_detail` (one
+    string per node, written by slurmctld from the allocation: no user text reaches it, and as a JSON
+    string no comment or name can spill into it). For a shard job, the GPU whose shards it holds: what
+    tells the round which shard jobs share a GPU (msched.rounds.packing.shard_view). Bounded: the first
+    node's entry only, a whole-string match of the documented form, at most 64 ranges of indices below
+    1024; anything else -> () (unknown, never a guess)."""
+    if not isinstance(detail, list) or not detail or not isinstance(detail[0], str) or len(detail[0]) > 512:
+        return ()
+    m = _GRES_IDX_RE.fullmatch(detail[0])
+    if m is None:
+        return ()
+    out: set[int] = set()
+    for part in m.group(1).split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if not 0 <= a <= b <= MAX_GPU_INDEX:
+            return ()
+        out.update(range(a, b + 1))
+    return tuple(sorted(out))
 
 
 def gpu_type_on(nodes: str, node_types: Mapping[str, str | None]) -> str | None:
@@ -186,7 +215,7 @@ def _json_signed(value: object) -> int:
 SQUEUE_FIELDS = frozenset((
     "job_id", "job_state", "node_count", "tasks", "tres_per_job", "tres_per_node", "tres_per_task", "nodes",
     "time_limit", "priority", "name", "user_name", "user_id", "partition", "submit_time", "start_time",
-    "end_time", "features", "comment", "state_reason", "admin_comment", "nice", "eligible_time",
+    "end_time", "features", "comment", "state_reason", "admin_comment", "nice", "eligible_time", "gres_detail",
 ))
 
 
