@@ -253,12 +253,12 @@ class OptimizingPolicy(MschedPolicy):
         of the running ones, so no job of any plan ends sooner, and both the sum of ends and the last end
         are at their minimum. Common online: a few jobs waiting, each for a different type's next free
         GPU (measured on the simulator's 1,000-GPU trace: see BENCHMARKS.md, issue 17's fourth round)."""
-        if len(placed) < sum(1 for j in snapshot.pending if j.managed):
-            return False
         alone = Timeline(snapshot.now, snapshot.nodes, snapshot.running)      # the shared base's copy
         for job in snapshot.pending:
             p = placed.get(job.job_id)
             if p is None:
+                if job.managed:
+                    return False                # a managed job left out: let the search look
                 continue
             cand, runtime = self._candidates(job, snapshot.gpu_types, starving, alone)
             best = math.inf
