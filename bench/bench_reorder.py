@@ -3,6 +3,9 @@
     python bench/bench_reorder.py [--pending 200] [--sim-pending 10000] [--sim-gpus 1000] [--json FILE]
                                   [--quick | --full] [--no-real] [--no-sim]
     python bench/bench_reorder.py --settle 1000,5000 [--json FILE]    # rounds that settle (real cluster)
+    python bench/bench_reorder.py --online-churn 400,3000 [--seeds 1,2,3] [--planner greedy]   # writes/job
+    python bench/bench_reorder.py --queue-memory 10000,10000     # peak RSS of reading squeue --json
+    MSCHED_BENCH_PROFILE=DIR ... --settle N --own-process          # each round's cProfile stats in DIR
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
@@ -406,7 +409,14 @@ def one_round(state: Path, name: str, write_budget: int | None) -> dict:
     cfg = site(state, name, **({} if write_budget is None else {"write_budget": write_budget}))
     store = open_site_store(cfg)
     w0 = time.perf_counter()
-    o = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
+    profile_dir = os.environ.get("MSCHED_BENCH_PROFILE")     # a directory: each round's cProfile stats there
+    if profile_dir:
+        import cProfile
+        prof = cProfile.Profile()
+        o = prof.runcall(Reorderer(cfg, CliClient(cfg), store, publish=False).round)
+        prof.dump_stats(str(Path(profile_dir) / f"round-{time.time():.0f}.prof"))
+    else:
+        o = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
     m = {"round_s": time.perf_counter() - w0, "unchanged": o.result is None}
     r = o.result
     if r is None:
@@ -575,6 +585,94 @@ def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # no
     return out
 
 
+def online_churn(n_jobs: int = 400, gap_s: float = 3000.0, seeds: tuple[int, ...] = (1, 2, 3, 4, 5),
+                 heads: tuple[float | None, ...] = (None, 1.0), planner: str = "greedy", log=print) -> dict:  # noqa: ANN001
+    """Writes per job beside makespan and mean JCT on an online trace (`slurm_sim.trace.synth`, Poisson
+    arrivals `gap_s` apart, the dev cluster's 4 types x 4 GPUs): each seed replayed with each `heads`
+    setting (SettleOptions.head_gpus; None writes the whole queue at once, as rounds did before)."""
+    import dataclasses
+
+    from msched.rounds.settle import SettleOptions
+    from slurm_sim.cluster import parse_cluster
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.trace import synth
+
+    truth, perf = PerfTable.load(TRUTH), PerfTable.load(PERF)
+    models = busy_models(perf, truth)
+    setup = SimSetup(parse_cluster(",".join(f"{t}:4x1" for t in BUSY_TYPES)), truth, perf,
+                     Classifier(models, truth), policy_options={"planner": planner})
+    out: dict = {"jobs": n_jobs, "gap_s": gap_s, "planner": planner, "runs": []}
+    for seed in seeds:
+        trace = synth(n_jobs, models, truth, seed=seed, arrival=f"poisson:{gap_s:g}", max_gpus=4)
+        for head in heads:
+            m = replay(trace, "msched", dataclasses.replace(setup, settle=SettleOptions(head_gpus=head))).metrics
+            run = {"seed": seed, "head_gpus": head, "writes_per_job": m["writes_per_job"],
+                   "makespan_s": m["makespan_s"], "mean_jct_s": m["mean_jct_s"]}
+            out["runs"].append(run)
+            log(f"  seed {seed} head {head if head is not None else 'all'}: {m['writes_per_job']:.2f} writes/job, "
+                f"makespan {m['makespan_s']:,.0f} s, mean JCT {m['mean_jct_s']:,.0f} s")
+    for head in heads:
+        runs = [r for r in out["runs"] if r["head_gpus"] == head]
+        log(f"head {head if head is not None else 'all'}: mean {sum(r['writes_per_job'] for r in runs) / len(runs):.2f} "
+            f"writes/job, makespan {sum(r['makespan_s'] for r in runs) / len(runs):,.0f} s, "
+            f"mean JCT {sum(r['mean_jct_s'] for r in runs) / len(runs):,.0f} s")
+    return out
+
+
+def squeue_document(path: Path, n_pending: int, n_finished: int) -> int:
+    """A `squeue --json` document of `n_pending` pending and `n_finished` completed jobs, each a copy of
+    a recorded job of that state (tests/data/slurm/squeue.json: ~3.3 KB a record, as the dev cluster's
+    10,000-job document is 32 MB) under its own id. Returns its size in bytes."""
+    recorded = json.loads((Path(__file__).resolve().parent.parent / "tests" / "data" / "slurm" / "squeue.json")
+                          .read_bytes().decode("utf-8", errors="replace"))
+    model = {s: next(j for j in recorded["jobs"] if j["job_state"] == s) for s in ("PENDING", "COMPLETED")}
+    with path.open("w") as f:
+        f.write('{"meta": ' + json.dumps(recorded["meta"]) + ', "errors": [], "jobs": [')
+        for k in range(n_pending + n_finished):
+            job = dict(model["PENDING" if k < n_pending else "COMPLETED"], job_id=100000 + k)
+            f.write((", " if k else "") + json.dumps(job))
+        f.write("]}")
+    return path.stat().st_size
+
+
+def queue_read_memory(n_pending: int = 10_000, n_finished: int = 10_000) -> dict:
+    """Peak RSS of a fresh process that reads the queue through CliClient (a stand-in squeue printing
+    `squeue_document`), streamed as the client reads it now and read whole as it did before (the
+    bytes, then their text, then the records), next to the process's RSS after its imports."""
+    code = """
+import json, resource, sys
+from msched.config import Config
+from msched.slurm.cli import CliClient, parse_squeue
+c = CliClient(Config(), bin_dir=sys.argv[1]); c._node_types = {}
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if sys.argv[2] == "stream":
+    jobs = c._queue()
+else:
+    jobs = parse_squeue(c._run_bytes(["squeue", "--json"]).decode("utf-8", errors="replace"), c.config, {})
+print(json.dumps({"jobs": len(jobs), "imports_mb": base,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+    out: dict = {"pending": n_pending, "finished": n_finished}
+    with tempfile.TemporaryDirectory(prefix="bench-squeue-") as d:
+        doc = Path(d) / "squeue.json"
+        out["document_mb"] = squeue_document(doc, n_pending, n_finished) / 2**20
+        fake = Path(d) / "squeue"
+        fake.write_text(f"#!/bin/sh\nexec cat {doc}\n")
+        fake.chmod(0o755)
+        (Path(d) / "sinfo").write_text("#!/bin/sh\nexit 0\n")      # no node: the jobs' nodes stay untyped
+        (Path(d) / "sinfo").chmod(0o755)
+        for how in ("stream", "whole"):
+            proc = subprocess.run([sys.executable, "-c", code, d, how], capture_output=True, text=True, timeout=600,
+                                  cwd=Path(__file__).resolve().parent.parent)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.strip().splitlines()[-1:])
+            out[how] = json.loads(proc.stdout)
+    print(f"queue read, {n_pending} pending + {n_finished} finished ({out['document_mb']:.0f} MB of squeue --json): "
+          f"peak RSS streamed {out['stream']['peak_rss_mb']:.0f} MB, read whole {out['whole']['peak_rss_mb']:.0f} MB "
+          f"(after imports {out['stream']['imports_mb']:.0f} MB)")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -593,11 +691,33 @@ def main() -> None:
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
     ap.add_argument("--own-process", action="store_true",
                     help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
+    ap.add_argument("--online-churn", default="", metavar="JOBS,GAP_S",
+                    help="only writes per job on an online trace (e.g. 400,3000), whole queue vs head, per --seeds")
+    ap.add_argument("--seeds", default="1,2,3,4,5", help="the online-churn seeds (default 1-5)")
+    ap.add_argument("--heads", default="all,1", help="the online-churn head sizes, places per GPU ('all': the "
+                                                     "whole queue; default all,1)")
+    ap.add_argument("--planner", default="greedy", choices=("greedy", "optimize", "cpsat"),
+                    help="the online-churn planner (default greedy: one plan per snapshot)")
+    ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
+                    help="only the queue read's peak memory (a stand-in squeue; e.g. 10000,10000)")
     ap.add_argument("--one-round", nargs=3, metavar=("DIR", "NAME", "BUDGET"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one_round:
         d, name, budget = args.one_round
         print(json.dumps(one_round(Path(d), name, int(budget) or None)))
+        return
+    if args.online_churn:
+        jobs, gap = args.online_churn.split(",")
+        heads = tuple(None if h.strip() == "all" else float(h) for h in args.heads.split(","))
+        res = online_churn(int(jobs), float(gap), tuple(int(x) for x in args.seeds.split(",")), heads,
+                           planner=args.planner)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return
+    if args.queue_memory:
+        res = queue_read_memory(*(int(x) for x in args.queue_memory.split(",")))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
         return
     if args.settle:
         sizes = [int(x) for x in args.settle.split(",") if x.strip()]

@@ -1,7 +1,8 @@
 """The fast paths of the simulator and the round give the schedules the plain paths give (issue 17, item 4).
 
-Three shortcuts keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
-copy-on-write (`msched.policy.timeline`); the round core keeps each job's clock-free reading while the
+Four shortcuts keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
+copy-on-write (`msched.policy.timeline`); the plan's construction does not look for a start on a type whose
+runtime alone ends the job too late to matter (`MschedPolicy.prune_slow_types`); the round core keeps each job's clock-free reading while the
 simulator hands back the same job object (`msched.rounds.core._JobMemo`); a backfill pass none of whose
 jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`). Each is checked against
 the plain path here: timelines on random bookings, a snapshot read twice, and whole replays with every
@@ -123,6 +124,7 @@ def _plain_paths(monkeypatch) -> None:
     every backfill pass run."""
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
+    from msched.policy.msched import MschedPolicy
     from slurm_sim.simulator import Simulator
 
     def fresh_base(now, nodes, running, unknown_busy_s):  # noqa: ANN001, ANN202
@@ -144,6 +146,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._MEMO, "get", lambda job: None)
     monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
+    monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

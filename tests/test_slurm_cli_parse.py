@@ -370,6 +370,68 @@ def test_job_records_cut_as_decoded_parse_exactly_as_whole_ones():
     assert read <= SQUEUE_FIELDS
 
 
+def _chunks(raw: bytes, cuts: list[int]) -> list[bytes]:
+    edges = sorted({0, len(raw), *(c % (len(raw) + 1) for c in cuts)})
+    return [raw[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=10**7), max_size=40))
+def test_squeue_read_in_any_chunks_parses_as_read_whole(cuts):
+    """The client parses squeue's output as it arrives from the pipe: cut anywhere (inside a string, a
+    number, a multi-byte character or one of the recorded job's bytes that are not UTF-8), the chunks parse
+    to the same jobs as the whole document, and the controller-down and malformed documents to the same
+    errors."""
+    whole = parse_squeue(RECORDED, Config(), NODE_TYPES)
+    assert parse_squeue(iter(_chunks(RECORDED, cuts)), Config(), NODE_TYPES) == whole
+    down = (DATA / "squeue_down.json").read_bytes()
+    with pytest.raises(SlurmUnavailable, match="Failed while looking for jobs"):
+        parse_squeue(iter(_chunks(down, cuts)), Config(), NODE_TYPES)
+    from msched.slurm.cli.parsers import SqueueFormatError
+    for bad in (RECORDED[: len(RECORDED) // 2], RECORDED + b"]", b'{"jobs": [1, 2'):
+        with pytest.raises(SqueueFormatError):
+            parse_squeue(iter(_chunks(bad, cuts)), Config(), NODE_TYPES)
+
+
+FAKE_SQUEUE = """#!/bin/sh
+# prints a recorded squeue --json in small writes, as a pipe delivers a large document
+case "$MODE" in
+  ok) exec dd if="$DOC" bs=4096 status=none ;;
+  fail) echo "squeue: error: Unable to contact slurm controller (connect failure)" >&2; exit 1 ;;
+  hang) head -c 10000 "$DOC"; exec sleep 30 ;;
+esac
+"""
+
+
+def test_the_client_streams_squeue_and_passes_its_errors_through(tmp_path):
+    """CliClient reads `squeue --json` from the pipe as it comes (a fake squeue printing the recorded
+    document 4 KB at a time): the same jobs as parsing it whole; a failing squeue is the classified
+    one-line error, not an empty queue; one that stops answering is killed at the timeout."""
+    import stat
+    import time
+
+    from msched.slurm.cli import CliClient
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "squeue").write_text(FAKE_SQUEUE)
+    (bindir / "squeue").chmod(stat.S_IRWXU)
+    doc = DATA / "squeue.json"
+
+    def client(mode: str, timeout_s: float = 30.0) -> CliClient:
+        c = CliClient(Config(), bin_dir=str(bindir), env={"MODE": mode, "DOC": str(doc)}, timeout_s=timeout_s)
+        c._node_types = dict(NODE_TYPES)
+        return c
+
+    assert client("ok")._queue() == parse_squeue(RECORDED, Config(), NODE_TYPES)
+    with pytest.raises(SlurmUnavailable, match="^squeue: squeue: error: Unable to contact"):
+        client("fail")._queue()
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable, match="did not answer within 1s"):
+        client("hang", timeout_s=1.0)._queue()
+    assert time.monotonic() - t0 < 10
+
+
 def test_which_gpu_a_shard_job_holds_is_read_from_squeue():
     """Recorded on the dev cluster (tests/data/slurm/record_shards.py: n4's 4 GPUs carry 2 shards each):
     squeue --json's gres_detail names the GPU each running job holds, the same index `scontrol show job

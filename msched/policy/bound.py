@@ -95,14 +95,9 @@ def simple_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], origin: 
     return lb
 
 
-def lp_lower_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], *, origin: float | None = None,
-                   busy: Sequence[Busy] = (), max_releases: int = MAX_RELEASES) -> LowerBound:
-    """The LP bound on the makespan (last end - origin; origin defaults to the first release).
-    Jobs with no usable type (no runtime on any type with GPUs, or wider than every type) are skipped."""
-    import numpy as np
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
+def _usable(jobs: Sequence[BoundJob], capacity: Mapping[str, int], busy: Sequence[Busy]):  # noqa: ANN202
+    """(capacity of the types with GPUs, the jobs some type can run with only those types, the ids of
+    the others, the busy GPUs of those types)."""
     cap = {t: int(g) for t, g in capacity.items() if g > 0}
     usable, skipped = [], []
     for j in jobs:
@@ -111,7 +106,18 @@ def lp_lower_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], *, ori
             usable.append(BoundJob(j.job_id, float(j.release), max(1, int(j.num_gpus)), rt))
         else:
             skipped.append(j.job_id)
-    busy = [b for b in busy if b.gpu_type in cap and b.num_gpus > 0]
+    return cap, usable, skipped, [b for b in busy if b.gpu_type in cap and b.num_gpus > 0]
+
+
+def lp_lower_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], *, origin: float | None = None,
+                   busy: Sequence[Busy] = (), max_releases: int = MAX_RELEASES) -> LowerBound:
+    """The LP bound on the makespan (last end - origin; origin defaults to the first release).
+    Jobs with no usable type (no runtime on any type with GPUs, or wider than every type) are skipped."""
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    cap, usable, skipped, busy = _usable(jobs, capacity, busy)
     if origin is None:
         origin = min((j.release for j in usable), default=0.0)
     simple = simple_bound(usable, cap, origin, busy)
@@ -228,6 +234,19 @@ def snapshot_lower_bound(snapshot, default_runtime_s: float | None = None) -> Lo
     estimated runtimes per feasible type (released now), running jobs holding their GPUs until their
     estimated end. A pending job with no estimate counts with `default_runtime_s` on every type it may
     use (its time limit when it has one), or is left out when that is None."""
+    jobs, cap, busy = _snapshot_instance(snapshot, default_runtime_s)
+    return lp_lower_bound(jobs, cap, origin=snapshot.now, busy=busy)
+
+
+def snapshot_simple_bound(snapshot, default_runtime_s: float | None = None) -> float:  # noqa: ANN001
+    """The simple bound of the same instance as `snapshot_lower_bound` (no LP: far cheaper, weaker),
+    as the last end's earliest time (origin `now` added)."""
+    jobs, cap, busy = _snapshot_instance(snapshot, default_runtime_s)
+    cap, usable, _, busy = _usable(jobs, cap, busy)
+    return snapshot.now + simple_bound(usable, cap, snapshot.now, busy)
+
+
+def _snapshot_instance(snapshot, default_runtime_s: float | None):  # noqa: ANN001, ANN202
     from msched.policy.base import PossibleTypes, feasible_types, runtime_guess
 
     now = snapshot.now
@@ -243,4 +262,4 @@ def snapshot_lower_bound(snapshot, default_runtime_s: float | None = None) -> Lo
             rt = {t: guess for t in (p.allowed_types or types) if t in cap and t in possible(p)}
         jobs.append(BoundJob(p.job_id, now, p.num_gpus, rt))
     busy = [Busy(r.gpu_type, r.num_gpus, max(now, r.est_end)) for r in snapshot.running]
-    return lp_lower_bound(jobs, cap, origin=now, busy=busy)
+    return jobs, cap, busy

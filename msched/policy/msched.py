@@ -137,6 +137,7 @@ class MschedPolicy(MschedOncePolicy):
 
     name = "msched"
     replans = True
+    prune_slow_types = True      # construct's shortcut past types too slow to matter (tests/test_fast_paths.py)
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
                  hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False, **opts):
@@ -211,6 +212,7 @@ class MschedPolicy(MschedOncePolicy):
         chosen: dict[str, tuple[str, ...]] = {}
         placed: dict[str, Placed] = {}
         start_time = tl.start_time
+        reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         for job in construct:
             cand, runtime = self._candidates(job, types, starving, tl)
             by_completion = chosen_by_completion(job, starving)
@@ -218,10 +220,15 @@ class MschedPolicy(MschedOncePolicy):
             best_t = None
             best_done = best_rt = best_s = 0.0
             want = fixed.get(job.job_id) if fixed and by_completion else None
+            # a type whose runtime alone ends the job past what the affinity rule still considers (no
+            # start is before now) can neither be chosen nor change the choice: no need to find its start
+            skip = by_completion and want is None and self.prune_slow_types
             done: dict[str, float] = {}
             for t in cand:
                 rt = runtime.get(t)
                 if rt is None:
+                    continue
+                if skip and best_t is not None and rt > (best_done - now) * reach + 1e-9:
                     continue
                 s0 = start_time(t, g)
                 if s0 is None:

@@ -6,10 +6,12 @@ pending jobs (optionally with a type fixed per job), and the decoder turns it in
 with it (the same timeline, backfill or not, unmanaged jobs in their places). The search changes the
 order and the types and keeps the plan whose decoded schedule scores best:
 
+0. No search when the greedy plan is provably best: every pending job ends when it would end alone
+   (`_each_ends_at_its_earliest`), or every job starts now.
 1. Start points: the greedy plan for the objective (always computed first: it is the fallback), the
    last round's plan (the queue's current priorities: a warm start that needs no state), the opposite
-   greedy order, and the greedy order with each job's type fixed to the one the LP relaxation
-   (msched.policy.bound) gives most of it.
+   greedy order, and, when planning for the makespan (`lp_start`), the greedy order with each job's type
+   fixed to the one the LP relaxation (msched.policy.bound) gives most of it.
 2. Local search from each start point, best first, within the budget (`SEARCH_WORK`): insertion moves
    (a job taken out of the order and put elsewhere: the job that ends last to the front, half way up,
    one place up; each job to the front and to the end; random ones) and retyping moves (a job fixed to
@@ -34,7 +36,7 @@ order and the types and keeps the plan whose decoded schedule scores best:
    round after round, drifted to 1.11x the LP bound on the static bench batch).
 
 Budget: work, not time, so the same snapshot gives the same plan on any machine however loaded: decodes
-(`SEARCH_WORK` decode steps), CP-SAT's deterministic time on one worker, seeded random moves. The time
+(`SEARCH_WORK` decode steps; a plan decoded before in the round is looked up, not decoded, but counts), CP-SAT's deterministic time on one worker, seeded random moves. The time
 box (`time_box_s`, config `plan_time_s`, default 2 s) is only a safety net, measured in this process's
 CPU time (`clock`, time.process_time: other processes' load does not count; CP-SAT, whose own limits are
 deterministic or wall time, gets CPSAT_WALL_SLACK x the CPU time left as its wall-clock limit). When it
@@ -80,6 +82,7 @@ CPSAT_WALL_SLACK = 10.0      # CP-SAT's wall-clock limit: this many times the CP
                              # limits are deterministic or wall time; a loaded machine must not cut it short)
 MIN_EVALS = 8
 BATCH_SHARE = 0.9            # balanced plans the makespan first when this share of the queue was submitted together
+LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 
@@ -103,7 +106,8 @@ class OptimizingPolicy(MschedPolicy):
     def __init__(self, *, planner: str = "optimize", time_box_s: float = DEFAULT_TIME_BOX_S,
                  head_jobs: int = DEFAULT_HEAD_JOBS, tolerance: float | None = None,
                  objective: str = "balanced", cpsat_jobs: int = DEFAULT_CPSAT_JOBS,
-                 cpsat_work: float = DEFAULT_CPSAT_WORK, clock: Callable[[], float] = time.process_time, **opts):
+                 cpsat_work: float = DEFAULT_CPSAT_WORK, lp_start: str = "makespan",
+                 clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
         if planner not in PLANNERS:
             raise ValueError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNERS)}")
@@ -118,6 +122,9 @@ class OptimizingPolicy(MschedPolicy):
             raise ValueError(f"cpsat_jobs must be >= 0 (got {cpsat_jobs})")
         if not cpsat_work > 0:
             raise ValueError(f"cpsat_work must be positive (got {cpsat_work})")
+        if lp_start not in LP_STARTS:
+            raise ValueError(f"unknown lp_start {lp_start!r}; choose one of {', '.join(LP_STARTS)}")
+        self.lp_start = lp_start
         self.planner = planner
         self.cpsat_jobs = int(cpsat_jobs)
         self.cpsat_work = float(cpsat_work)
@@ -127,6 +134,7 @@ class OptimizingPolicy(MschedPolicy):
         self.clock = clock
         self.search_work = SEARCH_WORK
         self.stale_moves = STALE_MOVES
+        self.continue_tail = True            # `_whole`: the head's decode continued with the tail (False: anew)
         self.last_search: dict = {}          # what the last plan() did (for logs, tests and benches)
 
     def objective_for(self, snapshot: ClusterSnapshot) -> str:
@@ -177,34 +185,91 @@ class OptimizingPolicy(MschedPolicy):
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
-        placed, chosen, tl = self.construct(snapshot, order, starving)
-        greedy = self.plan_from(snapshot, order, starving, placed, chosen, tl)
+        built = self.construct(snapshot, order, starving)
+        placed = built[0]
+
+        def greedy() -> Plan:
+            return self.plan_from(snapshot, order, starving, *built)
+
         free = [j for j in order if j.job_id not in starving]
         now = snapshot.now
         if len(free) < 2 or all(j.job_id in placed and placed[j.job_id].start <= now for j in free):
             # nothing to search: one job, or every job starts now on its earliest-completion type (an
             # online queue that keeps up); no order or retyping can end any of them sooner
             self.last_search = {"planner": "optimize", "evals": 1, "improved": False, "timed_out": False}
-            return greedy
+            return greedy()
+        if self._each_ends_at_its_earliest(snapshot, placed, starving):
+            self.last_search = {"planner": "optimize", "evals": 1, "improved": False, "timed_out": False,
+                                "proven": True}
+            return greedy()
         head, tail = self._split(free, placed)
         search = _Search(self, snapshot, order[:len(starving)], head, deadline)
+        if not tail:
+            # the search's snapshot is this one and its first decode (the greedy order) is this one
+            search.keep(head, None, built)
         best_order, best_fixed, improved = search.run(greedy_order=head)
         self.last_search = {"planner": self.planner, "evals": search.evals, "improved": improved,
                             "timed_out": search.timed_out, "head": len(head), "tail": len(tail),
                             "seconds": self.clock() - t0, "greedy": search.greedy_score, "best": search.best_score,
+                            "reused": search.reused, "lp_start": search.lp_start,
                             "cpsat_phases": len(search.cpsat_runs),
                             "cpsat_deterministic_s": sum(r.deterministic_s for r in search.cpsat_runs)}
         if search.timed_out and search.evals <= 1:
             log.warning("planner: time box of %.3g s reached before the search could compare a plan "
                         "(%d pending jobs); keeping the greedy plan", self.time_box_s, len(snapshot.pending))
-            return greedy
+            return greedy()
         if search.timed_out:
             log.info("planner: time box of %.3g s reached after %d plans; using the best found%s",
                      self.time_box_s, search.evals, "" if improved else " (the greedy plan)")
         if not improved:
-            return greedy
+            return greedy()
         full = order[:len(starving)] + best_order + tail
-        return self.plan_for_order(snapshot, full, starving, best_fixed)
+        return self.plan_from(snapshot, full, starving, *self._whole(snapshot, search, full, tail, best_fixed))
+
+    def _whole(self, snapshot: ClusterSnapshot, search: _Search, full: list[PendingJob], tail: list[PendingJob],
+               fixed: dict[str, str] | None) -> tuple:
+        """The decode of the whole queue in the order `full` (the search's best head, then the tail): the
+        search's decode of the head as it is when there is no tail; when every pending job is managed (the
+        queue is then the order itself), that decode continued with the tail (the tail's affinity rule
+        reading the whole queue's type demand, as a decode of the whole queue does), which skips a decode
+        of the whole queue (at 10,000 pending a third of plan()) and keeps the head exactly as the search
+        scored it; decoded anew otherwise (plain jobs sit among the tail's places)."""
+        hit = search.decoded.get(_plan_key(full[len(search.first):len(full) - len(tail)], fixed))
+        if hit is not None and not tail:
+            return hit[2]
+        if hit is not None and self.continue_tail and all(j.managed for j in snapshot.pending):
+            placed, chosen, tl = hit[2]
+            rest = replace(snapshot, pending=tuple(tail))
+            relative = type_demand(full, snapshot.gpu_types) if self.affinity > 0 else {}
+            t_placed, t_chosen, tl = self.construct(rest, tail, search.starving, None, relative, tl)
+            return {**placed, **t_placed}, {**chosen, **t_chosen}, tl
+        return self.construct(snapshot, full, search.starving, fixed)
+
+    def _each_ends_at_its_earliest(self, snapshot: ClusterSnapshot, placed: Mapping[str, Placed],
+                                   starving: set[str]) -> bool:
+        """Whether the greedy plan is provably best, so that no search can improve it: every pending job
+        it places ends when that job would end were it the only one queued (the earliest completion over
+        the types it may be given, on the cluster with only the running jobs). A decode books jobs on top
+        of the running ones, so no job of any plan ends sooner, and both the sum of ends and the last end
+        are at their minimum. Common online: a few jobs waiting, each for a different type's next free
+        GPU (measured on the simulator's 1,000-GPU trace: see BENCHMARKS.md, issue 17's fourth round)."""
+        alone = Timeline(snapshot.now, snapshot.nodes, snapshot.running)      # the shared base's copy
+        for job in snapshot.pending:
+            p = placed.get(job.job_id)
+            if p is None:
+                if job.managed:
+                    return False                # a managed job left out: let the search look
+                continue
+            cand, runtime = self._candidates(job, snapshot.gpu_types, starving, alone)
+            best = math.inf
+            for t in cand:
+                rt = runtime.get(t)
+                s0 = None if rt is None else alone.start_time(t, job.num_gpus)
+                if s0 is not None:
+                    best = min(best, s0 + rt)
+            if p.end > best:
+                return False
+        return True
 
     def _candidates(self, job: PendingJob, types: list[str], starving: set[str], tl):  # noqa: ANN001, ANN202
         """As the greedy plan's, except that a starving job is widened only to the types that run it
@@ -231,6 +296,10 @@ class OptimizingPolicy(MschedPolicy):
         return [free[k] for k in sorted(keep)], [free[k] for k in range(len(free)) if k not in keep]
 
 
+def _plan_key(order: Sequence[PendingJob], fixed: Mapping[str, str] | None) -> tuple:
+    return tuple(j.job_id for j in order), tuple(sorted(fixed.items())) if fixed else ()
+
+
 class _Search:
     """One round's search over orders (and fixed types) of the head jobs."""
 
@@ -254,6 +323,7 @@ class _Search:
         self.greedy_score: Score | None = None
         self.cpsat_runs: list = []              # msched.policy.cpsat.CpResult of each CP-SAT phase
         self.lp_end: float | None = None        # the LP lower bound on the makespan end, once solved
+        self.lp_start = False                   # the LP's types were a start point
         self.best_score: Score | None = None
         self.best_ms = float("inf")             # the shortest makespan seen (balanced's reference)
         # balanced's tolerance is a share of the time from the oldest head job's submission to the best
@@ -261,6 +331,8 @@ class _Search:
         # sets the makespan later and later (a share of the time from *now* would, by 5% each round)
         self.anchor = min((j.submit_time for j in head), default=snapshot.now)
         self.rng = random.Random(len(head))
+        self.decoded: dict[tuple, tuple] = {}     # plans decoded in this search: key -> (score, placed, built)
+        self.reused = 0
         # a decode costs about one step per job it places (the head, and the plain and starving jobs
         # around it: at 10,000 pending with a fifth plain, ~2,000 of them), running job and node (the
         # timeline is copied)
@@ -286,11 +358,25 @@ class _Search:
         return (-s.placed, over, s.sum_end)
 
     def evaluate(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None = None) -> tuple[Score, dict]:
-        placed, _, _ = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative,
-                                        self.timeline)
+        """Decode and score a plan. A plan decoded before in this search (the start points of a short head
+        often coincide; random moves revisit orders) is not decoded again: the decode is deterministic.
+        It still counts against the budget, so the search takes the same steps either way."""
         self.evals += 1
+        hit = self.decoded.get(_plan_key(order, fixed))
+        if hit is not None:
+            self.reused += 1
+            return hit[0], hit[1]
+        built = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative,
+                                 self.timeline)
+        return self.keep(order, fixed, built)
+
+    def keep(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None, built: tuple) -> tuple[Score, dict]:
+        """Score a decode (`construct`'s placements, chosen types and timeline) and remember it: the plan
+        returned at the end is built from it rather than decoded once more."""
+        placed = built[0]
         s = score(self.snap, placed)
         self.best_ms = min(self.best_ms, s.last_end) if s.placed == len(placed) else self.best_ms
+        self.decoded[_plan_key(order, fixed)] = (s, placed, built)
         return s, placed
 
     def out_of_time(self) -> bool:
@@ -348,10 +434,24 @@ class _Search:
     def _cpsat_worth_it(self, best: Score) -> bool:
         """CP-SAT for a head of CPSAT_MIN_JOBS to `cpsat_jobs` jobs, unless the best plan's makespan is
         already within CPSAT_GAP of the LP bound (measured: on the static bench batch CP-SAT every round
-        cost 9x the plan time for 0.2% of makespan; a small head is searched near exhaustively anyway)."""
+        cost 9x the plan time for 0.2% of makespan; a small head is searched near exhaustively anyway).
+        Without the LP start point (an online queue) the simple bound is tried first: within CPSAT_GAP
+        of it is within CPSAT_GAP of the LP bound, which is higher; only otherwise is the LP solved."""
         if not self.p.cpsat_jobs or self.timed_out or not CPSAT_MIN_JOBS <= len(self.head) <= self.p.cpsat_jobs:
             return False
-        return self.lp_end is None or best.last_end > self.lp_end * (1.0 + CPSAT_GAP) - CPSAT_GAP * self.snap.now
+        now = self.snap.now
+
+        def near(end: float) -> bool:
+            return best.last_end <= end * (1.0 + CPSAT_GAP) - CPSAT_GAP * now
+
+        if self.lp_end is None:
+            from msched.policy.bound import snapshot_lower_bound, snapshot_simple_bound
+            if near(snapshot_simple_bound(self.snap)):
+                return False
+            b = snapshot_lower_bound(self.snap)
+            if b.solved:
+                self.lp_end = b.origin + b.value_s
+        return self.lp_end is None or not near(self.lp_end)
 
     def _cpsat(self, order: list[PendingJob], fixed: dict[str, str] | None,
                s: Score) -> tuple[list[PendingJob], dict[str, str] | None, Score] | None:
@@ -422,8 +522,14 @@ class _Search:
 
     def _lp_types(self) -> dict[str, str] | None:
         """Each head job's type with the largest share in the LP relaxation (None: nothing to fix; a
-        head of fewer than LP_MIN_JOBS jobs is left to the local search's retyping moves)."""
+        head of fewer than LP_MIN_JOBS jobs is left to the local search's retyping moves). The LP
+        minimises the makespan, so by default (`lp_start="makespan"`) it is a start point only when the
+        plan is for the makespan (a batch, or objective makespan); online (balanced, jct) it is skipped:
+        measured on the bench workloads, the plans were as good without it (BENCHMARKS.md, issue 17's
+        fourth round) and the simulator's 1,000-GPU trace spent a fifth of plan() solving it."""
         if self.out_of_time() or len(self.head) < LP_MIN_JOBS:
+            return None
+        if self.p.lp_start == "makespan" and self.objective != "makespan":
             return None
         from msched.policy.bound import snapshot_lower_bound
         b = snapshot_lower_bound(self.snap)
@@ -435,6 +541,7 @@ class _Search:
             shares = b.assignment.get(j.job_id)
             if shares and not j.pinned_type:
                 out[j.job_id] = max(sorted(shares), key=lambda t: shares[t])
+        self.lp_start = bool(out)
         return out or None
 
     def _improve(self, order: list[PendingJob], fixed: dict[str, str] | None, s: Score,

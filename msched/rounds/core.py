@@ -64,6 +64,8 @@ from msched.rounds.settle import (
     Incumbent,
     SettleOptions,
     SettleReport,
+    deferred,
+    head_places,
     incumbent_after,
     settle,
     within_budget,
@@ -598,6 +600,10 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                           managed_first=bool(getattr(policy, "managed_first", False)))
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever, priority_lever)
+    wait, priority_only = deferred(snap, plan, head_places(snap, opts.head_gpus))
+    if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
+        wanted = [u for u in wanted if u.job_id not in wait and
+                  (u.job_id not in priority_only or u.field in ("priority", "nice"))]
     shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
     wanted = with_pairing(wanted, shard_updates, packing)

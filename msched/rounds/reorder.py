@@ -410,7 +410,8 @@ class Reorderer:
 
         return SettleOptions(write_budget=int(self.config.write_budget),
                              plan_margin=float(self.config.settle_margin),
-                             moves_per_change=int(self.config.moves_per_change))
+                             moves_per_change=int(self.config.moves_per_change),
+                             head_gpus=float(self.config.write_head) or None)
 
     def _incumbent(self, dry_run: bool):  # noqa: ANN202
         """The plan the store holds the pending jobs to (None: no store, or none readable; the round then

@@ -38,6 +38,14 @@ only the changes worth their writes:
 5. After the diff, a round never writes more than the budget: updates beyond it are dropped, lowest
    relative gain first (each write is a whole value on a pending job, so any subset leaves a valid queue).
 
+6. Only the head of the queue is written (`deferred`): Slurm's order matters only where Slurm starts
+   jobs before the next round, so the round writes the first `head_gpus` places per GPU of the held
+   order (default one per GPU: what can start if every GPU frees at once) and any job Slurm ranks ahead
+   of them that the plan does not; the rest keep what Slurm holds, and the incumbent holds them to the
+   plan, written as each nears the head. Each job is then written about once, near its start, instead
+   of at every re-plan while it waits (measured on an overloaded online trace, 400 jobs on 16 GPUs,
+   8 seeds: 7.98 -> 1.59 writes per job, makespan and mean JCT equal or better: BENCHMARKS.md).
+
 `incumbent=None` means none is known (a first round, a test): every job is new, so the round writes the
 plan as it stands (within the budget). The round core keeps the incumbent of what it wrote
 (`RoundResult.incumbent`); the reorderer stores it, the simulator's replay keeps it in memory.
@@ -61,6 +69,7 @@ DEFAULT_PLAN_MARGIN = 0.01         # of the horizon (measure minus now)
 DEFAULT_JOB_MARGIN = 0.05          # of the job's runtime
 DEFAULT_MOVES_PER_CHANGE = 8       # optional moves per job that arrived or left the queue
 DEFAULT_DRIFT_SHARE = 0.005        # optional moves per round whatever changed, as a share of the queue
+DEFAULT_HEAD_GPUS = 1.0            # places at the head of the queue written, per GPU of the cluster
 UNKNOWN_RUNTIME_S = 3600.0
 _TRIES = 4                         # hybrids tried per round: all moves, then the better half, quarter...
 
@@ -72,6 +81,7 @@ class SettleOptions:
     job_margin: float | None = None           # None: the policy's `hysteresis`, else DEFAULT_JOB_MARGIN
     moves_per_change: int | None = DEFAULT_MOVES_PER_CHANGE   # None: no rate limit (only the budget)
     drift_share: float = DEFAULT_DRIFT_SHARE
+    head_gpus: float | None = DEFAULT_HEAD_GPUS   # places written per GPU (6. above); None: the whole queue
 
     def __post_init__(self) -> None:
         if self.write_budget < 0:
@@ -80,6 +90,8 @@ class SettleOptions:
             raise ValueError("moves_per_change must be >= 0 and drift_share in [0, 1]")
         if self.plan_margin < 0 or (self.job_margin is not None and self.job_margin < 0):
             raise ValueError("margins must be >= 0")
+        if self.head_gpus is not None and self.head_gpus <= 0:
+            raise ValueError(f"head_gpus must be > 0 (got {self.head_gpus})")
 
     def move_cap(self, changes: int, managed: int) -> int | None:
         """Optional moves one round may make after `changes` arrivals and departures (None: no cap)."""
@@ -327,7 +339,10 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         return int(new_types[j] != inc_types.get(j, ())) + int(new_prio[j] != inc_prio[j])
 
     by_gain = sorted(obliged, key=rank.__getitem__) + sorted(optional, key=rank.__getitem__)
-    budget = opts.write_budget
+    # where only the head is written (6.), most moves write nothing this round: the budget is spent on
+    # what is written (`within_budget`, after `deferred`), else a burst's first round held back 3,036 of
+    # 10,000 moves that would have written nothing (measured on the dev cluster) and re-planned for them
+    budget = opts.write_budget if opts.head_gpus is None else math.inf
     chosen: list[str] = []
     spent = 0
     for j in by_gain:
@@ -382,6 +397,42 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
                free_time=ev.timeline.free_at())
     return out, report
+
+
+def head_places(snapshot: ClusterSnapshot, head_gpus: float | None) -> int | None:
+    """How many places at the head of the queue a round writes (None: all): `head_gpus` per GPU of the
+    cluster, at least one."""
+    if head_gpus is None:
+        return None
+    return max(1, math.ceil(head_gpus * sum(snapshot.gpus_total.values())))
+
+
+def deferred(snapshot: ClusterSnapshot, held: Plan, places: int | None) -> tuple[set[str], set[str]]:
+    """Jobs whose writes can wait, and jobs of which only the priority must be written now.
+
+    Slurm's order matters only where Slurm starts jobs before the next round: at the head. A job planned
+    past the first `places` places of the held order (plain jobs counted, in their Slurm rank) cannot start
+    before the next round unless more GPUs free up than the head fills, so writing its planned place
+    and type now buys nothing a later round could not, and each re-plan until it nears the head would
+    rewrite it again (measured: most of an overloaded online trace's writes were on such jobs). Its writes
+    wait (the first set) as long as Slurm already ranks it after the last head place; one Slurm ranks
+    ahead of that (an arrival at priority/basic's high values, a job the plan pushed back) must have
+    its priority written (the second set), its type can still wait. The held plan stays the incumbent
+    for both, so the order msched intends is kept and written as each job nears the head."""
+    if places is None or len(snapshot.pending) <= places:
+        return set(), set()
+    prio = {d.job_id: int(d.priority) for d in held.decisions}
+    by_id = {j.job_id: j for j in snapshot.pending}
+    order = sorted(snapshot.pending, key=lambda j: queue_key(j, prio.get(j.job_id)))
+    last = order[places - 1]
+    fence = queue_key(last, prio.get(last.job_id))
+    wait: set[str] = set()
+    priority_only: set[str] = set()
+    for j in order[places:]:
+        if not j.managed or j.job_id not in prio:
+            continue
+        (priority_only if queue_key(by_id[j.job_id]) < fence else wait).add(j.job_id)
+    return wait, priority_only
 
 
 def within_budget(updates: Sequence, budget: int, gain: Mapping[str, float]) -> tuple[list, int]:

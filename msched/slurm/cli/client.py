@@ -39,7 +39,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from msched.config import Config, load_config
@@ -169,15 +169,55 @@ class CliClient(SlurmClient):
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {limit:g}s") from None
 
+    def _json_env(self) -> dict[str, str]:
+        env = self._env()
+        # JSON carries epoch seconds already; with SLURM_TIME_FORMAT=%s, 22.05's sacct --json rejects
+        # its own -S/-E ("Invalid time specification") and prints an error record
+        env.pop("SLURM_TIME_FORMAT", None)
+        return env
+
+    def _stream(self, argv: list[str], chunk: int = 1 << 20) -> Iterator[bytes]:
+        """Run a read-only command and yield its standard output as it arrives (squeue --json: parsed
+        chunk by chunk, `parse_squeue`, so the tens of MB of a 20,000-job queue are never whole in
+        memory). Errors as `_run_bytes`: a missing command or one that does not answer within the
+        timeout (killed) is SlurmUnavailable, a failed one is classified by its message, raised when
+        its output ends (so the parser never mistakes a failed read for a document)."""
+        import tempfile
+        import threading
+
+        argv = [self._cmd(argv[0]), *argv[1:]]
+        with tempfile.TemporaryFile() as err:   # a file, not a pipe: a chatty stderr cannot block the read
+            try:
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=self._json_env(),
+                                        preexec_fn=die_with_parent(os.getpid()))
+            except FileNotFoundError:
+                raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+            killed: list[bool] = []
+            timer = threading.Timer(self.timeout_s, lambda: (killed.append(True), proc.kill()))
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                while data := proc.stdout.read(chunk):
+                    yield data
+                rc = proc.wait()
+            finally:
+                timer.cancel()
+                proc.stdout.close()
+                if proc.poll() is None:         # the reader stopped early (a parse error): end the command
+                    proc.kill()
+                    proc.wait()
+            if killed:
+                raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s")
+            if rc != 0:
+                err.seek(0)
+                message = _one_line(err.read().decode("utf-8", errors="replace"))
+                raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
+
     def _run_bytes(self, argv: list[str]) -> bytes:
-        """Run a read-only command and return its raw standard output (squeue --json: decoded by its parser)."""
+        """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         try:
-            env = self._env()
-            # JSON carries epoch seconds already; with SLURM_TIME_FORMAT=%s, 22.05's sacct --json rejects
-            # its own -S/-E ("Invalid time specification") and prints an error record
-            env.pop("SLURM_TIME_FORMAT", None)
-            proc = subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
+            proc = subprocess.run(argv, capture_output=True, env=self._json_env(), timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
@@ -225,11 +265,8 @@ class CliClient(SlurmClient):
         return self._queue()
 
     def _queue(self) -> list[SlurmJob]:
-        # decoded as parse_squeue would (bytes that are not UTF-8 become U+FFFD) and handed over without
-        # a reference kept here, so the parser frees the text once decoded: at 10,000 jobs (32 MB of
-        # JSON) the bytes, the text and the records are never all alive at once
-        jobs = parse_squeue(self._run_bytes(["squeue", "--json"]).decode("utf-8", errors="replace"),
-                            self.config, self._node_types)
+        # parsed as it arrives from the pipe: at 10,000 jobs (32 MB of JSON) the text is never whole
+        jobs = parse_squeue(self._stream(["squeue", "--json"]), self.config, self._node_types)
         if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, type again
             self._refresh_node_types()
             jobs = [dataclasses.replace(j, gpu_type=gpu_type_on(j.nodes, self._node_types)) if j.nodes else j
