@@ -140,7 +140,8 @@ def test_a_round_that_times_out_still_writes_a_valid_plan(caplog):
     """Through the simulator's Slurm client: a time box that runs out at once leaves a complete, valid
     plan written (every managed pending job typed and ranked), and the jobs then start as planned. (Three
     jobs for two GPUs: with two, each ends when it would alone, the greedy plan is provably best and no
-    search, so no time box, is needed.)"""
+    search, so no time box, is needed. The round writes the whole queue, not only the head: 2 GPUs
+    make a head of 2 places.)"""
     c = client()
     blockers(c)
     vgg = submit(c, "vgg16")               # 900 s on a100, 3600 s on titanv
@@ -148,8 +149,8 @@ def test_a_round_that_times_out_still_writes_a_valid_plan(caplog):
     mob2 = submit(c, "mobilenet_v2")       # a batch: the greedy plan is longest first, vgg16 after it on a100
     c.advance(0)
     policy = OptimizingPolicy(time_box_s=1e-3, clock=StepClock(1.0))
-    with caplog.at_level(logging.WARNING, logger="msched.policy.planner"):
-        res = run_round(c, policy, TagEstimator(TRUTH))
+    with caplog.at_level(logging.WARNING, logger="msched.policy.planner"):   # the whole queue written
+        res = run_round(c, policy, TagEstimator(TRUTH), settle_options=SettleOptions(head_gpus=None))
     assert "keeping the greedy plan" in caplog.text
     d = res.plan.by_job()
     assert set(d) == {vgg, mob, mob2}
