@@ -233,7 +233,8 @@ def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=
     return out
 
 
-def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plain_share: float = 0.2):  # noqa: ANN201
+def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plain_share: float = 0.2,  # noqa: ANN201
+             arrival_gap_s: float = 0.0):
     """The dev cluster's shape in the simulator (4 types x 4 GPUs, one node each), every GPU held by a
     single-GPU plain blocker (1-2 h; time limit 2 h), `n_pending` jobs behind them. `equal_priority`:
     every pending job at priority 1, as the dev cluster's multifactor with zero weights gives them.
@@ -250,6 +251,8 @@ def busy_sim(n_pending: int, seed: int = 0, *, equal_priority: bool = True, plai
     c.advance(0)
     for req in busy_queue_requests(n_pending, busy_models(perf, truth), seed, sim=True, plain_share=plain_share):
         c.submit(req)
+        if arrival_gap_s:                   # submitted one by one (an online burst), not as one batch
+            c.advance(arrival_gap_s)
     if equal_priority:
         for job in list(c.sim.active.values()):
             if job.state == "PENDING":

@@ -624,10 +624,12 @@ def test_only_the_head_of_the_queue_is_written_and_the_rest_as_it_nears_it():
     of the planned order (one per GPU), and Slurm then holds that head exactly as planned; the rest of
     the queue keeps what it has (their places matter only once they near the head) while the incumbent
     holds every job to its plan. After 4 running jobs end, Slurm's head is again the plan's head, for a
-    few writes. Writing the whole queue at once takes many times the writes."""
+    few writes. Writing the whole queue at once takes many times the writes, and the same jobs submitted
+    together as one batch are written whole (settle.deferred: measured, a batch loses makespan otherwise).
+    The jobs arrive one second apart."""
     from msched.rounds.settle import head_places
 
-    c, blockers, perf = br.busy_sim(300, seed=3)
+    c, blockers, perf = br.busy_sim(300, seed=3, arrival_gap_s=1.0)
     est = TagEstimator(perf)
     policy = get_policy("msched", planner="greedy")
     first = run_round(c, policy, est)
@@ -641,8 +643,11 @@ def test_only_the_head_of_the_queue_is_written_and_the_rest_as_it_nears_it():
     far = {u.job_id for u in first.updates if u.job_id not in planned[:places]}
     assert written and all(u.field == "priority" for u in first.updates if u.job_id in far)
     assert dict(first.incumbent.priority) == held                 # every managed job held to its plan
-    whole = run_round(br.busy_sim(300, seed=3)[0], policy, est, settle_options=SettleOptions(head_gpus=None))
+    whole = run_round(br.busy_sim(300, seed=3, arrival_gap_s=1.0)[0], policy, est,
+                      settle_options=SettleOptions(head_gpus=None))
     assert whole.update_calls > 5 * first.update_calls
+    batch = run_round(br.busy_sim(300, seed=3)[0], policy, est)          # one submit time: written whole
+    assert batch.update_calls > 5 * first.update_calls
 
     c.advance(1)
     for b in blockers[::4]:                        # 4 running jobs end, one per GPU type: 4 head jobs start
@@ -659,10 +664,11 @@ def test_with_only_the_head_written_a_burst_is_placed_in_one_round_within_the_bu
     """A 300-job burst into an empty incumbent (the reorderer's first round) with a budget of 40 writes:
     only the head is written, so the budget does not hold back the moves that write nothing this round
     (they once waited and were planned again next round): every managed job is placed at once, the
-    writes stay within the budget, and the next round, nothing changed, writes nothing."""
+    writes stay within the budget, and the next round, nothing changed, writes nothing. (Jobs one second
+    apart: a batch submitted together is written whole, settle.deferred.)"""
     from msched.rounds.settle import Incumbent
 
-    c, _b, perf = br.busy_sim(300, seed=8, plain_share=0.0)
+    c, _b, perf = br.busy_sim(300, seed=8, plain_share=0.0, arrival_gap_s=1.0)
     est = TagEstimator(perf)
     policy = get_policy("msched", planner="greedy")
     opts = SettleOptions(write_budget=40)

@@ -53,7 +53,6 @@ import logging
 import math
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -150,11 +149,7 @@ class OptimizingPolicy(MschedPolicy):
         (0.679 -> 0.850x fifo, still below fifo's on every seed)."""
         if self.objective != "balanced":
             return self.objective
-        times = Counter(j.submit_time for j in snapshot.pending if j.managed)
-        if not times:
-            return "balanced"
-        largest = max(times.values())
-        return "makespan" if largest >= 2 and largest >= BATCH_SHARE * sum(times.values()) else "balanced"
+        return "makespan" if snapshot.submitted_together(BATCH_SHARE) else "balanced"
 
     # the greedy order of the objective: balanced starts from shortest first (JCT first)
     def _greedy_sign(self, snapshot: ClusterSnapshot) -> float:

@@ -108,6 +108,13 @@ class ClusterSnapshot:
             c[n.gpu_type] += n.gpus_free
         return dict(c)
 
+    def submitted_together(self, share: float) -> bool:
+        """Whether the managed pending jobs are a batch: at least `share` of them, two or more, share one
+        submit time (a static batch, not an online queue)."""
+        times = Counter(j.submit_time for j in self.pending if j.managed)
+        largest = max(times.values(), default=0)
+        return largest >= 2 and largest >= share * sum(times.values())
+
 
 @dataclass(frozen=True)
 class JobDecision:

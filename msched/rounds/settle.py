@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
+from msched.policy.planner import BATCH_SHARE
 from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
@@ -418,8 +419,13 @@ def deferred(snapshot: ClusterSnapshot, held: Plan, places: int | None) -> tuple
     wait (the first set) as long as Slurm already ranks it after the last head place; one Slurm ranks
     ahead of that (an arrival at priority/basic's high values, a job the plan pushed back) must have
     its priority written (the second set), its type can still wait. The held plan stays the incumbent
-    for both, so the order msched intends is kept and written as each job nears the head."""
-    if places is None or len(snapshot.pending) <= places:
+    for both, so the order msched intends is kept and written as each job nears the head.
+
+    Not for a batch submitted together (`BATCH_SHARE`, as the planner decides it plans for the
+    makespan): there the whole plan is written. Measured on `make demo`'s static batch (600 jobs at t=0,
+    48 GPUs): writing only the head cost 5% of makespan and 4% of mean JCT, as backfill started jobs
+    behind the head on msub's type before the plan's was written."""
+    if places is None or len(snapshot.pending) <= places or snapshot.submitted_together(BATCH_SHARE):
         return set(), set()
     prio = {d.job_id: int(d.priority) for d in held.decisions}
     by_id = {j.job_id: j for j in snapshot.pending}
