@@ -170,12 +170,16 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles, rank_weight=0.0)
     assert p.iter_ms == pytest.approx(math.sqrt(p.cost_model_ms * r50.iter_ms))
-    # the default also takes 3/4 of the type shape from the reference (its measurement scaled by the cost
+    # type-shape weight 0.75: 3/4 of the type shape from the reference (its measurement scaled by the cost
     # model's job/reference ratio over its types: 1 for the same network): 1/4 of cost^0.5 x measured^0.5
     # and 3/4 of the measurement, i.e. cost^0.125 x measured^0.875
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
-                references=["resnet50"], profiles=profiles)
+                references=["resnet50"], profiles=profiles, rank_weight=0.75)
     assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.125 * r50.iter_ms ** 0.875)
+    # the shipped weight (1): all of the type shape from the reference: the same network's own measurement
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles)
+    assert p.iter_ms == pytest.approx(r50.iter_ms)
     # several references (`shape_refs`): each corrects the cost model as above, averaged in logs, and the
     # figure names them all, most similar first
     two = PerfTable(r for r in perf.rows if r.model in ("resnet50", "resnet152"))
@@ -191,6 +195,44 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(prof, "h100_sxm", 1, 12, "float", model="resnet101", perf=perf, references=["resnet50"])
     assert p.source == COST_MODEL and p.reference == "" and p.iter_ms > 0
     assert predict(prof, "mystery-gpu", perf=perf) is None
+
+
+def test_shape_cap_limits_how_far_a_reference_shape_moves_a_prediction(perf, profiles):
+    """A small, memory-bound job (squeezenet1_1) beside a large, compute-bound reference (vgg16): the cost
+    model's view of how the job differs from the reference on a type departs from its average over the
+    reference's types (d below) by more than the cap, so the cap decides how much of the reference's
+    measured shape is carried over."""
+    cost = load_cost_model()
+    specs = load_specs()
+    ref_rows = PerfTable(r for r in perf.rows if r.model == "vgg16")
+    job, ref, gpu, r_w, c_w = profiles["squeezenet1_1"], profiles["vgg16"], "a100", 0.75, 0.5
+    row = ref_rows.nearest_row("vgg16", gpu, 1, 12, "float")
+    mine = cost.iteration_ms(job, specs.get(gpu), "float", 12, 1)
+    ref_ms = cost.iteration_ms(ref, specs.get(gpu), "float", row.batch_size, row.num_gpus)
+    ratios = []
+    for t in ref_rows.types_for("vgg16", "float"):
+        r_t = ref_rows.nearest_row("vgg16", t, 1, 12, "float")
+        ratios.append(math.log(cost.iteration_ms(job, specs.get(t), "float", 12, 1)
+                               / cost.iteration_ms(ref, specs.get(t), "float", r_t.batch_size, r_t.num_gpus)))
+    d = statistics.fmean(ratios) - math.log(mine / ref_ms)
+    residual = math.log(row.iter_ms / ref_ms)
+    assert abs(d) > 0.2   # the shapes differ more than the cap on this type
+
+    def run(cap):
+        return predict(job, gpu, 1, 12, "float", model="job", perf=ref_rows, references=["vgg16"],
+                       profiles=profiles, rank_weight=r_w, correction_weight=c_w, shape_refs=1, shape_cap=cap).iter_ms
+
+    def expected(shape):
+        return math.exp(math.log(mine) + (1 - r_w) * c_w * residual + r_w * (residual + shape))
+
+    # no cap: the reference's measurement scaled by the mean job/reference ratio (the uncapped blend)
+    assert run(None) == pytest.approx(math.exp((1 - r_w) * (math.log(mine) + c_w * residual)
+                                               + r_w * (math.log(row.iter_ms) + statistics.fmean(ratios))))
+    assert run(None) == pytest.approx(expected(d))
+    # cap 0: the residual alone; cap 0.2: the shape part moves the prediction by at most 0.75 x 0.2 in log
+    assert run(0.0) == pytest.approx(expected(0.0))
+    assert run(0.2) == pytest.approx(expected(math.copysign(0.2, d)))
+    assert abs(math.log(run(0.2) / run(0.0))) == pytest.approx(r_w * 0.2)
 
 
 def test_predictor_is_an_iteration_time_source_for_the_one_estimator(perf):
