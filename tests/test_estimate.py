@@ -120,6 +120,36 @@ def test_fit_recovers_known_parameters(profiles):
     assert statistics.fmean(errs) < 0.1
 
 
+def _lstm_profile(steps: int) -> dict:
+    """A language model's profile (embedding, LSTM, decoder over a 10k vocabulary) with `steps` recurrent
+    time steps per forward pass."""
+    return {"params": 5_000_000, "flops": 2.0e8, "flops_by_kind": {"linear": 1.6e8, "other": 4.0e7},
+            "calls_by_kind": {"embedding": 1, "recurrent": 1, "linear": 1, "dropout": 2},
+            "bytes_by_kind": {"embedding": 28_000, "recurrent": 28_000, "linear": 1_400_000, "dropout": 56_000},
+            "params_by_kind": {"embedding": 2_000_000, "recurrent": 1_000_000, "linear": 2_000_000},
+            "recurrent_steps": steps}
+
+
+def test_recurrent_steps_cost_and_the_fit_finds_it(profiles):
+    """The per-step cost: `c_step / clock` per recurrent time step on the GPU side, nothing for a model
+    without recurrent layers; rows made with a known c_step (recurrent models of 35 to 140 steps beside
+    the CNNs) give it back."""
+    shipped, specs = load_cost_model(), load_specs()
+    truth = CostModel({**shipped.data, "shared": {**shipped.shared, "c_step": 0.2}})
+    a100 = specs.get("a100")
+    assert truth.iteration_ms(_lstm_profile(140), a100, "float", 12, 1) > truth.iteration_ms(_lstm_profile(70), a100,
+                                                                                             "float", 12, 1)
+    assert truth.iteration_ms(profiles["resnet50"], a100, "float", 12, 1) == pytest.approx(
+        CostModel({**truth.data, "shared": {**truth.shared, "c_step": 5.0}}).iteration_ms(profiles["resnet50"], a100,
+                                                                                         "float", 12, 1))
+    lms = {f"lm{s}": _lstm_profile(s) for s in (35, 70, 140)}
+    both = {**profiles, **lms}
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0", *lms]
+    rows = [FitRow(m, t, 1, b, "float", truth.iteration_ms(both[m], specs.get(t), "float", b, 1))
+            for m in models for t in ("titanxp", "rtx2080ti", "a100") for b in (12, 48)]
+    assert fit(rows, both, specs)["shared"]["c_step"] == pytest.approx(0.2, rel=0.25)
+
+
 def test_run_prior_leaves_a_run_factor_the_data_identify(profiles):
     """The pull of run factors toward 1 (cost_fit.RUN_PRIOR_WEIGHT) only settles what the rows leave open:
     where a run shares a generation with another (gtx1080ti beside titanxp, both Pascal), a run 1.3x slower
