@@ -573,7 +573,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority") -> RoundResult:
+              priority_lever: str = "priority", pack_guard: str = "bound") -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
@@ -582,7 +582,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
-    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -609,7 +610,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
