@@ -265,11 +265,10 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                                            possible, lever, shard_parts))
         kind = item[0]
         if kind == _RUNNING:
-            _, hosts, gtype, est = item
-            end, changes_at = _end_of(job, est, now)
+            rj, changes_at = memo.running(job, item, now)
             if changes is not None and changes_at is not None:
                 changes.append(changes_at)
-            running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
+            running.append(rj)
         elif kind == _PENDING:
             _, pj, view = item
             if changes is not None and pj.managed and starvation_age_s is not None:
@@ -362,10 +361,32 @@ class _JobMemo:
     own clients build new objects every round and never hit. Entries hold their job, so an id is never
     reused while remembered; only the jobs of the last snapshot are kept."""
 
+    reuse_running = True     # a running job's RunningJob kept while its expected end holds (see `running`)
+
     def __init__(self) -> None:
         self._context: tuple = (None, None, None)
         self._last: dict[int, tuple] = {}
         self._next: dict[int, tuple] = {}
+        self._ends: dict[int, tuple] = {}          # id(job) -> (job, end, changes_at, item, RunningJob)
+        self._next_ends: dict[int, tuple] = {}
+
+    def running(self, job: SlurmJob, item: tuple, now: float) -> tuple[RunningJob, float | None]:
+        """A running job's view at `now` and when that view starts to move with the clock (`_end_of`).
+        The same job object under the same memo context gets the same RunningJob while `now` has not
+        passed its expected end: `_end_of` gives the same end for any clock up to it (the overdue
+        revision steps only once the clock passes it), and the end never depends on the clock then
+        (`_end_of`'s clock-dependent cases, no estimate and no time limit or a time limit already
+        passed, or no start time, are not kept)."""
+        hit = self._ends.get(id(job)) if self.reuse_running else None
+        if hit is not None and hit[0] is job and hit[3] is item and now <= hit[1]:
+            self._next_ends[id(job)] = hit
+            return hit[4], hit[2]
+        _, hosts, gtype, est = item
+        end, changes_at = _end_of(job, est, now)
+        rj = RunningJob(job.job_id, gtype, job.num_gpus, end, hosts)
+        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
+            self._next_ends[id(job)] = (job, end, changes_at, item, rj)
+        return rj, changes_at
 
     def start(self, estimator: Estimator, gpu_type_of, static: tuple) -> _JobMemo:  # noqa: ANN001
         """Begin a snapshot; what was kept counts only under the same estimator and type names (the
@@ -373,8 +394,10 @@ class _JobMemo:
         est, canon, old = self._context
         if est is not estimator or canon is not gpu_type_of or old != static:
             self._last = {}
+            self._ends = {}
         self._context = (estimator, gpu_type_of, static)
         self._next = {}
+        self._next_ends = {}
         return self
 
     def get(self, job: SlurmJob) -> tuple | None:
@@ -390,6 +413,7 @@ class _JobMemo:
 
     def finish(self) -> None:
         self._last, self._next = self._next, {}
+        self._ends, self._next_ends = self._next_ends, {}
 
 
 _MEMO = _JobMemo()
@@ -604,7 +628,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority") -> RoundResult:
+              priority_lever: str = "priority", pack_guard: str = "bound") -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
@@ -613,7 +637,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
-    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -640,7 +665,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)

@@ -319,7 +319,8 @@ class Reorderer:
                                # the lever needs the journal to tell msched's begin times from the owners':
                                # a dry run without a database leaves it out
                                begin_times=BeginTimeOptions.from_config(self.config) if journal is not None else None,
-                               journal=journal, priority_lever=self.config.priority_lever)
+                               journal=journal, priority_lever=self.config.priority_lever,
+                               pack_guard=self.config.pack_guard)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
