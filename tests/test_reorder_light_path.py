@@ -25,7 +25,7 @@ from msched.store.schema import Round
 from msched.tag import with_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_reorder import PERF_CSV, _fill_gpus, _submit, _wait_idle, tag_for  # noqa: E402
+from test_reorder import _fill_gpus, _submit, _wait_idle, site_config, tag_for  # noqa: E402
 
 # what the light round must not load (README: Running the reorderer)
 HEAVY = ("torch", "sklearn", "rich", "matplotlib", "ortools", "highspy")
@@ -34,16 +34,7 @@ PLANNING = ("msched.policy", "msched.rounds.core", "msched.rounds.settle", "msch
 
 @pytest.fixture
 def site(tmp_path):
-    """A site configuration of our own: state, database and performance table under tmp_path."""
-    from msched.config import load_config
-
-    perf = tmp_path / "perf.csv"
-    perf.write_text(PERF_CSV)
-    state = tmp_path / "state"
-    cfg = tmp_path / "msched.toml"
-    cfg.write_text(f'state_dir = "{state}"\nperformance = "{perf}"\ncluster_name = "light"\nbackend = "cli"\n'
-                   f'database_url = "sqlite:///{state}/msched.db"\n')
-    return load_config(cfg)
+    return site_config(tmp_path, "light")
 
 
 def _user_submit(user, cluster, *, name: str, model: str, iters: int, constraint: str = "titanxp") -> str:
