@@ -259,7 +259,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 result = run_round(client, policy, estimator, now=sim.now,
                                    starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
                                    incumbent=incumbent, settle_options=setup.settle,
-                                   begin_times=setup.begin_times)
+                                   begin_times=setup.begin_times,
+                                   pack_guard=setup.packing.guard if setup.packing is not None else "bound")
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent
                 rounds += 1

@@ -74,3 +74,15 @@ def test_per_kind_fields_of_a_torchvision_model():
     assert prof.calls_by_kind["act_relu"] > prof.counts["act_relu"]
     assert sum(prof.bytes_by_kind.values()) == prof.activation_bytes
     assert sum(prof.params_by_kind.values()) == prof.params
+
+
+def test_gavel_recommendation_file_is_items_based():
+    """Gavel's recommendation workload (recoder's DynamicAutoencoder, hidden 200, user_based=False) spans
+    MovieLens-20M's 20,108 items: 2 x 20,108 x 200 weights plus 200 + 20,108 biases."""
+    from msched.estimate.training_data import gavel_model_spec
+
+    prof = profile_in_process(gavel_model_spec("recommendation"))
+    assert prof.input_shape == (20_108,)
+    assert prof.params == 2 * 20_108 * 200 + 200 + 20_108 == 8_063_508
+    # forward FLOPs per sample: the two linear layers' multiply-adds
+    assert prof.flops_by_kind["linear"] == pytest.approx(2 * 2 * 20_108 * 200)

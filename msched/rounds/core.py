@@ -42,8 +42,6 @@ msched.rounds.holds writes them through the hold journal).
 
 from __future__ import annotations
 
-import functools
-import gc
 import hashlib
 import logging
 import time
@@ -82,6 +80,7 @@ from msched.slurm.base import (
 )
 from msched.slurm.feature_expr import ConstraintError, combine, matches, names_gpu_type, split
 from msched.tag import JobTag, tag_problem
+from msched.util.collector import without_cyclic_gc
 
 log = logging.getLogger("msched.rounds.core")
 
@@ -567,24 +566,6 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
 
 
 # --------------------------------------------------------------------------------- the round
-def without_cyclic_gc(fn: Callable) -> Callable:
-    """Run `fn` with Python's cyclic garbage collector paused (reference counting still frees nearly
-    everything a round drops). A round holds tens of thousands of live objects (jobs, snapshot, plans,
-    timelines) and allocates many more, so the collector kept scanning all of them and finding little:
-    measured at 10,000 pending on the simulated dev cluster, 25-35% of a round's CPU (2.3-2.5 s instead of
-    3.2-3.4 s), the same peak memory. The collector runs again after the round."""
-    @functools.wraps(fn)
-    def paused(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if was:
-                gc.enable()
-    return paused
-
-
 @without_cyclic_gc
 def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float | None = None,  # noqa: ANN001
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
@@ -592,7 +573,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority") -> RoundResult:
+              priority_lever: str = "priority", pack_guard: str = "bound") -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
@@ -601,7 +582,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
-    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -628,7 +610,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)

@@ -177,11 +177,12 @@ def _by_gpu(held: list[SlurmJob]) -> list[list[SlurmJob]]:
 
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
                   gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None,
-                  planned: Sequence = ()) -> tuple[list, PackingPlan | None]:
+                  planned: Sequence = (), guard: str = "bound") -> tuple[list, PackingPlan | None]:
     """(the updates that bring Slurm's shard jobs to the pairing, the pairing) — ([], None) when the
     cluster has no shard nodes or no shard job waits. `planned`: the round's other updates; the
     priorities they give shard jobs (the planner's) are the ones the pairing permutes. Never raises
-    for one bad job."""
+    for one bad job. `guard`: config `pack_guard` ("bound": the quantile guard's `guard_slower` and
+    both jobs on their best shard type; "mean": the mean forest's `slower_speed`)."""
     from msched.estimate.interference import DEFAULT_THRESHOLD, InterferenceError, load_model, type_usable_gb
     from msched.rounds.core import Update
 
@@ -193,6 +194,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         return [], None
     try:
         model = load_model()
+        slower = model.slower_for(guard)
     except InterferenceError as exc:
         log.warning("packing skipped this round: %s", exc)
         return [], None
@@ -201,7 +203,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
                        {u.job_id: int(u.value) for u in planned if u.field == "priority"})
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-                           slower=model.slower_speed, own=model.own_speed)
+                           slower=slower, own=model.own_speed, best_type=guard == "bound")
     by_id = {j.job_id: j for j in jobs}
     updates = []
     for job_id, gpu_type in plan.gpu_types.items():
