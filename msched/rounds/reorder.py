@@ -417,9 +417,10 @@ class Reorderer:
         if last is None or last.queue_digest != digest or last.changes or last.decision_rows or \
                 (last.stable_until is not None and now >= last.stable_until):
             return None
-        journal = self.journal
-        if journal.open_entries():
+        if any(e.kind != "nice" for e in self.journal.open_entries()):
             return None                     # a hold or begin time to undo: the full round replays it
+        # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
+        # for --release, which a round's replay leaves alone)
         published = self._published_free_time(now) if self.publish else ({}, None)
         if published is None:
             return None
