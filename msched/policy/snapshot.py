@@ -89,6 +89,12 @@ class ClusterSnapshot:
 
     @property
     def gpus_total(self) -> dict[str, int]:
+        """GPUs per type (a fresh dict each time; counted once per snapshot: settle and the bound ask
+        for it every round)."""
+        return dict(self._gpus_total)
+
+    @cached_property
+    def _gpus_total(self) -> dict[str, int]:
         c: Counter[str] = Counter()
         for n in self.nodes:
             c[n.gpu_type] += n.gpus

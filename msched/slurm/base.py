@@ -351,6 +351,14 @@ class SlurmClient(abc.ABC):
         """Jobs that ended (for completion tracking); backends read what their Slurm keeps."""
         return self.jobs(states=FINISHED_STATES)
 
+    def queue_digest(self, setup: str = "") -> str | None:
+        """A digest of what a round reads of Slurm (every job Slurm remembers and every node, in a
+        format that leaves out what Slurm rewrites by itself), with `setup` (what else the plan depends
+        on), read more cheaply than `jobs()`: the reorderer's light round compares it with the last
+        round's and, unchanged, reads nothing more. None where the backend has no cheap read (then
+        every round reads the queue whole); this default."""
+        return None
+
     def scheduler(self) -> SchedulerSettings:
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
         simulator answers from its own settings). This default is Slurm's default: sched/backfill."""

@@ -30,6 +30,14 @@ from msched.util.text import one_line
 SEP = "\x1f"
 
 NODE_FIELDS = ("NodeList", "StateComplete", "Gres", "GresUsed", "Features", "Partition")
+# What the light round's digest reads of every job (`squeue -O`, CliClient.queue_digest): the fields
+# job_from_json turns into a SlurmJob, less those Slurm rewrites by itself while nothing happens: the
+# reason, and a pending job's expected start and end (backfill's estimates). A running job's start and
+# a finished job's end do not move; a job that starts or ends changes its state. Held jobs show as
+# priority 0 (Reason is left out), jobs waiting on another by their Dependency.
+DIGEST_JOB_FIELDS = ("JobID", "StateCompact", "Name", "UserName", "Partition", "PriorityLong", "SubmitTime",
+                     "TimeLimit", "NumNodes", "NumTasks", "tres-per-node", "tres-per-job", "tres-per-task",
+                     "Feature", "Comment", "NodeList", "Dependency", "admin_comment", "Nice", "EligibleTime")
 
 _EMPTY = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
 
