@@ -1,12 +1,17 @@
 """The fast paths of the simulator and the round give the schedules the plain paths give (issue 17, item 4).
 
-Four shortcuts keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
+Shortcuts that keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
 copy-on-write (`msched.policy.timeline`); the plan's construction does not look for a start on a type whose
-runtime alone ends the job too late to matter (`MschedPolicy.prune_slow_types`); the round core keeps each job's clock-free reading while the
-simulator hands back the same job object (`msched.rounds.core._JobMemo`); a backfill pass none of whose
-jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`). Each is checked against
-the plain path here: timelines on random bookings, a snapshot read twice, and whole replays with every
-shortcut switched off, which must start and end every job at the same time on the same type.
+runtime alone ends the job too late to matter (`MschedPolicy.prune_slow_types`) and keeps what depends
+only on the queue across one plan's decodes (`MschedPolicy.reuse_per_queue`); the round core keeps each
+job's clock-free reading while the simulator hands back the same job object, and a running job's view
+while its expected end holds (`msched.rounds.core._JobMemo`, `reuse_running`); a backfill pass none of
+whose jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`) and builds its
+node profiles in one pass (`ONE_PASS_PROFILES`); the replay keeps the submit decision's memory figures
+(`slurm_sim.compare.CACHE_SHAPES`). Each is checked against the plain path here: timelines on random
+bookings, a snapshot read twice and at later clocks, profiles and plans on random inputs, and whole
+replays with every shortcut switched off, which must start and end every job at the same time on the
+same type.
 """
 
 from __future__ import annotations
@@ -203,6 +208,7 @@ def _plain_paths(monkeypatch) -> None:
     every backfill pass run."""
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
+    import slurm_sim.compare as compare
     import slurm_sim.simulator as simulator
     from msched.policy.msched import MschedPolicy
     from slurm_sim.simulator import Simulator
@@ -230,6 +236,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)
     monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
+    monkeypatch.setattr(compare, "CACHE_SHAPES", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])
