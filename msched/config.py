@@ -25,6 +25,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
                                            # partitions ("*": jobs naming none); #MSCHED --no-pack opts out
     shard_partition = "shared"             # the partition of the nodes whose GPUs carry shards
     pack_threshold = 1.0                   # least predicted combined throughput of a pair that is packed
+    pack_guard     = "bound"               # "bound": each job's 10% quantile own speed >= 0.5x solo, inside
+                                           #   the data, on its best shard type; "mean": the mean forest only
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
     priority_lever = "priority"            # reorder: write the order as explicit priorities, or as "nice"
@@ -69,6 +71,7 @@ BACKENDS = ("auto", "cli", "pyslurm")
 ESTIMATORS = ("table", "predictor")
 TYPE_LEVERS = ("feature", "partition")
 PRIORITY_LEVERS = ("priority", "nice")
+PACK_GUARDS = ("bound", "mean")          # msched.estimate.interference.GUARDS (not imported: msub's light path)
 FREE_TIME_FILE = "gpu_free_time.json"
 LOCK_FILE = "reorder.lock"
 
@@ -109,6 +112,7 @@ class Config:
     pack_partitions: tuple[str, ...] = ()   # packing on by default in these partitions (msched.msub.packing)
     shard_partition: str = "shared"
     pack_threshold: float = 1.0
+    pack_guard: str = "bound"               # the packing guard (msched.estimate.interference: "bound" or "mean")
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
     priority_lever: str = "priority"        # reorder: "priority" (explicit) or "nice" (msched.rounds.core.diff_plan)
@@ -152,6 +156,8 @@ class Config:
             raise ConfigError(f"pack_partitions {self.pack_partitions!r} must be a list of partition names")
         if not isinstance(self.pack_threshold, int | float) or not 0 < self.pack_threshold <= 2:
             raise ConfigError(f"pack_threshold {self.pack_threshold!r} must be a number in (0, 2]")
+        if self.pack_guard not in PACK_GUARDS:
+            raise ConfigError(f"pack_guard {self.pack_guard!r} is not one of {', '.join(PACK_GUARDS)}")
         if self.priority_lever not in PRIORITY_LEVERS:
             raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
         if not isinstance(self.begin_time_lever, bool):

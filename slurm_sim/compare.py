@@ -40,6 +40,7 @@ from slurm_sim.simulator import Simulator
 from slurm_sim.trace import TraceJob
 
 POLICIES = POLICY_NAMES          # every registered policy, in the order results are listed
+CACHE_SHAPES = True              # replay keeps submit_decision's memory figures per (model, batch) and types
 
 
 class SimRunError(RuntimeError):
@@ -199,6 +200,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     inf = float("inf")
 
     sizes: dict[str, dict[str, tuple[int, ...]]] = {}      # per partition list: the nodes the job may use
+    shapes: dict = {}                                       # submit_decision's per-model and per-types memory
 
     def submit(tj: TraceJob) -> None:
         free: dict[str, float] = {}
@@ -211,7 +213,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             node_gpus = sizes[tj.partition] = cluster_node_gpus(setup.cluster, tj.partition)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
                                    ClusterView(node_gpus=node_gpus, free_at=free, fresh=True), sim.now,
-                                   claim=setup.claim_factors.get(tj.user, 1.0))
+                                   claim=setup.claim_factors.get(tj.user, 1.0),
+                                   shapes=shapes if CACHE_SHAPES else None)
         partition = tj.partition
         extra = {"model": tj.model, "iterations": tj.iterations, "batch_size": tj.batch_size, "user": tj.user}
         if shard_runs is not None and use_constraint:      # msub's packing decision (slurm_sim.packing)
@@ -256,7 +259,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 result = run_round(client, policy, estimator, now=sim.now,
                                    starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
                                    incumbent=incumbent, settle_options=setup.settle,
-                                   begin_times=setup.begin_times)
+                                   begin_times=setup.begin_times,
+                                   pack_guard=setup.packing.guard if setup.packing is not None else "bound")
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent
                 rounds += 1
@@ -346,20 +350,31 @@ def cluster_node_gpus(cluster: ClusterSpec, partition: str = "") -> dict[str, tu
 
 
 def submit_decision(tj: TraceJob, classifier: Classifier, policy, estimator, cluster: ClusterView,  # noqa: ANN001
-                    now: float, claim: float = 1.0) -> SubmitDecision:
+                    now: float, claim: float = 1.0, shapes: dict | None = None) -> SubmitDecision:
     """What msub decides for a trace job (the one submit decision; the policy's `submit_choice`);
-    CLAIM scales the iterations the tag states (the job's true work stays the trace's)."""
+    CLAIM scales the iterations the tag states (the job's true work stays the trace's). `shapes`: a dict
+    one replay keeps (`CACHE_SHAPES`) for what depends only on the model and batch size (its peak
+    memory) or on the cluster's types (their usable memory), which msub works out anew per submission."""
     from msched.estimate.memory import job_peak_gb
 
     bs = int(tj.batch_size) if tj.batch_size else None
-    mem = job_peak_gb(tj.model, bs)          # what msub's tag carries (its memory feasibility)
+    if shapes is None:
+        mem = job_peak_gb(tj.model, bs)          # what msub's tag carries (its memory feasibility)
+    else:
+        key = ("peak", tj.model, bs)
+        mem = shapes[key] if key in shapes else shapes.setdefault(key, job_peak_gb(tj.model, bs))
     tag = classifier(tj.model)._replace(iters=max(1, round(tj.iterations * claim)) if tj.iterations else None,
                                         bs=bs, pinned=tj.gpu_type or "", ver=__version__, mem=mem)
     job = SubmitJob(num_gpus=tj.num_gpus, time_limit_s=tj.time_limit_s, peak_memory_gb=mem)
     if mem and cluster.usable_gb is None:           # msub reads each type's memory from the spec table
         from msched.estimate.memory import usable_by_type
 
-        cluster = cluster._replace(usable_gb=usable_by_type(cluster.types))
+        if shapes is None:
+            usable = usable_by_type(cluster.types)
+        else:
+            key = ("usable", tuple(cluster.types))
+            usable = shapes[key] if key in shapes else shapes.setdefault(key, usable_by_type(cluster.types))
+        cluster = cluster._replace(usable_gb=usable)
     raw = getattr(estimator, "inner", estimator)      # not the per-job-id cache: this job has no id yet
     return decide_submit(tag, job, cluster, raw, now=now, choose=policy.submit_choice)
 

@@ -26,6 +26,7 @@ from slurm_sim.cluster import ClusterSpec, PartitionSpec
 
 SHARD_PARTITION = "shared"
 SHARD_FEATURE = "shard"
+SHARDS_PER_GPU = 2            # every shard node's GPUs (the dev cluster's --shards NODE=2, the bench's)
 GAVEL_FAMILIES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "transformer": "Transformer", "lm": "LM",
                   "recommendation": "Recommendation", "a3c": "A3C", "cyclegan": "CycleGAN"}
 
@@ -221,6 +222,7 @@ class SimPacking:
     only_when_busy: bool = False         # pack only when no GPU of the job's types is free at submit
     when_waiting: bool = True            # pack only when the job would wait (submit_verdict's wait rule)
     wait_share: float | None = None      # submit_verdict's wait_share (None: its default)
+    guard: str = "bound"                 # config `pack_guard`: msub's and the round's packing guard
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -255,6 +257,7 @@ class SimPacking:
                     return decision, tj.partition, 0       # one it cannot check: not packed (msub's rule)
                 queued.append((s, t))
         model = load_model()
+        slower = model.slower_for(self.guard)
         kept = []                                    # as msub: judged on each type it may land on
         for gpu_type in types:
             if any(gpu_type not in s.iter_ms for s, _ in queued):
@@ -270,7 +273,8 @@ class SimPacking:
             est = (decision.estimates or {}).get(gpu_type)
             value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, gpu_type,
                                            model.combined_throughput, type_usable_gb(gpu_type), self.threshold,
-                                           model.slower_speed, every=every, own=model.own_speed,
+                                           slower, every=every, own=model.own_speed,
+                                           some=self.guard == "bound", best_types=types if self.guard == "bound" else (),
                                            wait_s=min(waits) if waits and self.when_waiting else None,
                                            runtime_s=est.seconds if est is not None else None,
                                            horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting

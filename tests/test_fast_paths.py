@@ -1,12 +1,17 @@
 """The fast paths of the simulator and the round give the schedules the plain paths give (issue 17, item 4).
 
-Four shortcuts keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
+Shortcuts that keep a 20,000-job replay fast: the planner's timeline is built once per snapshot and copied
 copy-on-write (`msched.policy.timeline`); the plan's construction does not look for a start on a type whose
-runtime alone ends the job too late to matter (`MschedPolicy.prune_slow_types`); the round core keeps each job's clock-free reading while the
-simulator hands back the same job object (`msched.rounds.core._JobMemo`); a backfill pass none of whose
-jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`). Each is checked against
-the plain path here: timelines on random bookings, a snapshot read twice, and whole replays with every
-shortcut switched off, which must start and end every job at the same time on the same type.
+runtime alone ends the job too late to matter (`MschedPolicy.prune_slow_types`) and keeps what depends
+only on the queue across one plan's decodes (`MschedPolicy.reuse_per_queue`); the round core keeps each
+job's clock-free reading while the simulator hands back the same job object, and a running job's view
+while its expected end holds (`msched.rounds.core._JobMemo`, `reuse_running`); a backfill pass none of
+whose jobs fits the free GPUs is skipped (`slurm_sim.simulator.Simulator._backfill`) and builds its
+node profiles in one pass (`ONE_PASS_PROFILES`); the replay keeps the submit decision's memory figures
+(`slurm_sim.compare.CACHE_SHAPES`). Each is checked against the plain path here: timelines on random
+bookings, a snapshot read twice and at later clocks, profiles and plans on random inputs, and whole
+replays with every shortcut switched off, which must start and end every job at the same time on the
+same type.
 """
 
 from __future__ import annotations
@@ -37,9 +42,29 @@ def _cluster(draw) -> tuple[list[NodeState], list[RunningJob]]:
         gpus = draw(st.sampled_from((1, 2, 4)))
         free = draw(st.integers(0, gpus))
         nodes.append(NodeState(f"n{k}", t, gpus, free))
-        if gpus - free:
-            running.append(RunningJob(f"r{k}", t, gpus - free, float(draw(st.integers(0, 500))), (f"n{k}",)))
+        busy = gpus - free
+        while busy:               # one or more jobs; some GPUs may stay busy with no job to explain them
+            g = draw(st.integers(1, busy))
+            if draw(st.integers(0, 5)) == 0:
+                break
+            running.append(RunningJob(f"r{k}.{busy}", t, g, float(draw(st.integers(-100, 5000))), (f"n{k}",)))
+            busy -= g
     return nodes, running
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_built_timeline_holds_each_gpu_free_time_in_order(data):
+    """`Timeline._build` sorts only nodes with unexplained busy GPUs (the running jobs are taken in
+    order of their ends): every node's free times are sorted and are its free GPUs at now, each running
+    job's GPUs at its end (now if past) and the unexplained ones an hour from now."""
+    nodes, running = _cluster(data.draw)
+    now = 100.0
+    tl = Timeline(now, list(nodes), list(running))
+    for node, free in zip(nodes, tl.free, strict=True):
+        ends = [max(now, r.est_end) for r in running if r.nodes == (node.name,) for _ in range(r.num_gpus)]
+        rest = node.gpus - node.gpus_free - len(ends)
+        assert free == sorted([now] * node.gpus_free + ends + [now + 3600.0] * rest)
 
 
 @st.composite
@@ -112,10 +137,89 @@ def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
     fresh = build_snapshot([dataclasses.replace(j) for j in jobs], nodes, est, c.now())
     assert first == again == fresh
     assert first[0].running and first[0].pending
+    # a later clock: running jobs' views kept (`_JobMemo.reuse_running`) while their ends hold, equal to
+    # a read with the memo off, also once the clock has passed an end (overdue revision) and the limit
+    import msched.rounds.core as core
+
+    ends = sorted(r.est_end for r in first[0].running)
+    for later in (c.now() + 1.0, ends[0], ends[0] + 1.0, ends[-1] + 5_000.0, c.now() + 90_000.0):
+        kept = build_snapshot(jobs, nodes, est, later)
+        core._JobMemo.reuse_running = False
+        try:
+            anew = build_snapshot(jobs, nodes, est, later)
+        finally:
+            core._JobMemo.reuse_running = True
+        assert kept == anew, later
+    build_snapshot(jobs, nodes, est, c.now())
+    reread = build_snapshot(jobs, nodes, est, c.now() + 1.0)[0]
+    assert all(a is b for a, b in zip(build_snapshot(jobs, nodes, est, c.now() + 2.0)[0].running, reread.running,
+                                      strict=True))
     pending = first[0].pending[0].job_id
     c.set_priority(pending, 7)
     changed = build_snapshot(c.jobs(), nodes, est, c.now())[0]
     assert {p.job_id: p.priority for p in changed.pending}[pending] == 7
+
+
+# ------------------------------------------------------------------------------------- backfill profiles
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 8), st.lists(st.tuples(st.integers(0, 6), st.sampled_from((1, 2, 4))), max_size=12))
+def test_a_profile_built_in_one_pass_equals_one_built_job_by_job(free, ends):
+    """`_Profile.from_frees` (ONE_PASS_PROFILES) gives the step function that one `add(end, inf, gpus)`
+    per running job gives, in any order, with ends at now, before it (clamped) and shared by jobs."""
+    from slurm_sim.simulator import _Profile
+
+    now = 3.0
+    ends = [(float(e), g) for e, g in ends]
+    by_job = _Profile(now, free)
+    for end, g in ends:
+        by_job.add(max(now, end), float("inf"), g)
+    one = _Profile.from_frees(now, free, [(max(now, e), g) for e, g in ends])
+    assert (one.times, one.free) == (by_job.times, by_job.free)
+    assert one.times == sorted(set(one.times)) and one.times[0] == now
+
+
+# ------------------------------------------------------------------------------------- plans
+@st.composite
+def queues(draw):
+    """A cluster with running jobs and a queue: managed jobs (some pinned or starving, shapes of 1-8
+    GPUs, estimates on some types) and unmanaged ones among them."""
+    from msched.policy.snapshot import ClusterSnapshot, PendingJob
+
+    nodes, running = _cluster(draw)
+    pending = []
+    for k in range(draw(st.integers(1, 14))):
+        managed = draw(st.booleans()) or k % 3 == 0
+        est = {t: float(draw(st.integers(30, 900))) for t in TYPES if draw(st.booleans())} if managed else {}
+        pinned = draw(st.sampled_from((None, None, None, "a100"))) if managed else None
+        pending.append(PendingJob(str(100 + k), float(draw(st.integers(0, 5)) * 100), draw(st.sampled_from((1, 1, 2, 4, 8))),
+                                  draw(st.integers(1, 50)), est, allowed_types=(pinned,) if pinned else (),
+                                  pinned_type=pinned, time_limit_s=float(draw(st.sampled_from((600, 3600)))),
+                                  managed=managed))
+    return ClusterSnapshot(draw(st.sampled_from((500.0, 90_000.0))), tuple(nodes), tuple(running), tuple(pending),
+                           86_400.0)
+
+
+def _decisions(plan) -> list:
+    return [(d.job_id, d.priority, d.gpu_types, d.est_start, d.est_end) for d in plan.decisions]
+
+
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")))
+def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, objective):
+    """The msched policy's per-queue memo (`reuse_per_queue`: construct's sorts and each job's
+    candidates kept across one plan's decodes) gives the plan that recomputing them gives: random
+    snapshots with unmanaged, pinned and starving jobs, every planner and objective."""
+    from msched.policy import get_policy
+    from msched.policy.msched import MschedPolicy
+
+    opts = {"planner": planner, "objective": objective, "time_box_s": 1e6}
+    fast = get_policy("msched", **opts).plan(snap)
+    off = get_policy("msched", **opts)
+    off.reuse_per_queue = False
+    plain = off.plan(snap)
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+    assert MschedPolicy.reuse_per_queue
 
 
 # ------------------------------------------------------------------------------------- replays
@@ -124,6 +228,8 @@ def _plain_paths(monkeypatch) -> None:
     every backfill pass run."""
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
+    import slurm_sim.compare as compare
+    import slurm_sim.simulator as simulator
     from msched.policy.msched import MschedPolicy
     from slurm_sim.simulator import Simulator
 
@@ -145,8 +251,12 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._MEMO, "get", lambda job: None)
+    monkeypatch.setattr(core._JobMemo, "reuse_running", False)
     monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)
+    monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
+    monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
+    monkeypatch.setattr(compare, "CACHE_SHAPES", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

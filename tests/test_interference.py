@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,74 @@ def test_shipped_model_loads_and_answers_in_pure_python():
     value = model.combined_throughput(a, b, "v100")
     assert 0.0 < value < 2.5 and value == model.combined_throughput(b, a, "v100")
     assert model.meta["pairs"] > 1000                               # fitted on the whole Gavel table
+
+
+# ------------------------------------------------------------------------------------------ the guard
+def test_pure_python_quantile_guard_predicts_what_scikit_learn_predicts(gavel):
+    """The guard is evaluated from its JSON in pure Python on msub's path: on the training rows and on
+    2,000 random feature vectors spread past the data's range, it gives what scikit-learn's own
+    `predict` gives (the trees compare float32 features, as scikit-learn's do)."""
+    import random
+
+    from msched.estimate.interference import Boosted, fit_quantile
+
+    jobs, pairs = gavel
+    x = [jobs[p.a].features(p.gpu_type) + jobs[p.b].features(p.gpu_type) for p in pairs]
+    boosted, ref = fit_quantile(x, [p.own_a for p in pairs], seed=1, estimators=40, raw=True)
+    boosted = Boosted.from_dict(json.loads(json.dumps(boosted.to_dict())))        # as stored
+    rng = random.Random(0)
+    lows = [min(col) - 1.0 for col in zip(*x, strict=True)]
+    highs = [max(col) + 1.0 for col in zip(*x, strict=True)]
+    probe = x + [[rng.uniform(lo, hi) for lo, hi in zip(lows, highs, strict=True)] for _ in range(2000)]
+    for row, expected in zip(probe, ref.predict(probe), strict=True):
+        assert boosted.predict(row) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert len({round(boosted.predict(r), 6) for r in probe}) > 20        # not a constant
+
+
+def test_the_shipped_guard_is_a_low_quantile_of_measured_own_speeds(gavel):
+    """Alpha 0.1: about one job in ten runs slower than its bound (in-sample on the sample's pairs,
+    which the shipped fit saw), and the bound sits below the mean forest's prediction for most."""
+    model = load_model()
+    assert model.bound_own is not None and model.meta["guard"] == {"alpha": 0.1, "seen_radius": 0.5}
+    jobs, pairs = gavel
+    below = n = under_mean = 0
+    for p in pairs:
+        for x, y, measured in ((p.a, p.b, p.own_a), (p.b, p.a, p.own_b)):
+            bound = model.own_bound(jobs[x], jobs[y], p.gpu_type)
+            assert bound is not None                                    # Gavel's own job types are seen
+            n += 1
+            below += measured < bound
+            under_mean += bound < model.own_speed(jobs[x], jobs[y], p.gpu_type)
+    assert 0.02 <= below / n <= 0.25, (below, n)
+    assert under_mean / n > 0.8
+
+
+def test_a_job_outside_the_data_gets_no_bound(gavel):
+    """SEEN_RADIUS: a job whose features are more than 0.5 (log units) from every job type the fit saw
+    gets no bound, and the guard then calls the pair unsafe (0.0)."""
+    from msched.estimate.interference import SEEN_RADIUS
+
+    model = load_model()
+    jobs, _ = gavel
+    r18, r50 = jobs[R18], jobs[R50]
+    assert model.is_seen(r18, "v100") and model.guard_slower(r18, r50, "v100") > 0.0
+    near = JobSpeeds({t: ms * math.exp(SEEN_RADIUS * 0.5) for t, ms in r18.iter_ms.items()}, r18.batch_size)
+    far = JobSpeeds({t: ms * math.exp(4.0) for t, ms in r18.iter_ms.items()}, r18.batch_size)
+    assert model.is_seen(near, "v100")
+    assert not model.is_seen(far, "v100")
+    assert model.own_bound(far, r50, "v100") is None and model.own_bound(r50, far, "v100") is None
+    assert model.guard_slower(far, r50, "v100") == 0.0 == model.guard_slower(r50, far, "v100")
+    assert model.slower_for("mean") == model.slower_speed and model.slower_for("bound") == model.guard_slower
+
+
+def test_a_fitted_guard_survives_its_json(gavel):
+    from msched.estimate.interference import InterferenceModel
+
+    jobs, pairs = gavel
+    model = fit(jobs, pairs, trees=3, max_depth=3)
+    again = InterferenceModel.from_json(model.to_json())
+    a, b = jobs[R18], jobs[R50]
+    for t in ("k80", "p100", "v100"):
+        assert again.own_bound(a, b, t) == model.own_bound(a, b, t) is not None
+        assert again.combined_bound(a, b, t) == model.combined_bound(a, b, t) is not None
+    assert fit(jobs, pairs, trees=3, max_depth=3, guard=False).bound_own is None

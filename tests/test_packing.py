@@ -5,6 +5,10 @@ of a cluster with one shard node, as in tests/test_submit_decision.py; the confi
 squeue beside it, so msub sees no shard jobs in the queue and predicts against the reference mix (the
 real queue's partners are checked on a real cluster in tests/test_packing_slurm.py). The pairing is checked on hand-made speeds with hand-made predictions: what it must
 choose is decided by the test's own numbers, not by the function.
+
+msub's mechanism tests run under `pack_guard = "mean"` (the mean forest alone): under the default
+quantile guard the shared table's torchvision models are outside Gavel's data (SEEN_RADIUS) and nothing
+is packed, which the guard's own tests below check.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ SBATCH = "/nonexistent/slurm/bin/sbatch"   # no squeue beside it: no partners, t
 SLURM_CONF = "/nonexistent/slurm.conf"
 
 
-def _site(tmp_path, monkeypatch, extra: str = "", busy: bool = True) -> None:
+def _site(tmp_path, monkeypatch, extra: str = "", busy: bool = True, guard: str = "mean") -> None:
     state = tmp_path / "state"
     state.mkdir()
     conf = tmp_path / "msched.toml"
-    conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\n{extra}')
+    conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\npack_guard = "{guard}"\n{extra}')
     cache = tmp_path / "cache"
     cache.mkdir()
     nodes = [["n1", "gpu:a100:4,shard:8", ["a100", "shard"], ["gpu", "shared"]],
@@ -100,6 +104,9 @@ def test_a_packed_job_keeps_only_the_shard_types_where_it_was_judged_a_good_pair
             return 0.75 if t in self.good else 0.35
 
         slower_speed = own_speed
+
+        def slower_for(self, guard):  # noqa: ANN001, ANN201
+            return self.slower_speed
 
     _site(tmp_path, monkeypatch)
     monkeypatch.setattr(msub_packing, "load_model", lambda: ByType({"a100", "titanxp"}))
@@ -240,7 +247,7 @@ def test_the_round_reorders_only_msubs_shard_jobs():
     jobs.append(SlurmJob(other.job_id, "PENDING", partition="cpu", priority=70, comment=other.comment,
                          reason="Priority"))     # a GPU-less job elsewhere whose comment claims `pack`
     nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared"))]
-    updates, plan = packing_round(jobs, nodes, Est())
+    updates, plan = packing_round(jobs, nodes, Est(), guard="mean")
     assert plan is not None
     assert {u.job_id for u in updates} <= {"1", "2", "3", "4"} and set(plan.priorities) == {"1", "2", "3", "4"}
     assert sorted(plan.priorities.values()) == [47, 48, 49, 50]
@@ -250,6 +257,10 @@ def test_the_round_reorders_only_msubs_shard_jobs():
         a, b = (speeds_from_tag(by_id[x].tag, Est.times) for x in (p.a, p.b))
         assert model.combined_throughput(a, b, "titanxp") >= 1.0
     assert packing_round(jobs, [SlurmNode("n1", "a100", 4, features=("a100",))], Est()) == ([], None)
+    # the default guard: these torchvision models are outside Gavel's data, so no pair is formed and
+    # the jobs keep their planned order (the longest first, as for jobs without a partner)
+    _, guarded = packing_round(jobs, nodes, Est())
+    assert guarded.pairs == () and set(guarded.alone) == {"1", "2", "3", "4"}
 
 
 def test_a_pair_where_one_job_would_crawl_is_never_formed():
@@ -443,3 +454,70 @@ def test_without_a_fresh_plan_msub_packs_nothing(tmp_path, monkeypatch):
     argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1"])
     assert tag.pack is None and not any("shard" in w for w in argv)
     assert any("no fresh plan from the reorderer" in w for w in warnings), warnings
+
+
+# ------------------------------------------------------------------------------------------ the guard
+def test_on_best_type_is_the_fastest_shard_type_within_the_slack():
+    from msched.policy.packing import on_best_type
+
+    rec = JobSpeeds({"k80": 200.0, "p100": 60.0, "v100": 120.0}, 2048)     # Gavel's Recommendation: P100 first
+    assert on_best_type(rec, "p100", ["p100", "v100"]) and not on_best_type(rec, "v100", ["p100", "v100"])
+    assert on_best_type(rec, "v100", ["v100", "k80"])                      # the best of the types it may use
+    near = JobSpeeds({"p100": 100.0, "v100": 109.0}, 32)                   # 9% slower: within the 10% slack
+    assert on_best_type(near, "v100", ["p100", "v100"]) and not on_best_type(near, "v100", ["p100", "v100"], 0.05)
+    assert not on_best_type(rec, "a100", ["p100", "a100"])                 # no estimate there
+
+
+def test_under_the_guard_one_safe_reference_partner_is_enough():
+    """The first shard job (no queue to meet): under the guard (`some`) it packs when one reference pair
+    passes every check, and its prediction is the mean over the pairs that pass; without it a majority
+    of the reference mix must pass."""
+    mine = JobSpeeds({"v100": 10.0}, 32)
+    good, bad1, bad2 = JobSpeeds({"v100": 20.0}, 32), JobSpeeds({"v100": 30.0}, 32), JobSpeeds({"v100": 40.0}, 32)
+    predict = lambda a, b, t: 1.4 if b is good else 1.1  # noqa: E731
+    bound = lambda a, b, t: 0.6 if good in (a, b) else 0.2  # noqa: E731
+    partners = [(good, None), (bad1, None), (bad2, None)]
+    value, why = submit_verdict(mine, None, partners, "v100", predict, None, slower=bound)
+    assert value is None and "most partners" in why
+    value, why = submit_verdict(mine, None, partners, "v100", predict, None, slower=bound, some=True)
+    assert value == 1.4 and why == "predicted combined throughput 1.40"
+    value, why = submit_verdict(mine, None, [(bad1, None)], "v100", predict, None, slower=bound, some=True)
+    assert value is None and "every partner" in why
+
+
+def test_the_guard_packs_a_job_only_on_its_best_shard_type():
+    rec = JobSpeeds({"p100": 60.0, "v100": 120.0}, 2048)
+    partner = JobSpeeds({"p100": 20.0, "v100": 20.0}, 20)
+    predict = lambda a, b, t: 1.5  # noqa: E731
+    assert submit_verdict(rec, None, [(partner, None)], "v100", predict, None, best_types=["p100", "v100"]) == \
+        (None, "v100 is not its best shard type (p100|v100)")
+    assert submit_verdict(rec, None, [(partner, None)], "p100", predict, None, best_types=["p100", "v100"])[0] == 1.5
+    # the round: a pair only on a type that is both jobs' best; none here (rec wants the p100, lm2 the v100)
+    lm2 = JobSpeeds({"p100": 40.0, "v100": 20.0}, 20)
+    jobs = [ShardJob("rec", 100, rec), ShardJob("lm2", 99, lm2)]
+    assert pair_shard_jobs(jobs, predict, ["p100", "v100"]).pairs
+    assert not pair_shard_jobs(jobs, predict, ["p100", "v100"], best_type=True).pairs
+    same = [ShardJob("rec", 100, rec), ShardJob("p", 99, partner)]
+    assert [p.gpu_type for p in pair_shard_jobs(same, predict, ["p100", "v100"], best_type=True).pairs] == ["p100"]
+
+
+def test_by_default_msub_packs_no_job_outside_the_guards_data(tmp_path, monkeypatch):
+    """The default guard on the shared table's types: ResNet-18 at batch 32 is farther than SEEN_RADIUS
+    from every Gavel job type, so the owner who asked gets a whole GPU and the reason."""
+    _site(tmp_path, monkeypatch, guard="bound")
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1"])
+    assert tag.pack is None and not any("shard" in w for w in argv)
+    assert any("outside the interference model's data" in w and "pack_guard bound" in w for w in warnings), warnings
+
+
+def test_pack_guard_is_checked_in_the_config(tmp_path):
+    from msched.config import ConfigError, load_config
+
+    conf = tmp_path / "msched.toml"
+    conf.write_text('cluster_name = "x"\n')
+    assert load_config(conf).pack_guard == "bound"                  # the default
+    conf.write_text('pack_guard = "mean"\n')
+    assert load_config(conf).pack_guard == "mean"
+    conf.write_text('pack_guard = "upper"\n')
+    with pytest.raises(ConfigError, match="pack_guard 'upper' is not one of bound, mean"):
+        load_config(conf)

@@ -96,15 +96,17 @@ def test_dev_cluster_config_is_what_a_site_writes(shard_cluster):
     assert "NodeName=n4 Name=shard Count=8" in gres
 
 
-def _site(base: Path, user) -> Path:
+def _site(base: Path, user, guard: str = "mean") -> Path:
     """msub's site config (packing on by default in partition gpu) in a directory the user can read, and
-    a cache and state directory the user owns."""
+    a cache and state directory the user owns. The mean guard: these tests check Slurm's mechanics, and
+    under the default quantile guard ResNet-18 on a titanxp is outside Gavel's data and never packed
+    (tests/test_packing.py::test_by_default_msub_packs_no_job_outside_the_guards_data)."""
     d = Path(tempfile.mkdtemp(prefix="msched-pack-site-"))
     d.chmod(0o755)
     (d / "cache").mkdir()
     os.chown(d / "cache", user.uid, user.gid)
     (d / "msched.toml").write_text(f'sbatch = "{shutil.which("sbatch")}"\nstate_dir = "{d / "cache"}"\n'
-                                   'pack_partitions = ["gpu"]\n')
+                                   f'pack_partitions = ["gpu"]\npack_guard = "{guard}"\n')
     # a reorder round's published plan (msub packs only a job that would wait, by a fresh one): the
     # shard nodes' type busy for an hour, the plan ending in ten days
     now = time.time()

@@ -54,7 +54,6 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
-    from msched.estimate.perf_table import PerfTableError
     from msched.rounds.reorder import (
         LockBusy,
         Reorderer,
@@ -97,7 +96,7 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
         except StoreError as exc:
             log.error("%s; nothing changed in Slurm", exc)
             raise SystemExit(1) from None
-        except (ReorderError, ConfigError, PerfTableError) as exc:
+        except (ReorderError, ConfigError, *_perf_table_error()) as exc:
             log.error("%s", exc)
             raise SystemExit(1) from None
         except PermissionError as exc:
@@ -130,6 +129,13 @@ def reorder(dry_run: bool, every: float | None, objective: str | None, backend: 
             wait_interval(every, started)
     except KeyboardInterrupt:
         log.info("stopped")
+
+
+def _perf_table_error() -> tuple[type[Exception], ...]:
+    """PerfTableError when the performance table's module is loaded (a round that planned), else nothing:
+    a light round never loads it (nor anything of the planning core), so it cannot have raised one."""
+    module = sys.modules.get("msched.estimate.perf_table")
+    return (module.PerfTableError,) if module is not None else ()
 
 
 def _release_store(config, log):  # noqa: ANN001, ANN202

@@ -18,6 +18,14 @@ pair measurements and shipped as JSON (msched/data/interference_model.json); pre
 in pure Python, so msub and the planner need neither numpy nor scikit-learn. Pairs that did not fit in
 memory together (measured 0) are left out of the fit: whether two jobs fit is the memory estimate's
 question, not this one's.
+
+The guard (`pack_guard = "bound"`, the default): the forests predict the mean, and a mean that passes
+the 0.5x-solo rule still leaves 42% of the pairs it passes with a job measured below 0.5x solo (held out
+by model; BENCHMARKS.md). Beside them the JSON holds two gradient-boosted *quantile* regressors
+(scikit-learn, alpha GUARD_ALPHA = 0.1): a low bound of the pair's combined throughput and of one job's
+own speed beside a partner, fitted on the same pairs. A job outside the data (its features farther than
+SEEN_RADIUS, in log units, from every job type the fit saw, on any GPU type) gets no bound: the guard
+then counts it as unsafe. `guard_slower` is the guard's word on a pair.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import json
 import math
 import os
 import re
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 
@@ -39,6 +48,10 @@ FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread",
 DEFAULT_THRESHOLD = 1.0
 MIN_OWN_SPEED = 0.5        # neither job of a packed pair is predicted below this share of its solo speed
 DEFAULT_BATCH = 32          # a job that names no batch size: its estimating rows' batch, this for the features
+GUARD_ALPHA = 0.1           # the guard's quantile: a job is predicted faster than its bound 9 times in 10
+SEEN_RADIUS = 0.5           # a job farther than this (largest log-feature difference) from every job type
+                            # the fit saw is outside the data: the guard gives it no bound
+GUARDS = ("bound", "mean")  # config `pack_guard` (msched.config.PACK_GUARDS): the quantile bound (default) or the mean
 
 
 class InterferenceError(ValueError):
@@ -73,12 +86,45 @@ def pair_features(a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> list[float]:
 
 
 @record
+class Boosted:
+    """A fitted gradient-boosted regressor (scikit-learn's GradientBoostingRegressor, one output):
+    prediction = init + rate x the sum of its trees' leaf values. Features are rounded to float32 before
+    the walk, as scikit-learn's trees compare them, so the pure-Python prediction is sklearn's own."""
+
+    init: float
+    rate: float
+    trees: tuple
+
+    def predict(self, x: Sequence[float]) -> float:
+        x32 = array("f", x)
+        total = 0.0
+        for left, right, feature, threshold, value in self.trees:
+            node = 0
+            while left[node] != -1:
+                node = left[node] if x32[feature[node]] <= threshold[node] else right[node]
+            total += value[node]
+        return self.init + self.rate * total
+
+    def to_dict(self) -> dict:
+        return {"init": self.init, "rate": self.rate, "trees": [
+            dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True)) for t in self.trees]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Boosted:
+        return cls(float(data["init"]), float(data["rate"]), tuple(
+            (t["left"], t["right"], t["feature"], t["threshold"], t["value"]) for t in data["trees"]))
+
+
+@record
 class InterferenceModel:
     """A fitted forest: each tree as parallel lists (left, right, feature, threshold, value), sklearn's layout."""
 
     trees: tuple[tuple[list[int], list[int], list[int], list[float], list[float]], ...]
     meta: Mapping[str, object]
     own_trees: tuple = ()      # a second forest: one job's own/solo speed beside a partner (ordered pair)
+    bound_combined: Boosted | None = None   # the guard: GUARD_ALPHA quantile of the combined throughput
+    bound_own: Boosted | None = None        # ... and of one job's own speed beside a partner
+    seen: Mapping = None       # GPU type -> the job types' feature vectors the fit saw there
 
     @staticmethod
     def _walk(trees, x: Sequence[float]) -> float:  # noqa: ANN001
@@ -109,12 +155,49 @@ class InterferenceModel:
         x, y = self.own_speed(a, b, gpu_type), self.own_speed(b, a, gpu_type)
         return None if x is None or y is None else min(x, y)
 
+    def is_seen(self, a: JobSpeeds, gpu_type: str) -> bool:
+        """Whether the job on the type is inside the data: within SEEN_RADIUS (the largest difference of
+        its log features) of a job type the fit saw on some GPU type (the model reads features, never a
+        type's name, so a titanxp job is judged by the jobs it resembles on Gavel's K80/P100/V100)."""
+        x = a.features(gpu_type)
+        return any(max(abs(u - v) for u, v in zip(x, y, strict=True)) <= SEEN_RADIUS
+                   for ys in (self.seen or {}).values() for y in ys)
+
+    def own_bound(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """The guard's low bound of `a`'s own/solo speed beside `b` (None: no guard in the model, or
+        either job outside the data)."""
+        if self.bound_own is None or not (self.is_seen(a, gpu_type) and self.is_seen(b, gpu_type)):
+            return None
+        return self.bound_own.predict(a.features(gpu_type) + b.features(gpu_type))
+
+    def combined_bound(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
+        """The guard's low bound of the pair's combined throughput (None: no guard, or outside the data)."""
+        if self.bound_combined is None or not (self.is_seen(a, gpu_type) and self.is_seen(b, gpu_type)):
+            return None
+        return self.bound_combined.predict(pair_features(a, b, gpu_type))
+
+    def guard_slower(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
+        """The guard's word on a pair, in `slower_speed`'s place: the lower of the two jobs' own-speed
+        bounds, and 0.0 (never packed) when a job is outside the data or the model has no guard."""
+        x, y = self.own_bound(a, b, gpu_type), self.own_bound(b, a, gpu_type)
+        return 0.0 if x is None or y is None else min(x, y)
+
+    def slower_for(self, guard: str) -> Callable[[JobSpeeds, JobSpeeds, str], float | None]:
+        """The slower-job check the packing decisions use: the guard's bound or the mean forest's."""
+        if guard not in GUARDS:
+            raise InterferenceError(f"pack_guard {guard!r} is not one of {', '.join(GUARDS)}")
+        return self.guard_slower if guard == "bound" else self.slower_speed
+
     def to_json(self) -> str:
         def out(trees):  # noqa: ANN001, ANN202
             return [dict(zip(("left", "right", "feature", "threshold", "value"), t, strict=True)) for t in trees]
 
-        return json.dumps({"meta": dict(self.meta), "features": list(FEATURES), "trees": out(self.trees),
-                           "own_trees": out(self.own_trees)}, separators=(",", ":"))
+        data = {"meta": dict(self.meta), "features": list(FEATURES), "trees": out(self.trees),
+                "own_trees": out(self.own_trees)}
+        if self.bound_own is not None and self.bound_combined is not None:
+            data["guard"] = {"alpha": GUARD_ALPHA, "combined": self.bound_combined.to_dict(),
+                             "own": self.bound_own.to_dict(), "seen": {k: list(v) for k, v in (self.seen or {}).items()}}
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> InterferenceModel:
@@ -126,7 +209,12 @@ class InterferenceModel:
         trees = read("trees")
         if not trees:
             raise InterferenceError("interference model has no trees")
-        return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"))
+        guard = data.get("guard")
+        if not guard:
+            return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"))
+        return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"),
+                   bound_combined=Boosted.from_dict(guard["combined"]), bound_own=Boosted.from_dict(guard["own"]),
+                   seen={k: tuple(tuple(float(x) for x in v) for v in vs) for k, vs in guard["seen"].items()})
 
 
 @lru_cache(maxsize=2)
@@ -252,12 +340,14 @@ def read_gavel(path: str | os.PathLike, gpu_types: Iterable[str] = ("k80", "p100
 
 # ------------------------------------------------------------------------------------------ fitting
 def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: int = 50, max_depth: int = 6,
-        max_features: float = 0.5, seed: int = 0) -> InterferenceModel:
+        max_features: float = 0.5, seed: int = 0, guard: bool = True) -> InterferenceModel:
     """Two random forests (scikit-learn, imported here only): the pair's combined throughput from its
     symmetric features, and one job's own speed from (its features, its partner's), each measured pair
     giving both orders. Each split looks at half the features (`max_features`; all of them before):
     held out by job type and by family alike the error is no worse and by family 0.176 -> 0.172
-    (bench/bench_interference.py; chosen on those folds, so mildly optimistic)."""
+    (bench/bench_interference.py; chosen on those folds, so mildly optimistic). With `guard`, also the
+    quantile guard (module docstring): `fit_quantile` of the combined throughput and of the own speed,
+    and the job types' feature vectors per GPU type (what `is_seen` measures against)."""
     from sklearn.ensemble import RandomForestRegressor
 
     def forest(x, y):  # noqa: ANN001, ANN202
@@ -273,7 +363,36 @@ def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: in
     own = forest([x for x, _ in ordered], [y for _, y in ordered])
     meta = {"pairs": len(pairs), "trees": trees, "max_depth": max_depth, "max_features": max_features, "seed": seed,
             "families": sorted({f for p in pairs for f in p.families})}
-    return InterferenceModel(trees=combined, meta=meta, own_trees=own)
+    if not guard:
+        return InterferenceModel(trees=combined, meta=meta, own_trees=own)
+    bound_combined = fit_quantile([pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs],
+                                  [p.combined for p in pairs], seed=seed)
+    bound_own = fit_quantile([x for x, _ in ordered], [y for _, y in ordered], seed=seed)
+    seen: dict[str, list] = {}
+    for p in pairs:
+        for name in (p.a, p.b):
+            x = [round(v, 6) for v in jobs[name].features(p.gpu_type)]
+            if x not in seen.setdefault(p.gpu_type, []):
+                seen[p.gpu_type].append(x)
+    meta["guard"] = {"alpha": GUARD_ALPHA, "seen_radius": SEEN_RADIUS}
+    return InterferenceModel(trees=combined, meta=meta, own_trees=own, bound_combined=bound_combined,
+                             bound_own=bound_own, seen={k: tuple(map(tuple, v)) for k, v in sorted(seen.items())})
+
+
+def fit_quantile(x: Sequence[Sequence[float]], y: Sequence[float], *, alpha: float = GUARD_ALPHA, seed: int = 0,
+                 estimators: int = 100, max_depth: int = 3, rate: float = 0.1, min_leaf: int = 5,
+                 raw: bool = False):  # noqa: ANN201 - a Boosted, or with `raw` also sklearn's model
+    """A gradient-boosted quantile regressor (scikit-learn, imported here only) as a `Boosted`."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    g = GradientBoostingRegressor(loss="quantile", alpha=alpha, n_estimators=estimators, max_depth=max_depth,
+                                  learning_rate=rate, min_samples_leaf=min_leaf, random_state=seed)
+    g.fit(x, y)
+    init = float(g.init_.constant_.ravel()[0])
+    boosted = Boosted(init, float(g.learning_rate), tuple(
+        (t.tree_.children_left.tolist(), t.tree_.children_right.tolist(), t.tree_.feature.tolist(),
+         t.tree_.threshold.tolist(), t.tree_.value[:, 0, 0].tolist()) for t in g.estimators_[:, 0]))
+    return (boosted, g) if raw else boosted
 
 
 @record
@@ -288,6 +407,7 @@ class HoldOutResult:
     measured: list[float]
     slower_predicted: list = ()     # the slower job's predicted own speed, per pair
     slower_measured: list = ()
+    slower_bound: list = ()         # the guard's word on the pair (`guard_slower`: 0.0 outside the data)
 
 
 def job_type_of(job_type: str) -> str:
@@ -310,5 +430,7 @@ def leave_one_out(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample],
         meas = [p.combined for p in test]
         mae = sum(abs(a - b) for a, b in zip(pred, meas, strict=True)) / len(test)
         slower = [model.slower_speed(jobs[p.a], jobs[p.b], p.gpu_type) for p in test]
-        out.append(HoldOutResult(held, len(test), mae, pred, meas, slower, [min(p.own_a, p.own_b) for p in test]))
+        bound = [model.guard_slower(jobs[p.a], jobs[p.b], p.gpu_type) for p in test] if model.bound_own else []
+        out.append(HoldOutResult(held, len(test), mae, pred, meas, slower, [min(p.own_a, p.own_b) for p in test],
+                                 bound))
     return out

@@ -14,6 +14,9 @@ shard partition (one `squeue`, only for packable jobs), else the reference mix (
 performance table measured at one GPU). The mean predicted combined throughput on the shard nodes'
 GPU type must reach `pack_threshold`, and the job must fit one GPU beside its likely partners'
 memory (a shipped model's estimate; a user's own model counts as fitting: the predictor decides).
+Under the guard (config `pack_guard = "bound"`, the default) each job of a pair must keep 0.5x solo at
+the quantile bound (msched.estimate.interference.guard_slower: no bound outside the data), the type must
+be the job's best shard type (`on_best_type`), and with the reference mix one safe pair is enough.
 
 A packed job is submitted with `--partition=<shard_partition> --gres=shard:1` (the user's other gres
 kept) and the GPU types msub chose that shard nodes have (the constraint, as for any job); its tag's
@@ -151,12 +154,17 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
         return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
     times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
     judged, refused = [], []              # (type, prediction, why) where it may share; why not elsewhere
+    guard = getattr(config, "pack_guard", "bound")
     try:
         model = load_model()
+        slower = model.slower_for(guard)
         mine = speeds_from_tag(tag, times)
         if mine is None:
             return no("no estimate of its speed")
         for gpu_type in kept:             # each type it may land on: a partner there is one it was checked against
+            if guard == "bound" and gpu_type in mine.iter_ms and not model.is_seen(mine, gpu_type):
+                refused.append(f"outside the interference model's data on {gpu_type} (pack_guard bound)")
+                continue
             others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
                       if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
             if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
@@ -171,8 +179,9 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
                 mine, tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs),
                 [(s, mem if mem is not None else peak_gb(m, bs), run) for m, bs, s, mem, run in others], gpu_type,
                 model.combined_throughput, type_usable_gb(gpu_type),
-                float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), model.slower_speed,
-                every=every, own=model.own_speed, **_wait(gpu_type, [gpu_type], free_at, estimates, now, plan_end))
+                float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), slower,
+                every=every, own=model.own_speed, some=guard == "bound", best_types=kept if guard == "bound" else (),
+                **_wait(gpu_type, [gpu_type], free_at, estimates, now, plan_end))
             if predicted is None:
                 refused.append(f"{reason} with {where}" + (f" on {gpu_type}" if len(kept) > 1 else ""))
             else:

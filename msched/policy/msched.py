@@ -31,6 +31,7 @@ Plan (DESIGN policy point 5, guards point 6):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 from msched.config import OBJECTIVES
@@ -84,6 +85,15 @@ def construct_order(pending: Sequence[PendingJob], order: Sequence[PendingJob]) 
     (measured on the dev cluster: 1,010 then 586 writes in two rounds of an unchanged queue)."""
     plain = sorted((j for j in pending if not j.managed), key=queue_key)
     slots = sorted((j for j in pending if j.managed), key=arrival_key)
+    return fill_places(plain, slots, order)
+
+
+def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
+                order: Sequence[PendingJob]) -> list[PendingJob]:
+    """`construct_order`'s merge: the unmanaged jobs (Slurm's order) with the managed places (`slots`, by
+    arrival) among them, each place filled with the next job of `order`."""
+    if not plain and len(order) >= len(slots):
+        return list(order[:len(slots)])
     out: list[PendingJob] = []
     fill = iter(order)
     k = 0
@@ -138,6 +148,7 @@ class MschedPolicy(MschedOncePolicy):
     name = "msched"
     replans = True
     prune_slow_types = True      # construct's shortcut past types too slow to matter (tests/test_fast_paths.py)
+    reuse_per_queue = True       # construct's sorts and candidates kept across the decodes of one queue (_QueueMemo)
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
                  hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False, **opts):
@@ -203,10 +214,16 @@ class MschedPolicy(MschedOncePolicy):
         booked timeline."""
         types = snapshot.gpu_types
         now = snapshot.now
-        construct = construct_order(snapshot.pending, order)
         tl = timeline.copy() if timeline is not None else Timeline(now, snapshot.nodes, snapshot.running)
         if getattr(self, "_possible_of", None) is not snapshot:
             self._possible, self._possible_of = PossibleTypes(snapshot), snapshot
+        if not self.reuse_per_queue:
+            construct = construct_order(snapshot.pending, order)
+            candidates = functools.partial(self._candidates, types=types, starving=starving, tl=tl)
+        else:
+            memo = self._queue_memo(snapshot, starving)
+            construct = memo.construct_order(order)
+            candidates = functools.partial(memo.candidates, types=types, tl=tl)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
@@ -214,7 +231,7 @@ class MschedPolicy(MschedOncePolicy):
         start_time = tl.start_time
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         for job in construct:
-            cand, runtime = self._candidates(job, types, starving, tl)
+            cand, runtime = candidates(job)
             by_completion = chosen_by_completion(job, starving)
             g = job.num_gpus
             best_t = None
@@ -256,6 +273,14 @@ class MschedPolicy(MschedOncePolicy):
             if job.managed and not job.pinned_type and runtime is job.est_runtime_s:
                 chosen[job.job_id] = cand if job.job_id in starving else (p.gpu_type,)
         return placed, chosen, tl
+
+    def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
+        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot and
+        starving set (the same objects) are the ones it was made for."""
+        memo = getattr(self, "_memo", None)
+        if memo is None or memo.snapshot is not snapshot or memo.starving is not starving:
+            memo = self._memo = _QueueMemo(self, snapshot, starving)
+        return memo
 
     def plan_from(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
                   placed: Mapping[str, Placed], chosen: Mapping[str, tuple[str, ...]], tl: Timeline) -> Plan:
@@ -312,6 +337,31 @@ class MschedPolicy(MschedOncePolicy):
         p = placed.get(job.job_id)
         return JobDecision(job.job_id, priority, types, p.start if p else None, p.end if p else None,
                            job.est_runtime_s)
+
+
+class _QueueMemo:
+    """The parts of a decode that depend only on the queue (the snapshot's pending jobs and the starving
+    set), not on the order being decoded: the unmanaged jobs and the managed places in Slurm's order
+    (`construct_order`'s sorts) and each job's candidate types and runtimes (`_candidates`: the policy,
+    the snapshot's types and shapes, the job and whether it starves; a timeline of the snapshot is only
+    read for its types, which every copy shares). The optimizing planner decodes one queue tens of times
+    per round; each decode then only merges and places."""
+
+    def __init__(self, policy: MschedPolicy, snapshot: ClusterSnapshot, starving: set[str]):
+        self.policy, self.snapshot, self.starving = policy, snapshot, starving
+        self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
+        self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
+        self._cand: dict[str, tuple] = {}
+
+    def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
+        """`construct_order(snapshot.pending, order)` from the sorted lists kept."""
+        return fill_places(self.plain, self.slots, order)
+
+    def candidates(self, job: PendingJob, types: list[str], tl: Timeline) -> tuple:
+        hit = self._cand.get(job.job_id)
+        if hit is None or hit[0] is not job:
+            hit = self._cand[job.job_id] = (job, self.policy._candidates(job, types, self.starving, tl))
+        return hit[1]
 
 
 class OraclePolicy(MschedPolicy):

@@ -27,6 +27,7 @@ from msched.estimate.interference import DEFAULT_THRESHOLD, MIN_OWN_SPEED, JobSp
 from msched.util.record import record
 
 WAIT_SHARE = 0.0              # submit_verdict: least wait, as a share of the stretch sharing costs the job
+BEST_TYPE_SLACK = 0.1         # on_best_type: solo on the type at most this much slower than on its best one
 MAX_PENDING = 200             # shard jobs paired per round at most (the rest keep their order)
 
 
@@ -70,13 +71,25 @@ def solo_runtime_s(speeds: JobSpeeds, iterations: int | None, gpu_type: str) -> 
     return ms * iterations / 1000.0 if ms and iterations else None
 
 
+def on_best_type(speeds: JobSpeeds, gpu_type: str, types: Sequence[str], slack: float = BEST_TYPE_SLACK) -> bool:
+    """Whether `gpu_type` is the job's best among `types` (the shard types it may land on): its solo
+    iteration time there within `slack` of its fastest one. The guard's check: a pair's speeds are
+    relative to solo *on that type*, and a job packed on a type where it is slow anyway (Gavel's
+    Recommendation is 2.2x slower on a V100 than on a P100) may keep 0.5x of that and still crawl
+    against what it would have had (BENCHMARKS.md, packing in the simulator)."""
+    mine = speeds.iter_ms.get(gpu_type)
+    known = [speeds.iter_ms[t] for t in types if speeds.iter_ms.get(t)]
+    return bool(mine) and mine <= (1.0 + slack) * min(known, default=mine)
+
+
 def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tuple],
                    gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                    usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
                    slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None, *,
                    every: bool = False, own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
                    wait_s: float | None = None, runtime_s: float | None = None,
-                   wait_share: float = WAIT_SHARE, horizon_s: float | None = None) -> tuple[float | None, str]:
+                   wait_share: float = WAIT_SHARE, horizon_s: float | None = None,
+                   some: bool = False, best_types: Sequence[str] = ()) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
@@ -98,6 +111,11 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     no later than waiting; 0, the default: any wait, since a job that shares leaves a GPU to the queue
     behind it; bench/bench_packing.py measures both).
 
+    `some` (the guard, `pack_guard = "bound"`, with the reference mix): one partner that passes every
+    check is enough (the guard passes few pairs; the first shard job only needs one it could pair
+    with), and the mean is over those that pass. `best_types`: the job is packed on `gpu_type` only
+    when it is its best of them (`on_best_type`).
+
     `horizon_s`: how long the round's plan runs (its estimated last end minus now). A job the schedule
     waits for is not to be slowed, so it is not packed when it would run past that end slowed by its
     partner, nor when one of its queued partners would (a partner given as (speeds, peak GB, solo
@@ -107,8 +125,10 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     known = [(s, p) for s, p, *_ in partners if gpu_type in s.iter_ms]
     if not known:
         return None, "no partner to predict against"
+    if best_types and not on_best_type(mine, gpu_type, best_types):
+        return None, f"{gpu_type} is not its best shard type ({'|'.join(best_types)})"
     runtimes = {id(s): rest[0] for s, _, *rest in partners if rest and rest[0]}
-    need = len(known) if every else len(known) / 2
+    need = len(known) if every else 1 if some else len(known) / 2
     fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
     if len(fitting) < need:
         return None, f"too big to share a {gpu_type} with {'every partner' if every else 'most partners'}"
@@ -116,7 +136,7 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
         fitting = [s for s in fitting if (v := slower(mine, s, gpu_type)) is None or v >= MIN_OWN_SPEED]
         if len(fitting) < need:
             return None, (f"one job predicted below {MIN_OWN_SPEED:g}x solo beside "
-                          f"{'a queued shard job' if every else 'most partners'}")
+                          f"{'a queued shard job' if every else 'every partner' if some else 'most partners'}")
     values = [predict(mine, s, gpu_type) for s in fitting]
     predicted = sum(values) / len(values)
     if every and min(values) < threshold:
@@ -162,11 +182,13 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
                     shard_types: Sequence[str], usable_gb: Callable[[str], float | None] = lambda t: None, *,
                     threshold: float = DEFAULT_THRESHOLD,
                     slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
-                    own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> PackingPlan:
+                    own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
+                    best_type: bool = False) -> PackingPlan:
     """Pair and order the pending shard jobs (module docstring). `predict(a, b, gpu_type)` is the
     interference model's combined throughput; `shard_types` the GPU types of the shard nodes; `slower`
     the slower job's predicted own speed (a pair under MIN_OWN_SPEED is never formed); `own` one job's
-    own speed beside the other (the pair's type is the one where it gets most work done, `pair_rate`)."""
+    own speed beside the other (the pair's type is the one where it gets most work done, `pair_rate`);
+    `best_type` (the guard): a pair only on a type that is both jobs' best shard type (`on_best_type`)."""
     if not shard_types:
         return PackingPlan({}, {})
     pending = sorted((j for j in jobs if not j.running), key=lambda j: -j.priority)[:MAX_PENDING]
@@ -182,6 +204,8 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
             return None
         options = []
         for t in types:
+            if best_type and not (on_best_type(a.speeds, t, shard_types) and on_best_type(b.speeds, t, shard_types)):
+                continue
             if t in a.speeds.iter_ms and t in b.speeds.iter_ms and pair_fits((a.peak_gb, b.peak_gb), usable_gb(t)):
                 low = slower(a.speeds, b.speeds, t) if slower is not None else None
                 if low is None or low >= MIN_OWN_SPEED:

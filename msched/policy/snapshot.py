@@ -42,10 +42,11 @@ class ShardGpu:
     est_end: float
     shards: int = 2
     speeds: tuple[float | None, ...] = ()   # each job's predicted own/solo speed beside the other (a pair)
+    held: int = 0                     # shards its jobs hold (0: one each): a 2-shard job fills a 2-shard GPU
 
     @property
     def open_shards(self) -> int:
-        return max(0, self.shards - len(self.jobs))
+        return max(0, self.shards - (self.held or len(self.jobs)))
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,12 @@ class ClusterSnapshot:
 
     @property
     def gpus_total(self) -> dict[str, int]:
+        """GPUs per type (a fresh dict each time; counted once per snapshot: settle and the bound ask
+        for it every round)."""
+        return dict(self._gpus_total)
+
+    @cached_property
+    def _gpus_total(self) -> dict[str, int]:
         c: Counter[str] = Counter()
         for n in self.nodes:
             c[n.gpu_type] += n.gpus

@@ -42,8 +42,6 @@ msched.rounds.holds writes them through the hold journal).
 
 from __future__ import annotations
 
-import functools
-import gc
 import hashlib
 import logging
 import time
@@ -82,6 +80,7 @@ from msched.slurm.base import (
 )
 from msched.slurm.feature_expr import ConstraintError, combine, matches, names_gpu_type, split
 from msched.tag import JobTag, tag_problem
+from msched.util.collector import without_cyclic_gc
 
 log = logging.getLogger("msched.rounds.core")
 
@@ -178,9 +177,14 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                    starvation_age_s: float | None = 86400.0,
                    gpu_type_of: Callable[[str], str] | None = None,
                    changes: list[float] | None = None,
-                   lever: TypeLever = FEATURE_LEVER) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+                   lever: TypeLever = FEATURE_LEVER, caches: bool = True) -> tuple[ClusterSnapshot, dict[str, JobView]]:
     """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
-    receives the times at which this view would change with the clock alone (see `plan_changes`)."""
+    receives the times at which this view would change with the clock alone (see `plan_changes`).
+
+    Within one snapshot, what many jobs share is worked out once (`caches`, on unless a test compares
+    against the uncached reading, tests/test_snapshot_caches.py): each constraint's GPU-type reading
+    (`_TypeNames`: a queue of 10,000 jobs holds a few dozen distinct constraints) and the feasible types
+    of each (constraint, partitions, job shape, memory) (`possible`)."""
     canon = _canon(gpu_type_of)
     node_states = []
     node_type: dict[str, str] = {}
@@ -197,14 +201,22 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                     for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+    feasible_cache: dict[tuple, tuple[str, ...]] | None = {} if caches else None
 
     usable_gb = usable_by_type(known)
 
     def possible(job: SlurmJob, expr: str, partition: str | None = None,
                  peak_gb: float | None = None) -> tuple[str, ...]:
         """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape
-        and whose memory holds its training step (`peak_gb`, the tag's `mem`)."""
+        and whose memory holds its training step (`peak_gb`, the tag's `mem`). The answer depends on
+        the job only through its shape (`msched.policy.feasibility.fits`: GPUs, GPUs per node, nodes),
+        so it is kept per (constraint, partitions, shape, memory)."""
         partition = job.partition or "" if partition is None else partition
+        if feasible_cache is not None:
+            shape_key = (expr, partition, job.num_gpus, job.gpus_per_node, job.num_nodes, peak_gb)
+            hit = feasible_cache.get(shape_key)
+            if hit is not None:
+                return hit
         key = (expr, partition)
         sizes = sizes_cache.get(key)
         if sizes is None:
@@ -213,11 +225,16 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             except ConstraintError:
                 sizes = {}
             sizes_cache[key] = sizes
-        return feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
+        out = feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
+        if feasible_cache is not None:
+            feasible_cache[shape_key] = out
+        return out
 
-    def as_type(name: str) -> str | None:
+    def known_type(name: str) -> str | None:
         c = canon(name) if name else ""
         return c if c in known else None
+
+    as_type = _TypeNames(known_type) if caches else known_type
 
     def types_matching(expr: str) -> tuple[str, ...]:
         """GPU types with at least one node satisfying the expression (all types for an empty one).
@@ -248,11 +265,10 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                                            possible, lever, shard_parts))
         kind = item[0]
         if kind == _RUNNING:
-            _, hosts, gtype, est = item
-            end, changes_at = _end_of(job, est, now)
+            rj, changes_at = memo.running(job, item, now)
             if changes is not None and changes_at is not None:
                 changes.append(changes_at)
-            running.append(RunningJob(job.job_id, gtype, job.num_gpus, end, hosts))
+            running.append(rj)
         elif kind == _PENDING:
             _, pj, view = item
             if changes is not None and pj.managed and starvation_age_s is not None:
@@ -262,13 +278,51 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts)
+    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
+                                                     {n.name: n.shards_per_gpu for n in nodes if n.shards_per_gpu})
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
 
 
 _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
+
+
+class _TypeNames:
+    """The snapshot's GPU-type names (`as_type`: a feature name -> its canonical GPU type, None for other
+    features), with each constraint's reading kept: `split` (msched's GPU-type terms and the user's
+    part) and `named` (every type it names), parsed once per distinct constraint instead of once per
+    job. Callable as the plain `as_type`, so the round core's readers take either."""
+
+    __slots__ = ("_as_type", "_split", "_named")
+
+    def __init__(self, as_type: Callable[[str], str | None]):
+        self._as_type = as_type
+        self._split: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._named: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, name: str) -> str | None:
+        return self._as_type(name)
+
+    def split(self, expr: str) -> tuple[str, tuple[str, ...]]:
+        hit = self._split.get(expr)
+        if hit is None:
+            hit = self._split[expr] = split(expr, self._as_type)
+        return hit
+
+    def named(self, expr: str) -> tuple[str, ...]:
+        hit = self._named.get(expr)
+        if hit is None:
+            hit = self._named[expr] = names_gpu_type(expr, self._as_type)
+        return hit
+
+
+def _split(expr: str, as_type) -> tuple[str, tuple[str, ...]]:  # noqa: ANN001
+    return as_type.split(expr) if isinstance(as_type, _TypeNames) else split(expr, as_type)
+
+
+def _named(expr: str, as_type) -> tuple[str, ...]:  # noqa: ANN001
+    return as_type.named(expr) if isinstance(as_type, _TypeNames) else names_gpu_type(expr, as_type)
 
 
 def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, str], as_type, known: set[str],  # noqa: ANN001
@@ -308,10 +362,32 @@ class _JobMemo:
     own clients build new objects every round and never hit. Entries hold their job, so an id is never
     reused while remembered; only the jobs of the last snapshot are kept."""
 
+    reuse_running = True     # a running job's RunningJob kept while its expected end holds (see `running`)
+
     def __init__(self) -> None:
         self._context: tuple = (None, None, None)
         self._last: dict[int, tuple] = {}
         self._next: dict[int, tuple] = {}
+        self._ends: dict[int, tuple] = {}          # id(job) -> (job, end, changes_at, item, RunningJob)
+        self._next_ends: dict[int, tuple] = {}
+
+    def running(self, job: SlurmJob, item: tuple, now: float) -> tuple[RunningJob, float | None]:
+        """A running job's view at `now` and when that view starts to move with the clock (`_end_of`).
+        The same job object under the same memo context gets the same RunningJob while `now` has not
+        passed its expected end: `_end_of` gives the same end for any clock up to it (the overdue
+        revision steps only once the clock passes it), and the end never depends on the clock then
+        (`_end_of`'s clock-dependent cases, no estimate and no time limit or a time limit already
+        passed, or no start time, are not kept)."""
+        hit = self._ends.get(id(job)) if self.reuse_running else None
+        if hit is not None and hit[0] is job and hit[3] is item and now <= hit[1]:
+            self._next_ends[id(job)] = hit
+            return hit[4], hit[2]
+        _, hosts, gtype, est = item
+        end, changes_at = _end_of(job, est, now)
+        rj = RunningJob(job.job_id, gtype, job.num_gpus, end, hosts)
+        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
+            self._next_ends[id(job)] = (job, end, changes_at, item, rj)
+        return rj, changes_at
 
     def start(self, estimator: Estimator, gpu_type_of, static: tuple) -> _JobMemo:  # noqa: ANN001
         """Begin a snapshot; what was kept counts only under the same estimator and type names (the
@@ -319,8 +395,10 @@ class _JobMemo:
         est, canon, old = self._context
         if est is not estimator or canon is not gpu_type_of or old != static:
             self._last = {}
+            self._ends = {}
         self._context = (estimator, gpu_type_of, static)
         self._next = {}
+        self._next_ends = {}
         return self
 
     def get(self, job: SlurmJob) -> tuple | None:
@@ -336,6 +414,7 @@ class _JobMemo:
 
     def finish(self) -> None:
         self._last, self._next = self._next, {}
+        self._ends, self._next_ends = self._next_ends, {}
 
 
 _MEMO = _JobMemo()
@@ -376,9 +455,9 @@ def _end_of(job: SlurmJob, est: float | None, now: float) -> tuple[float, float 
 def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
              possible, lever: TypeLever = FEATURE_LEVER):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
-    user_part, msched_types = split(job.features or "", as_type)
+    user_part, msched_types = _split(job.features or "", as_type)
     if tag is None:
-        named = names_gpu_type(job.features or "", as_type)
+        named = _named(job.features or "", as_type)
         allowed = tuple(dict.fromkeys(((gres_type,) if gres_type else ()) + named))
         if job.features:
             allowed = tuple(t for t in (allowed or types_matching("")) if t in types_matching(job.features))
@@ -406,7 +485,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         writable = not pinned and owned
     if not pinned and not writable:
         # a constraint msched cannot extend: treat whatever types it names as fixed
-        pinned_types = names_gpu_type(job.features or "", as_type)
+        pinned_types = _named(job.features or "", as_type)
     # the types the rest of the request allows: nodes of the type must satisfy the user's own features
     reach = types_matching(job.features or "") if (pinned or not writable) else types_matching(user_part)
     if pinned or not writable:
@@ -543,24 +622,6 @@ def apply_updates(client: SlurmClient, updates: Sequence[Update]) -> tuple[list[
 
 
 # --------------------------------------------------------------------------------- the round
-def without_cyclic_gc(fn: Callable) -> Callable:
-    """Run `fn` with Python's cyclic garbage collector paused (reference counting still frees nearly
-    everything a round drops). A round holds tens of thousands of live objects (jobs, snapshot, plans,
-    timelines) and allocates many more, so the collector kept scanning all of them and finding little:
-    measured at 10,000 pending on the simulated dev cluster, 25-35% of a round's CPU (2.3-2.5 s instead of
-    3.2-3.4 s), the same peak memory. The collector runs again after the round."""
-    @functools.wraps(fn)
-    def paused(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if was:
-                gc.enable()
-    return paused
-
-
 @without_cyclic_gc
 def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float | None = None,  # noqa: ANN001
               dry_run: bool = False, starvation_age_s: float | None = 86400.0,
@@ -568,7 +629,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority") -> RoundResult:
+              priority_lever: str = "priority", pack_guard: str = "bound") -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
@@ -577,7 +638,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     single write leaves a valid queue; the next round re-plans). `incumbent` is the previous round's
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
-    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times)."""
+    the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`)."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -604,7 +666,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
         if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)

@@ -5,6 +5,11 @@ this module adds what only the real cluster needs, in an order that keeps the qu
 
 1. take the round lock (flock, non-blocking: a second run steps aside and exits 0);
 2. check that the database can be written *before* anything changes in Slurm;
+   the light round: read a digest of Slurm's queue and nodes (`SlurmClient.queue_digest`: one squeue in a
+   tight format, one sinfo); when it is the last round's, that round wrote nothing and changed no held
+   plan, the clock is before its plan's `stable_until`, no hold is open and the begin-time lever is off,
+   the round has the last one's inputs: record a summary row, publish the free time again, and stop
+   (no squeue --json, no snapshot, no plan: the planning core is not even imported);
 3. read jobs and nodes once (batched), ingest tags not seen before;
 4. run the round against the incumbent the store holds (plan, keep what is worth its writes, diff,
    apply only the changes within the write budget; jobs that started meanwhile are skipped);
@@ -32,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from msched.config import Config
-from msched.rounds.core import without_cyclic_gc
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from msched.util.collector import without_cyclic_gc
 from msched.util.files import write_atomically
 from msched.util.text import one_line
 
@@ -65,11 +70,15 @@ class RoundOutcome:
     dry_run: bool = False
     db_seconds: float = 0.0               # checking, ingesting and recording (the database's share)
     unchanged: bool = False               # Slurm as the last round left it: not planned (result is None)
+    light: bool = False                   # ... found by the queue's digest alone: not even read
     pending: int = 0                      # the round's pending and running GPU jobs (an unchanged round)
     running: int = 0
 
     def summary(self) -> str:
         r = self.result
+        if r is None and self.light:
+            return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes light=yes "
+                    "(Slurm's queue digest as the last round left it: not read, not planned)")
         if r is None:
             return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes "
                     f"completions={self.completions} (Slurm as the last round left it: not planned)")
@@ -249,10 +258,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
-        from msched.policy.reservations import BeginTimeOptions
-        from msched.rounds.core import TypeLever, run_round
         from msched.store.db import StoreError
-        from msched.store.writes import ingest_jobs
 
         db_s = 0.0
         if not dry_run:
@@ -263,6 +269,17 @@ class Reorderer:
             except StoreError as exc:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
+        digest = None
+        if not dry_run and jobs is None and nodes is None and self.skip_unchanged:
+            light_now = self.client.now() if now is None else now
+            digest = self._queue_digest()
+            light = self._light_round(digest, light_now)
+            if light is not None:
+                return light
+        from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
+        from msched.rounds.core import TypeLever, run_round
+        from msched.store.writes import ingest_jobs
+
         if jobs is None or nodes is None:
             given = jobs
             read_jobs, read_nodes = self.read()
@@ -276,7 +293,7 @@ class Reorderer:
         if not dry_run:
             t0 = time.perf_counter()
             state_key = self._state_key(jobs, nodes)
-            quiet = self._unchanged_round(state_key, jobs, nodes, now)
+            quiet = self._unchanged_round(state_key, jobs, nodes, now, digest)
             if quiet is not None:
                 return quiet
             db_s += time.perf_counter() - t0
@@ -302,7 +319,8 @@ class Reorderer:
                                # the lever needs the journal to tell msched's begin times from the owners':
                                # a dry run without a database leaves it out
                                begin_times=BeginTimeOptions.from_config(self.config) if journal is not None else None,
-                               journal=journal, priority_lever=self.config.priority_lever)
+                               journal=journal, priority_lever=self.config.priority_lever,
+                               pack_guard=self.config.pack_guard)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None
@@ -316,7 +334,7 @@ class Reorderer:
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
             self._publish(now, free, getattr(result.plan, "est_makespan_end", None))
         try:
-            round_id, done, record_s = self._record(result, jobs, now, state_key=state_key)
+            round_id, done, record_s = self._record(result, jobs, now, state_key=state_key, queue_digest=digest)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
                         f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
@@ -327,26 +345,97 @@ class Reorderer:
                             db_seconds=db_s + record_s)
 
     # ---------------------------------------------------------------- an unchanged queue
-    def _state_key(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> str:
-        """`msched.rounds.core.slurm_state_key` of the read, with what else the plan depends on: this
-        msched, the configuration, the tables it names (size and time of change) and the scheduler."""
-        from msched import __version__
-        from msched.rounds.core import slurm_state_key
-
-        files = []
+    def _tables(self) -> list:
+        """The tables the configuration names, each as (path, size, time of change): a new table is a
+        new setup (the plan depends on it)."""
+        files: list = []
         for path in (self.config.performance, self.config.cost_model, self.config.gpu_specs):
             try:
                 st = os.stat(path) if path else None
                 files.append((path, st.st_size, st.st_mtime_ns) if st else None)
             except OSError:
                 files.append((path, None))
+        return files
+
+    def _state_key(self, jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> str:
+        """`msched.rounds.core.slurm_state_key` of the read, with what else the plan depends on: this
+        msched, the configuration, the tables it names (size and time of change) and the scheduler."""
+        from msched import __version__
+        from msched.rounds.core import slurm_state_key
+
         policy = self.policy
         setup = repr((__version__, repr(self.config), self.objective, getattr(policy, "name", ""),
-                      getattr(policy, "backfill", None), files))
+                      getattr(policy, "backfill", None), self._tables()))
         return slurm_state_key(jobs, nodes, setup)
 
+    def _queue_digest(self) -> str | None:
+        """`SlurmClient.queue_digest` with the round's setup: this msched, the configuration, the
+        objective, the policy's name, the tables and Slurm's scheduler settings, all read without the
+        planning core (the policy itself is built only when a round plans). None: no cheap read here."""
+        from msched import __version__
+
+        try:
+            scheduler = repr(self.client.scheduler())
+        except SlurmUnavailable as exc:
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
+        except SlurmError:
+            return None             # the round reads Slurm whole and says what failed
+        name = getattr(self._policy, "name", "") if self._policy is not None else "msched"
+        setup = repr((__version__, repr(self.config), self.objective, name, scheduler, self._tables()))
+        try:
+            return self.client.queue_digest(setup)
+        except SlurmUnavailable as exc:
+            raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
+        except SlurmError:
+            return None
+
+    def _light_round(self, digest: str | None, now: float) -> RoundOutcome | None:
+        """The light round: Slurm's queue digest (`digest`) is the last round's, that round wrote nothing
+        and changed no job's held plan (so the incumbent is the same), the clock is before its plan's
+        `stable_until`, no hold or begin time is open in the journal and the begin-time lever is off.
+        Then this round has the last one's inputs and would decide the same (as `_unchanged_round`), and
+        it knows so without reading the queue: one summary row (light), the free time published again
+        (clamped to now), a batch of pruning. None when the round must read Slurm.
+
+        Completions are not read: the digest covers every job Slurm remembers (squeue -t all, finished
+        ones for MinJobAge), so an unchanged digest means no job started or ended since the last round's
+        read; the next round that reads looks back to this round's time less COMPLETION_OVERLAP_S.
+        What the digest cannot see (README): a user moving text between two of their own text fields."""
+        from msched.store.writes import record_unchanged_round
+
+        if digest is None or not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
+            return None
+        t0 = time.perf_counter()
+        rid = self._run_id if self._run_id is not None else self._existing_run_id(self.store)
+        if rid is None:
+            return None
+        last = self._settled_round(rid, now, "queue_digest", digest)
+        if last is None:
+            return None
+        if any(e.kind != "nice" for e in self.journal.open_entries()):
+            return None                     # a hold or begin time to undo: the full round replays it
+        # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
+        # for --release, which a round's replay leaves alone)
+        published = self._published_free_time(now) if self.publish else ({}, None)
+        if published is None:
+            return None
+        free, plan_end = published
+        if self.publish:
+            self._publish(now, free, plan_end)
+        pending, running = int(last.pending or 0), int(last.running or 0)
+        try:
+            with self.store.write() as session:
+                round_id = record_unchanged_round(session, rid, last, now, pending, running, queue_digest=digest,
+                                                  light=True)
+        except Exception as exc:  # noqa: BLE001 - nothing was written to Slurm
+            raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
+                        "nothing changed in Slurm") from None
+        self._prune(now, rid)
+        return RoundOutcome(None, round_id=round_id, free_time=free, unchanged=True, light=True,
+                            pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+
     def _unchanged_round(self, state_key: str, jobs: list[SlurmJob], nodes: list[SlurmNode],
-                         now: float) -> RoundOutcome | None:
+                         now: float, digest: str | None = None) -> RoundOutcome | None:
         """When Slurm's state (`state_key`) is the one the last round read, the clock is before that
         plan's `stable_until`, and that round changed nothing (no Slurm update, no job's held plan in
         the store: the incumbent is the same), this round has the same inputs and would decide the same
@@ -355,18 +444,11 @@ class Reorderer:
         plan. Moves waiting for the rate limit do not oblige a plan: with nothing changed they wait on
         the same decision. At 10,000 pending this saves the snapshot, the plan and the evaluations
         (seconds of CPU every minute). The begin-time lever decides on the clock, so it always plans."""
-        from msched.store.queries import last_planned_round
-
         if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
             return None
         t0 = time.perf_counter()
-        rid = self.run_id(nodes)
-        with self.store.read() as session:
-            last = last_planned_round(session, rid)
-            if last is not None:
-                session.expunge(last)
-        if last is None or last.state_key != state_key or last.changes or last.decision_rows or \
-                (last.stable_until is not None and now >= last.stable_until):
+        last = self._settled_round(self.run_id(nodes), now, "state_key", state_key)
+        if last is None:
             return None
         published = self._published_free_time(now) if self.publish else ({}, None)
         if published is None:
@@ -378,13 +460,29 @@ class Reorderer:
         pending = sum(1 for j in gpu_jobs if j.is_pending)
         running = sum(1 for j in gpu_jobs if j.is_running)
         try:
-            round_id, done, record_s = self._record(None, jobs, now, unchanged=(last, pending, running))
+            round_id, done, record_s = self._record(None, jobs, now, unchanged=(last, pending, running),
+                                                    queue_digest=digest)
         except Exception as exc:  # noqa: BLE001 - nothing was written to Slurm
             raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
                         "nothing changed in Slurm") from None
         self._prune(now)
         return RoundOutcome(None, round_id=round_id, completions=done, free_time=free, unchanged=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+
+    def _settled_round(self, run_id: int, now: float, key: str, value: str):  # noqa: ANN202 - a Round row, or None
+        """The run's last recorded round when a round now would decide as it did: its `key` column
+        (state_key or queue_digest) is `value`, it wrote nothing to Slurm and changed no job's held plan
+        (the incumbent is the same), and `now` is before its plan's `stable_until`; else None."""
+        from msched.store.queries import last_planned_round
+
+        with self.store.read() as session:
+            last = last_planned_round(session, run_id)
+            if last is not None:
+                session.expunge(last)
+        if last is None or getattr(last, key) != value or last.changes or last.decision_rows or \
+                (last.stable_until is not None and now >= last.stable_until):
+            return None
+        return last
 
     def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
         try:
@@ -447,20 +545,21 @@ class Reorderer:
         with store.read() as session:
             return session.scalar(select(Run.id).where(Run.kind == self.run_kind, Run.name == self.run_name))
 
-    def _prune(self, now: float) -> None:
+    def _prune(self, now: float, run_id: int | None = None) -> None:
         """Fold a small batch of rounds past the retention into daily aggregates (its own transaction,
         after the round is recorded: a failure is logged and retried next round, never fails this one)."""
         from msched.store.retention import prune
 
         try:
+            rid = self.run_id([]) if run_id is None else run_id
             with self.store.write() as session:
-                prune(session, self.run_id([]), now, float(self.config.retention_days) * 86400.0)
+                prune(session, rid, now, float(self.config.retention_days) * 86400.0)
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping
             log.warning("cannot prune old rounds in %s: %s (retried next round)", self.store.display_url,
                         one_line(exc))
 
     def _record(self, result: Any, jobs: list[SlurmJob], now: float, *, state_key: str | None = None,
-                unchanged: tuple | None = None) -> tuple[int, int, float]:
+                unchanged: tuple | None = None, queue_digest: str | None = None) -> tuple[int, int, float]:
         """Record the round and track completions: started jobs from this read, ended ones from
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct). `unchanged`:
         (the last round's row, pending, running) for a round that found Slurm unchanged (`result` None)."""
@@ -501,8 +600,9 @@ class Reorderer:
             finished += older
             vanished -= {j.job_id for j in older}
         with self.store.write() as session:
-            round_id = record_unchanged_round(session, rid, unchanged[0], now, *unchanged[1:]) if unchanged \
-                else record_round(session, rid, result, state_key=state_key)
+            round_id = record_unchanged_round(session, rid, unchanged[0], now, *unchanged[1:],
+                                              queue_digest=queue_digest) if unchanged \
+                else record_round(session, rid, result, state_key=state_key, queue_digest=queue_digest)
             done = record_completions(session, rid, started + finished, now=now)
             if vanished:
                 lost = mark_vanished(session, rid, sorted(vanished))

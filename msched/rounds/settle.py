@@ -180,9 +180,10 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
         return hit
 
     placed, tl = simulate(snapshot, order, choose, backfill=backfill)
-    ends = [p.end for p in placed.values()] + [max(snapshot.now, r.est_end) for r in snapshot.running]
+    # the running jobs' part of the makespan is the snapshot's (cached) running_end
+    last = max((p.end for p in placed.values()), default=snapshot.now)
     managed = [placed[j.job_id].end for j in snapshot.pending if j.managed and j.job_id in placed]
-    return Evaluation(placed, max(ends, default=snapshot.now),
+    return Evaluation(placed, max(last, snapshot.running_end),
                       sum(managed) / len(managed) if managed else math.inf, tl)
 
 

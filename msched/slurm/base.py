@@ -91,6 +91,7 @@ class SlurmJob:
     nice: int = 0
     begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
     gpu_index: tuple[int, ...] = ()   # the GPUs (indices) it holds on its first node, as Slurm says; () unknown
+    shards: int = 0                   # gres/shard it asks for (all nodes; 0: not a shard job)
 
     def held_until(self, now: float) -> float | None:
         """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
@@ -133,6 +134,12 @@ class SlurmNode:
     features: tuple[str, ...] = ()
     state: str = "IDLE"
     partitions: tuple[str, ...] = ()
+    shards: int = 0               # gres/shard configured on the node (all its GPUs together; 0: none)
+
+    @property
+    def shards_per_gpu(self) -> int:
+        """Shards each GPU carries (gres.conf's Count over the GPUs: Slurm spreads them evenly); 0: none."""
+        return self.shards // self.gpus if self.gpus > 0 else 0
 
     @property
     def gpus_free(self) -> int:
@@ -343,6 +350,14 @@ class SlurmClient(abc.ABC):
     def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
         """Jobs that ended (for completion tracking); backends read what their Slurm keeps."""
         return self.jobs(states=FINISHED_STATES)
+
+    def queue_digest(self, setup: str = "") -> str | None:
+        """A digest of what a round reads of Slurm (every job Slurm remembers and every node, in a
+        format that leaves out what Slurm rewrites by itself), with `setup` (what else the plan depends
+        on), read more cheaply than `jobs()`: the reorderer's light round compares it with the last
+        round's and, unchanged, reads nothing more. None where the backend has no cheap read (then
+        every round reads the queue whole); this default."""
+        return None
 
     def scheduler(self) -> SchedulerSettings:
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the

@@ -107,6 +107,11 @@ class Round(Base):
     state_key: Mapped[str | None] = mapped_column(String(32), nullable=True)
     stable_until: Mapped[float | None] = mapped_column(Float, nullable=True)
     unchanged: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the light round (msched.rounds.reorder): a digest of Slurm's queue in a tight format, taken before the
+    # round's read (`SlurmClient.queue_digest`), and 1 on a round that found it unchanged and so read
+    # nothing more (no squeue --json, no snapshot, no plan)
+    queue_digest: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    light: Mapped[int | None] = mapped_column(Integer, nullable=True)
     __table_args__ = (Index("ix_rounds_run_time", "run_id", "time"),)
 
 

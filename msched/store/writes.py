@@ -167,7 +167,7 @@ def mark_vanished(session: Session, run_id: int, job_ids: Iterable[str]) -> int:
 
 def record_round(
     session: Session, run_id: int, result: Any, dry_run: bool = False, error: str | None = None,
-    *, time: float | None = None, state_key: str | None = None,
+    *, time: float | None = None, state_key: str | None = None, queue_digest: str | None = None,
 ) -> int:
     """One row for the round (what it wrote and what that bought), and a decisions row only for each job
     whose held plan changed: its planned type, priority or estimate differs from the jobs table's (which
@@ -217,6 +217,8 @@ def record_round(
         state_key=state_key,
         stable_until=_finite(getattr(result, "stable_until", None)),
         unchanged=0,
+        queue_digest=queue_digest,
+        light=0,
     )
     session.add(rnd)
     session.flush()
@@ -296,15 +298,19 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and value != float("inf") else None
 
 
-def record_unchanged_round(session: Session, run_id: int, last: Any, now: float, pending: int, running: int) -> int:
+def record_unchanged_round(session: Session, run_id: int, last: Any, now: float, pending: int, running: int, *,
+                           queue_digest: str | None = None, light: bool = False) -> int:
     """One row for a round that found Slurm as the last planned round (`last`, its row) left it, before
     that plan's `stable_until`: it planned nothing and wrote nothing. The row carries the last plan's key
-    and time limit on, and its estimated makespan end (as seconds from now). Returns the round's id."""
+    and time limit on, and its estimated makespan end (as seconds from now), with this round's
+    `queue_digest` and whether it was light (found the digest unchanged and read nothing more).
+    Returns the round's id."""
     est = None if last.est_makespan_s is None else max(0.0, last.time + last.est_makespan_s - now)
     rnd = Round(run_id=run_id, time=now, pending=pending, running=running, changes=0, skipped=0, plan_seconds=0.0,
                 est_makespan_s=est, busy_gpus=dict(last.busy_gpus or {}), total_gpus=dict(last.total_gpus or {}),
                 dry_run=0, moved=0, held_back=0, gain_makespan_s=0.0, gain_mean_end_s=0.0, decision_rows=0,
-                state_key=last.state_key, stable_until=last.stable_until, unchanged=1)
+                state_key=last.state_key, stable_until=last.stable_until, unchanged=1,
+                queue_digest=queue_digest, light=int(light))
     session.add(rnd)
     session.flush()
     return rnd.id

@@ -69,6 +69,7 @@ from msched.slurm.cli.accounting import (
     read_jobcomp_tail,
 )
 from msched.slurm.cli.parsers import (
+    DIGEST_JOB_FIELDS,
     NODE_FIELDS,
     SEP,
     _one_line,
@@ -213,16 +214,20 @@ class CliClient(SlurmClient):
                 message = _one_line(err.read().decode("utf-8", errors="replace"))
                 raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
 
-    def _run_bytes(self, argv: list[str]) -> bytes:
-        """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
+    def _raw(self, argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[bytes]:
+        """Run a read-only command, its output as bytes; a missing or hung command is SlurmUnavailable."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, env=self._json_env(), timeout=self.timeout_s,
+            return subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") from None
+
+    def _run_bytes(self, argv: list[str]) -> bytes:
+        """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
+        proc = self._raw(argv, self._json_env())
         if proc.returncode != 0:
             message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
             raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
@@ -272,6 +277,31 @@ class CliClient(SlurmClient):
             jobs = [dataclasses.replace(j, gpu_type=gpu_type_on(j.nodes, self._node_types)) if j.nodes else j
                     for j in jobs]
         return jobs
+
+    def queue_digest(self, setup: str = "") -> str | None:
+        """`SlurmClient.queue_digest`: one `squeue -h -t all -S i -O <DIGEST_JOB_FIELDS>` and one sinfo
+        (the one `nodes()` runs), hashed as they come with `setup`. At 10,000 jobs the squeue is a
+        fraction of `squeue --json`'s output (no JSON, no ~100 fields per job) and nothing is parsed.
+        None when either command prints an error (a field this Slurm does not know: squeue says so on
+        stderr and exits 0) or fails other than by the controller being unreachable, which raises
+        SlurmUnavailable as every read does. A user can forge nothing with it: a comment holding the
+        separator or a newline only changes the bytes hashed (what it cannot tell apart is a user
+        moving text between two of their own text fields; the README says so)."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        h.update(setup.encode())
+        for argv in (["squeue", "-h", "-t", "all", "-S", "i", "-O", self._format(DIGEST_JOB_FIELDS)],
+                     ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]):
+            proc = self._raw(argv, self._env())
+            if proc.returncode != 0 or proc.stderr.strip():
+                message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
+                if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
+                    raise SlurmUnavailable(f"{os.path.basename(argv[0])}: {message}")
+                return None
+            h.update(b"\x1e%d\x1e" % len(proc.stdout))
+            h.update(proc.stdout)
+        return h.hexdigest()
 
     def _refresh_node_types(self) -> None:
         self._node_types = {n.name: n.gpu_type for n in self.nodes()}

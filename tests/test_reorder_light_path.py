@@ -1,0 +1,279 @@
+"""The reorderer's light round on the real local Slurm cluster (issue 21, fifth pass).
+
+A round first reads a digest of Slurm's queue (`CliClient.queue_digest`: one `squeue -t all -O` in a tight
+format and one sinfo). When it equals the last round's, that round wrote nothing, and no hold is open, the
+round records one summary row and stops: no squeue --json, no snapshot, no plan. These tests settle a real
+queue (16 GPUs busy with blockers, managed jobs submitted by an ordinary user, plain jobs) until a round is
+light, then make each kind of change Slurm can see and check that the next round is not light; a light
+round imports nothing of the planning core; an older store gains the new columns and works.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from msched.rounds.reorder import Reorderer, open_site_store
+from msched.store.db import Store
+from msched.store.schema import Round
+from msched.tag import with_tag
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_reorder import _fill_gpus, _submit, _wait_idle, site_config, tag_for  # noqa: E402
+
+# what the light round must not load (README: Running the reorderer)
+HEAVY = ("torch", "sklearn", "rich", "matplotlib", "ortools", "highspy")
+PLANNING = ("msched.policy", "msched.rounds.core", "msched.rounds.settle", "msched.rounds.packing", "msched.estimate")
+
+
+@pytest.fixture
+def site(tmp_path):
+    return site_config(tmp_path, "light")
+
+
+def _user_submit(user, cluster, *, name: str, model: str, iters: int, constraint: str = "titanxp") -> str:
+    """A managed job as msub submits it (untyped gres, the tag in the comment, the type as a feature),
+    submitted by the ordinary user so that the user can change it afterwards."""
+    comment = with_tag(tag_for(model, iters, added=constraint), None)
+    proc = user.run(["sbatch", "--parsable", f"--job-name={name}", "--gres=gpu:4", "--time=60",
+                     "--output=/dev/null", f"--constraint={constraint}", f"--comment={comment}",
+                     "--wrap=sleep 2"], env={"SLURM_CONF": str(cluster.conf)}, cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def _settle(reorderer: Reorderer, rounds: int = 8):  # noqa: ANN202 - the light RoundOutcome
+    """Rounds until one is light; a round before it in this call wrote nothing."""
+    outcomes = []
+    for _ in range(rounds):
+        out = reorderer.round()
+        outcomes.append(out)
+        if out.light:
+            if len(outcomes) >= 2:
+                assert outcomes[-2].result is None or outcomes[-2].result.update_calls == 0
+            return out
+    pytest.fail(f"no light round in {rounds} rounds: {[o.summary() for o in outcomes]}")
+
+
+@pytest.fixture
+def settled_queue(slurm_cluster, janitor, ordinary_user, site):
+    """Blockers on all 16 GPUs, 6 managed jobs of the ordinary user and 3 plain jobs (the last the user's)
+    pending, a store."""
+    from msched.slurm import get_client
+
+    _wait_idle(slurm_cluster)
+    blockers = _fill_gpus(slurm_cluster, janitor)
+    managed = [janitor.add(_user_submit(ordinary_user, slurm_cluster, name=f"{m}-{i}", model=m, iters=it))
+               for i, (m, it) in enumerate([("vgg16", 40000), ("densenet169", 40000), ("vgg16", 20000),
+                                            ("densenet169", 30000), ("vgg16", 30000), ("densenet169", 20000)])]
+    plain = [janitor.add(_submit(slurm_cluster, name=f"plain-{i}", gpus=4, seconds=2)) for i in range(2)]
+    proc = ordinary_user.run(["sbatch", "--parsable", "--job-name=user-plain", "--gres=gpu:4", "--time=60",
+                              "--output=/dev/null", "--wrap=sleep 2"], env={"SLURM_CONF": str(slurm_cluster.conf)},
+                             cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    plain.append(janitor.add(proc.stdout.strip().split(";")[0]))
+    store = open_site_store(site)
+    client = get_client("cli", config=site)
+    try:
+        yield Reorderer(site, client, store), blockers, managed, plain
+    finally:
+        store.dispose()
+        slurm_cluster.run(["scontrol", "update", "nodename=n4", "state=resume"])
+
+
+@pytest.mark.slurm
+def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cluster, ordinary_user, site,
+                                                                          settled_queue, janitor):
+    reorderer, blockers, managed, plain = settled_queue
+    first = reorderer.round()
+    assert first.result is not None and not first.light and first.result.update_calls > 0
+    light = _settle(reorderer)
+    assert light.pending == 9 and light.running == 4 and "light=yes" in light.summary()
+    store = reorderer.store
+    with store.read() as s:
+        rows = s.scalars(select(Round).order_by(Round.id)).all()
+    assert rows[-1].light == 1 and rows[-1].unchanged == 1 and rows[-1].changes == 0
+    assert rows[-1].queue_digest == rows[-2].queue_digest and len(rows[-1].queue_digest) == 32
+    assert rows[0].light == 0 and rows[0].queue_digest is not None
+    published = json.loads(Path(site.free_time_path).read_text())
+    assert published["time"] == rows[-1].time                   # the light round published again
+    assert reorderer.round().light                              # and stays light while nothing changes
+
+    user, env = ordinary_user, {"SLURM_CONF": str(slurm_cluster.conf)}
+    mine = managed[-1]
+
+    def other_type() -> str:          # a type the job does not hold now (msched may have retyped it)
+        held = slurm_cluster.run(["squeue", "-h", "-j", mine, "-o", "%f"], check=True).stdout.strip()
+        return next(t for t in ("titanv", "rtx2080ti", "a100") if t != held)
+    changes = {
+        "a new job": lambda: janitor.add(_submit(slurm_cluster, name="late", gpus=4, seconds=2)),
+        "a pending job ends (cancelled)": lambda: slurm_cluster.run(["scancel", plain[0]], check=True),
+        "the user's comment": lambda: user.run(["scontrol", "update", f"jobid={mine}",
+                                                 f"comment={with_tag(tag_for('vgg16', 39999, added='titanxp'), None)}"],
+                                                env=env, check=True),
+        "the user's features": lambda: user.run(["scontrol", "update", f"jobid={mine}", f"features={other_type()}"],
+                                                 env=env, check=True),
+        # a plain job's: on a job msched gave an explicit priority, Slurm 22.05.8 takes a user's nice with
+        # exit status 0 and changes nothing (Nice stays 0), so nothing the plan reads moves
+        "the user's nice": lambda: user.run(["scontrol", "update", f"jobid={plain[-1]}", "nice=50"], env=env,
+                                            check=True),
+        "the user's time limit": lambda: user.run(["scontrol", "update", f"jobid={managed[0]}", "timelimit=30"],
+                                                   env=env, check=True),
+        "the user holds the job": lambda: user.run(["scontrol", "hold", managed[1]], env=env, check=True),
+        "the user releases it": lambda: user.run(["scontrol", "release", managed[1]], env=env, check=True),
+        "a node drained": lambda: slurm_cluster.run(["scontrol", "update", "nodename=n4", "state=drain",
+                                                     "reason=light-path-test"], check=True),
+        "the node resumed": lambda: slurm_cluster.run(["scontrol", "update", "nodename=n4", "state=resume"],
+                                                      check=True),
+        "a running job ends": lambda: slurm_cluster.run(["scancel", blockers[0]], check=True),
+    }
+    for what, change in changes.items():
+        _settle(reorderer)
+        change()
+        out = reorderer.round()
+        assert not out.light, f"{what}: the round after it was light"
+        assert out.result is not None or out.unchanged, what
+
+
+@pytest.mark.slurm
+def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site, settled_queue):
+    """`msched reorder` in a new process (as cron runs it) after the queue settled: the round is light
+    and the process never loaded the planning core, the estimators or the heavy libraries."""
+    reorderer, *_ = settled_queue
+    reorderer.round()
+    _settle(reorderer)
+    script = (
+        "import json, sys\n"
+        "from msched.cli import main\n"
+        "try:\n"
+        f"    main(['reorder', '--config', {site.source!r}])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=slurm_cluster.env)
+    assert proc.returncode == 0, proc.stderr
+    assert "light=yes" in proc.stderr, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "msched.rounds.reorder" in loaded and "sqlalchemy" in loaded        # the check sees imports
+    bad = [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(PLANNING)]
+    assert not bad, bad
+    with reorderer.store.read() as s:
+        last = s.scalars(select(Round).order_by(Round.id.desc())).first()
+    assert last.light == 1
+
+
+@pytest.mark.slurm
+def test_an_old_store_gains_the_columns_and_its_last_round_is_not_taken_as_light(slurm_cluster, site,
+                                                                                 settled_queue):
+    """A store written before the light round (no queue_digest, no light column) is upgraded on open; its
+    last round has no digest, so the first round after the upgrade reads Slurm; later ones can be light."""
+    reorderer, *_ = settled_queue
+    reorderer.round()
+    _settle(reorderer)
+    path = Path(site.database_url.removeprefix("sqlite:///"))
+    reorderer.store.dispose()
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE rounds DROP COLUMN queue_digest")
+    con.execute("ALTER TABLE rounds DROP COLUMN light")
+    con.commit()
+    con.close()
+    store = Store(site.database_url)
+    with store.engine.connect() as conn:
+        cols = {r[1] for r in conn.exec_driver_sql("PRAGMA table_info(rounds)")}
+    assert {"queue_digest", "light"} <= cols
+    reorderer.store = store
+    try:
+        after = reorderer.round()
+        assert not after.light and after.unchanged      # Slurm unchanged: not planned, but read
+        assert reorderer.round().light
+    finally:
+        store.dispose()
+
+
+@pytest.mark.slurm
+def test_the_digest_leaves_out_what_slurm_rewrites_by_itself(slurm_cluster, site, settled_queue):
+    """Digests of an unchanged queue taken over a few seconds are equal, while backfill (bf_interval=1)
+    keeps re-estimating the pending jobs' start times and reasons; a digest on another setup differs."""
+    import time
+
+    reorderer, *_ = settled_queue
+    client = reorderer.client
+    a = client.queue_digest("x")
+    assert a is not None and len(a) == 32
+    deadline = time.monotonic() + 3.0
+    seen = set()
+    while time.monotonic() < deadline:
+        seen.add(client.queue_digest("x"))
+    assert seen == {a}
+    assert client.queue_digest("y") != a
+
+
+# ------------------------------------------------------------------ the conditions, on the simulator
+def _sim_reorderer(tmp_path, **settings):  # noqa: ANN003, ANN202
+    """A Reorderer over the simulator's dev-cluster queue (bench busy_sim, 300 pending) whose client offers
+    a queue digest (the simulator has none of its own: here the round core's state key of all it holds)."""
+    from msched.config import Config
+    from msched.rounds.core import slurm_state_key
+    from msched.slurm.base import ACTIVE_STATES, FINISHED_STATES
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_reorder as br
+
+    c, _blockers, _perf = br.busy_sim(300, seed=2)
+    every = ACTIVE_STATES + FINISHED_STATES
+    c.queue_digest = lambda setup="": slurm_state_key(c.jobs(every), c.nodes(), setup)
+    cfg = Config(state_dir=str(tmp_path / "state"), performance=str(br.PERF), cluster_name="light-sim",
+                 backend="cli", **settings)
+    store = open_site_store(cfg)
+    return c, Reorderer(cfg, c, store, run_kind="sim", run_name="light-sim"), store
+
+
+@pytest.mark.parametrize("lever", [False, True])
+def test_a_light_round_needs_every_condition(tmp_path, lever):
+    """Light only after a round that wrote nothing, before its plan's stable_until, with no hold or begin
+    time open in the journal (the nice lever's records of owners' offsets do not count) and the
+    begin-time lever off; each condition broken alone makes the round read Slurm again."""
+    from msched.store.holds import HoldJournal
+
+    c, reorderer, store = _sim_reorderer(tmp_path, begin_time_lever=lever)
+    try:
+        outcomes = [reorderer.round() for _ in range(6)]
+        if lever:                                   # the lever decides on the clock: never light
+            assert not any(o.light for o in outcomes)
+            return
+        first = next(i for i, o in enumerate(outcomes) if o.light)
+        assert first >= 1 and all(o.light for o in outcomes[first:])
+        before = outcomes[first - 1]
+        assert before.result is None or before.result.update_calls == 0
+        with store.read() as s:
+            last = s.scalars(select(Round).order_by(Round.id.desc())).first()
+            assert (last.light, last.changes, last.decision_rows) == (1, 0, 0)
+
+        journal = HoldJournal(store)
+        job = next(j.job_id for j in c.jobs() if j.is_pending)
+        (nice,) = [journal.record_hold(job, "nice", "0", "owner's offset")]
+        assert reorderer.round().light                  # a nice record is not a hold to undo
+        hold = journal.record_hold(job, "hold", "", "an interrupted round")
+        assert not reorderer.round().light              # an open hold: the round reads and replays it
+        journal.close([hold, nice], "test")
+        assert reorderer.round().light
+
+        c.cancel(job)
+        assert not reorderer.round().light                  # the digest saw the job end
+        _settle(reorderer)
+        with store.read() as s:
+            stable_until = s.scalars(select(Round).order_by(Round.id.desc())).first().stable_until
+        assert stable_until is not None and stable_until > c.now()
+        assert not reorderer.round(now=stable_until).light   # the clock alone changes the plan
+        reorderer.skip_unchanged = False
+        assert not reorderer.round().light                  # switched off: every round reads
+    finally:
+        store.dispose()
