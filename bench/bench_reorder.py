@@ -6,6 +6,7 @@
     python bench/bench_reorder.py --online-churn 400,3000 [--seeds 1,2,3] [--planner greedy]   # writes/job
     python bench/bench_reorder.py --queue-memory 10000,10000     # peak RSS of reading squeue --json
     python bench/bench_reorder.py --settle 10000 --own-process --no-sim   # each round a process: phases
+    python bench/bench_reorder.py --snapshot-caches 10000          # build_snapshot with and without its caches
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
@@ -666,6 +667,34 @@ print(json.dumps({"jobs": len(jobs), "imports_mb": base,
     return out
 
 
+def snapshot_caches(n_pending: int = 10_000, repeats: int = 5, seed: int = 1) -> dict:
+    """`build_snapshot` with its caches and without (`caches=False`), alternating, on `busy_sim`'s queue of
+    `n_pending` jobs, each build from fresh job objects (as Slurm's client hands a round: the per-object
+    memo never hits): this process's CPU seconds per build, and the medians' ratio."""
+    import copy
+
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.runtime import times_for
+    from msched.rounds.core import build_snapshot
+
+    c, _blockers, perf = busy_sim(n_pending, seed)
+    jobs, nodes = c.jobs(), c.nodes()
+    est = TagEstimator(times_for(Config(performance=str(PERF)), perf))
+    cpu: dict[str, list[float]] = {"cached": [], "uncached": []}
+    for _ in range(repeats):
+        for label, caches in (("uncached", False), ("cached", True)):
+            fresh = [copy.copy(j) for j in jobs]
+            c0 = time.process_time()
+            build_snapshot(fresh, nodes, est, c.now(), caches=caches)
+            cpu[label].append(time.process_time() - c0)
+    med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
+    out = {"pending": n_pending, "cpu_s": cpu, "median_s": med, "ratio": med["uncached"] / med["cached"],
+           "load1": os.getloadavg()[0]}
+    print(f"snapshot of {n_pending} pending, fresh job objects: cached {med['cached']:.3f} s CPU, uncached "
+          f"{med['uncached']:.3f} s (median of {repeats}; x{out['ratio']:.2f}), load {out['load1']:.1f}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -693,7 +722,14 @@ def main() -> None:
                     help="the online-churn planner (default greedy: one plan per snapshot)")
     ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
                     help="only the queue read's peak memory (a stand-in squeue; e.g. 10000,10000)")
+    ap.add_argument("--snapshot-caches", type=int, default=0, metavar="PENDING",
+                    help="only build_snapshot with and without its caches (e.g. 10000)")
     args = ap.parse_args()
+    if args.snapshot_caches:
+        res = snapshot_caches(args.snapshot_caches)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return
     if args.online_churn:
         jobs, gap = args.online_churn.split(",")
         heads = tuple(None if h.strip() == "all" else float(h) for h in args.heads.split(","))

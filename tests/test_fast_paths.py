@@ -42,9 +42,29 @@ def _cluster(draw) -> tuple[list[NodeState], list[RunningJob]]:
         gpus = draw(st.sampled_from((1, 2, 4)))
         free = draw(st.integers(0, gpus))
         nodes.append(NodeState(f"n{k}", t, gpus, free))
-        if gpus - free:
-            running.append(RunningJob(f"r{k}", t, gpus - free, float(draw(st.integers(0, 500))), (f"n{k}",)))
+        busy = gpus - free
+        while busy:               # one or more jobs; some GPUs may stay busy with no job to explain them
+            g = draw(st.integers(1, busy))
+            if draw(st.integers(0, 5)) == 0:
+                break
+            running.append(RunningJob(f"r{k}.{busy}", t, g, float(draw(st.integers(-100, 5000))), (f"n{k}",)))
+            busy -= g
     return nodes, running
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_built_timeline_holds_each_gpu_free_time_in_order(data):
+    """`Timeline._build` sorts only nodes with unexplained busy GPUs (the running jobs are taken in
+    order of their ends): every node's free times are sorted and are its free GPUs at now, each running
+    job's GPUs at its end (now if past) and the unexplained ones an hour from now."""
+    nodes, running = _cluster(data.draw)
+    now = 100.0
+    tl = Timeline(now, list(nodes), list(running))
+    for node, free in zip(nodes, tl.free, strict=True):
+        ends = [max(now, r.est_end) for r in running if r.nodes == (node.name,) for _ in range(r.num_gpus)]
+        rest = node.gpus - node.gpus_free - len(ends)
+        assert free == sorted([now] * node.gpus_free + ends + [now + 3600.0] * rest)
 
 
 @st.composite

@@ -48,27 +48,36 @@ class Timeline:
     def _build(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob],
                unknown_busy_s: float) -> None:
         self.now = now
-        self.names: list[str] = []
-        self.types: list[str] = []
-        self.free: list[list[float]] = []
+        names: list[str] = []
+        types: list[str] = []
+        free: list[list[float]] = []
+        self.names, self.types, self.free = names, types, free
         by_type: dict[str, list[int]] = {}
         index: dict[str, int] = {}
         busy: list[int] = []
         for n in nodes:
-            if n.gpus <= 0 or not n.gpu_type:
+            g, t = n.gpus, n.gpu_type
+            if g <= 0 or not t:
                 continue
-            i = len(self.names)
+            i = len(names)
             index[n.name] = i
-            self.names.append(n.name)
-            self.types.append(n.gpu_type)
-            self.free.append([now] * max(0, min(n.gpus, n.gpus_free)))
-            busy.append(max(0, n.gpus - max(0, n.gpus_free)))
-            by_type.setdefault(n.gpu_type, []).append(i)
+            names.append(n.name)
+            types.append(t)
+            f = n.gpus_free
+            f = 0 if f < 0 else g if f > g else f          # GPUs free now, within [0, gpus]
+            free.append([now] * f)
+            busy.append(g - f)
+            idx = by_type.get(t)
+            if idx is None:
+                by_type[t] = [i]
+            else:
+                idx.append(i)
         self.by_type = by_type
         # Running jobs hold GPUs until their estimated end; spread over the nodes they hold (or, when the
-        # node list is unknown, over the type's nodes that still have unexplained busy GPUs).
-        free = self.free
-        for job in sorted(running, key=lambda r: r.est_end):
+        # node list is unknown, over the type's nodes that still have unexplained busy GPUs). Taken in
+        # order of end, so each node's free times stay sorted; only nodes with unexplained busy GPUs
+        # (booked an hour from now) need a sort afterwards.
+        for job in sorted(running, key=_est_end):
             end = max(now, job.est_end)
             where = [index[n] for n in job.nodes if n in index]
             if not where:
@@ -90,9 +99,9 @@ class Timeline:
         for i, b in enumerate(busy):       # busy GPUs no running job explains (another partition, ...)
             if b:
                 free[i].extend([now + unknown_busy_s] * b)
-            free[i].sort()
-        self.size = [len(f) for f in free]
-        self.max_node = {t: max(self.size[i] for i in idx) for t, idx in by_type.items()}
+                free[i].sort()
+        size = self.size = [len(f) for f in free]
+        self.max_node = {t: max(size[i] for i in idx) for t, idx in by_type.items()}
         self.version = [0] * len(free)
         self._heaps: dict[tuple[str, int], list[tuple[float, int, int, int]]] = {}
         self._heaps_of: dict[str, dict[int, list[tuple[float, int, int, int]]]] = defaultdict(dict)
@@ -264,6 +273,10 @@ class Timeline:
 
     def last_end(self) -> float:
         return max((f[-1] for f in self.free if f), default=self.now)
+
+
+def _est_end(job: RunningJob) -> float:
+    return job.est_end
 
 
 _BASE: list = []        # [(nodes, running, now, unknown_busy_s, pristine Timeline)]: the last one built
