@@ -9,7 +9,10 @@ seven models, ResNet-18, ResNet-50, Transformer, LM, Recommendation, A3C, CycleG
 sizes at once: a model msched never saw measured). Printed for each: mean absolute error of the pair's
 combined normalized throughput per held-out group and over all pairs, against a model-blind baseline
 (the training pairs' mean), and how often a pair predicted above a threshold measured below 0.8 (a bad
-packing); for the family hold-out also the slower job's own-speed forest.
+packing); for the family hold-out also the slower job's own-speed forest. For both hold-outs, what each
+packing guard passes (`pack_guard`: the mean forest's slower job >= 0.5x, or the quantile guard's
+bound >= 0.5x with both jobs inside the data; predicted combined >= 1.0 for both): how many held-out
+pairs, how many of them with a job measured below 0.5x solo, and the slowest measured job among them.
 Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
 """
 
@@ -50,6 +53,7 @@ def _hold_out(console: Console, jobs: dict, pairs: list, key, what: str) -> tupl
     table.add_row("all", str(len(all_meas)), f"{mae:.3f}", f"{statistics.fmean(all_base):.3f}")
     out.update(mae=mae, baseline_mae=statistics.fmean(all_base), bad_packings={})
     console.print(table)
+    out["guards"] = _guards(console, results, what)
     for threshold in (1.0, 1.1, 1.2):
         chosen = [m for p, m in zip(all_pred, all_meas, strict=True) if p > threshold]
         bad = sum(m < 0.8 for m in chosen)
@@ -57,6 +61,26 @@ def _hold_out(console: Console, jobs: dict, pairs: list, key, what: str) -> tupl
         out["bad_packings"][str(threshold)] = {"packed": len(chosen), "measured_below_0.8": bad, "share": share}
         console.print(f"by {what}: predicted > {threshold}: {len(chosen)} pairs, {bad} measured below 0.8 ({share:.1%})")
     return out, results
+
+
+def _guards(console: Console, results: list, what: str) -> dict:
+    """What each packing guard passes among the held-out pairs (predicted combined >= 1.0 and the slower
+    job >= 0.5x solo by the guard), and how those pairs measured."""
+    rows = [(p, sp, sb, sm) for r in results for p, sp, sb, sm in
+            zip(r.predicted, r.slower_predicted, r.slower_bound or [0.0] * r.pairs, r.slower_measured, strict=True)]
+    out = {}
+    for guard, idx in (("mean", 1), ("bound", 2)):
+        passed = [row[3] for row in rows if row[0] >= 1.0 and (row[idx] or 0.0) >= 0.5]
+        crawl = sum(m < 0.5 for m in passed)
+        out[guard] = {"held_out_pairs": len(rows), "passed": len(passed), "a_job_below_0.5": crawl,
+                      "slowest_job": min(passed, default=None)}
+        slowest = f"{min(passed):.2f}x" if passed else "-"
+        console.print(f"by {what}, guard {guard}: {len(passed)} of {len(rows)} held-out pairs passed, {crawl} with a "
+                      f"job measured below 0.5x solo, slowest job {slowest}")
+    out["bound"]["outside_data"] = sum(row[2] == 0.0 for row in rows)
+    console.print(f"by {what}: {out['bound']['outside_data']} held-out pairs with a job outside the data "
+                  f"(farther than SEEN_RADIUS from every job type of the fit)")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

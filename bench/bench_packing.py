@@ -1,6 +1,8 @@
 """Packing on Gavel's workload: msched with and without shard jobs, and the predictor's error on the pairs.
 
-    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--load 0.9] [--static] [--shard-nodes N] [--json FILE]
+    python bench/bench_packing.py [--jobs 300] [--seeds 5] [--first-seed 1] [--load 0.9] [--static]
+                                  [--shard-nodes N] [--guard bound|mean] [--cluster SPEC]
+                                  [--kinds fifo,msched,packed] [--json FILE]
 
 Workload (d) of bench/workloads.py: Gavel's job types and K80/P100/V100 throughputs (truth = knowledge),
 Poisson arrivals at the given load (or a static batch), on Gavel's cluster (`v100:8x4,p100:8x4,k80:8x4`)
@@ -8,7 +10,9 @@ whose nodes all share GPUs through shards (2 per GPU; `slurm_sim.packing.with_sh
 backfill for every run. Each seed runs the same trace three ways through the same round core:
 backfill fifo, msched without packing (every job a `gpu` job), and msched with packing (every 1-GPU job
 opted in; msub's decision `msched.policy.packing.submit_verdict` packs those the interference predictor
-expects to pair well; the round pairs the shard jobs). Packed jobs run at the pair speeds Gavel measured
+expects to pair well under the guard, `--guard`: the quantile bound, the default, or the mean forest;
+the round pairs the shard jobs). `--kinds` runs only some of the three (the ratios need msched and
+packed; fifo only adds the x-fifo figures). Packed jobs run at the pair speeds Gavel measured
 (`slurm_sim.packing.PairTruth`); the planner sees only the prediction. Printed per seed and as means:
 makespan and mean JCT (ratios packing / no packing in the same run), the shard jobs, the pairs that ran,
 the slowest packed job's speed (own / solo), the pairs whose joiner ran out of memory (Gavel measured 0),
@@ -40,20 +44,25 @@ from slurm_sim.packing import PairTruth, SimPacking, with_shard_nodes  # noqa: E
 H = 3600.0
 
 
-def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,
+KINDS = ("fifo", "msched", "packed")
+
+
+def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,  # noqa: PLR0913
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
-             shard_nodes: int | None = None) -> dict:
-    w = wl.gavel_workload(n_jobs, seed, static=static, load=load)
+             shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
+             kinds: tuple[str, ...] = KINDS) -> dict:
+    w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
+                          **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
     truth = PerfTable.load(w.truth)
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
-                                         when_waiting=when_waiting, wait_share=wait_share))
+                                         when_waiting=when_waiting, wait_share=wait_share, guard=guard))
     trace = list(w.jobs)
     bound = trace_bound(trace, truth, cluster)
-    fifo = replay(trace, "fifo", base, bound=bound)
-    plain = replay(trace, "msched", base, bound=bound)
+    fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
+    plain = replay(trace, "msched", base, bound=bound) if "msched" in kinds else None
     pack = replay(trace, "msched", packed, bound=bound)
     info = pack.metrics["packing"]
     tags = {o.job_id: o for o in pack.outcomes}
@@ -81,9 +90,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             crawled["predictor" if ok else "unchecked"] += 1
     slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
     # why the makespans differ: the job that ends last with packing, as it ran without
-    plain_of = {o.job_id: o for o in plain.outcomes}
     last = max(pack.outcomes, key=lambda o: o.end or 0.0)
-    before = plain_of[last.job_id]
+    before = {o.job_id: o for o in plain.outcomes}[last.job_id] if plain is not None else last
     in_pair = {p["a"] for p in pairs} | {p["b"] for p in pairs}
     tail = {"job": last.job_id, "model": last.model, "gpus": last.num_gpus, "packed": last.job_id in in_pair,
             "gpu_type": (before.gpu_type, last.gpu_type), "start_h": (before.start / H, last.start / H),
@@ -91,16 +99,17 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     tail["why"] = ("itself packed" if tail["packed"] else "started later" if last.start > before.start + 60
                    else "slower GPU type" if last.gpu_type != before.gpu_type else "same start and type"
                    if abs(last.end - before.end) < 60 else "other")
+    none = {"makespan_s": None, "mean_jct_s": None}
     gpu_s = info.get("alone_gpu_s", 0.0) + info.get("shared_gpu_s", 0.0)
     return {"seed": seed, "jobs": len(trace), "lb_s": bound.value_s,
-            "fifo": fifo.metrics, "msched": plain.metrics, "packed": pack.metrics,
+            "fifo": fifo.metrics if fifo else none, "msched": plain.metrics if plain else none, "packed": pack.metrics,
             "shard_jobs": info["shard_jobs"], "pairs": len(pairs), "oom": info["oom"],
             "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
             "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled, "tail": tail,
             "alone_share": info.get("alone_gpu_s", 0.0) / gpu_s if gpu_s else None,
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
-            "unfinished": {k: len(v) for k, v in (("fifo", fifo.unfinished), ("msched", plain.unfinished),
-                                                  ("packed", pack.unfinished))},
+            "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
+                           if r is not None},
             "_": len(tags)}
 
 
@@ -111,10 +120,28 @@ def _tail(t: dict) -> str:
             f"end {ea:.0f} -> {eb:.0f} h)")
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=300, help="jobs per seed")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=1, help="seeds first-seed .. first-seed + seeds - 1")
+    ap.add_argument("--guard", choices=("bound", "mean"), default="bound",
+                    help="the packing guard (config pack_guard): the quantile bound or the mean forest")
+    ap.add_argument("--cluster", help="cluster spec (default Gavel's v100:8x4,p100:8x4,k80:8x4)")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="which runs, comma-separated, of fifo,msched,packed (packed always runs)")
     ap.add_argument("--load", type=float, default=0.9, help="offered load of the arrivals")
     ap.add_argument("--static", action="store_true", help="every job at t=0 (the makespan setting)")
     ap.add_argument("--threshold", type=float, default=1.0, help="least predicted combined throughput packed")
@@ -128,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if not set(kinds) <= set(KINDS):
+        ap.error(f"--kinds takes {','.join(KINDS)}")
     try:
         path = args.gavel or wl.shared_data_dir() / "gavel" / "simulation_throughputs.json"
         truth_pairs = PairTruth.from_gavel(path)
@@ -137,41 +167,44 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Gavel workload, {args.jobs} jobs x {args.seeds} seeds, "
           f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, "
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
-          f"(2 shards/GPU), threshold {args.threshold:g}{', packing only when busy' if args.when_busy else ''}")
+          f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
+          f"{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
     rows = []
-    for seed in range(1, args.seeds + 1):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
-                     not args.any_wait, args.wait_share, args.shard_nodes)
+                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds)
         rows.append(r)
-        ms = {k: r[k]["makespan_s"] for k in ("fifo", "msched", "packed")}
-        jct = r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"]
+        ms = {k: r[k]["makespan_s"] for k in KINDS}
+        jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
         slow = f"{r['slowest_packed_speed']:.2f}" if r["slowest_packed_speed"] is not None else "-"
         mae = f"{r['pair_mae']:.3f}" if r["pair_mae"] is not None else "-"
         alone = f"{r['alone_share']:.0%}" if r["alone_share"] is not None else "-"
-        print(f"{seed:4d} | {ms['fifo'] / H:6.1f}h {ms['msched'] / H:6.1f}h {ms['packed'] / H:6.1f}h "
-              f"{ms['packed'] / ms['msched']:6.3f} | {jct:9.3f} | {r['shard_jobs']:5d} {r['pairs']:5d} "
+        hours = " ".join(f"{v / H:6.1f}h" if v is not None else f"{'-':>7}" for v in ms.values())
+        print(f"{seed:4d} | {hours} {_fmt(_ratio(ms['packed'], ms['msched'])):>6} | {_fmt(jct):>9} | "
+              f"{r['shard_jobs']:5d} {r['pairs']:5d} "
               f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} | {_tail(r['tail'])}")
-    ratio = [r["packed"]["makespan_s"] / r["msched"]["makespan_s"] for r in rows]
-    jct = [r["packed"]["mean_jct_s"] / r["msched"]["mean_jct_s"] for r in rows]
-    vs_fifo = [r["packed"]["makespan_s"] / r["fifo"]["makespan_s"] for r in rows]
-    plain_fifo = [r["msched"]["makespan_s"] / r["fifo"]["makespan_s"] for r in rows]
+    ratio = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["msched"]["makespan_s"])) is not None]
+    jct = [x for r in rows if (x := _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])) is not None]
+    vs_fifo = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["fifo"]["makespan_s"])) is not None]
+    plain_fifo = [x for r in rows if (x := _ratio(r["msched"]["makespan_s"], r["fifo"]["makespan_s"])) is not None]
     maes = [r["pair_mae"] for r in rows if r["pair_mae"] is not None]
     slowest = min((r["slowest_packed_speed"] for r in rows if r["slowest_packed_speed"] is not None), default=None)
-    summary = {"makespan_packed_over_msched": statistics.fmean(ratio), "sd": statistics.pstdev(ratio),
-               "mean_jct_packed_over_msched": statistics.fmean(jct),
-               "makespan_msched_over_fifo": statistics.fmean(plain_fifo),
-               "makespan_packed_over_fifo": statistics.fmean(vs_fifo),
+    summary = {"guard": args.guard, "seeds": [r["seed"] for r in rows],
+               "makespan_packed_over_msched": _mean(ratio), "sd": statistics.pstdev(ratio) if ratio else None,
+               "mean_jct_packed_over_msched": _mean(jct),
+               "makespan_msched_over_fifo": _mean(plain_fifo),
+               "makespan_packed_over_fifo": _mean(vs_fifo),
                "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(maes) if maes else None,
                "pairs": sum(r["pairs"] for r in rows), "pairs_below_1": sum(r["pairs_below_1"] for r in rows),
                "oom": sum(r["oom"] for r in rows), "shard_jobs": sum(r["shard_jobs"] for r in rows),
                "crawled": {k: sum(r["crawled"][k] for r in rows) for k in ("predictor", "unchecked")},
                "unfinished": sum(sum(r["unfinished"].values()) for r in rows)}
-    print(f"mean makespan, packing / no packing: {summary['makespan_packed_over_msched']:.3f} "
-          f"(sd {summary['sd']:.3f}); mean JCT: {summary['mean_jct_packed_over_msched']:.3f}")
-    print(f"makespan x backfill fifo: msched {summary['makespan_msched_over_fifo']:.3f}, "
-          f"msched+packing {summary['makespan_packed_over_fifo']:.3f}")
+    print(f"mean makespan, packing / no packing: {_fmt(summary['makespan_packed_over_msched'])} "
+          f"(sd {_fmt(summary['sd'])}); mean JCT: {_fmt(summary['mean_jct_packed_over_msched'])}")
+    print(f"makespan x backfill fifo: msched {_fmt(summary['makespan_msched_over_fifo'])}, "
+          f"msched+packing {_fmt(summary['makespan_packed_over_fifo'])}")
     print(f"pairs that ran: {summary['pairs']} ({summary['pairs_below_1']} measured below 1.0 combined), "
           f"slowest packed job at {slowest if slowest is None else round(slowest, 3)} x solo, "
           f"{summary['oom']} joins out of memory, predictor MAE on the pairs that ran "
@@ -182,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
           f"types' own figures (msub's prediction from the tag's reference passed, or it never checked the pair)")
     if args.json:
         for r in rows:
-            for k in ("fifo", "msched", "packed"):
+            for k in KINDS:
                 r[k] = {m: r[k].get(m) for m in ("makespan_s", "mean_jct_s", "gpu_utilization", "jobs")}
         args.json.write_text(json.dumps({"summary": summary, "seeds": rows}, indent=1, default=str) + "\n")
     return 0

@@ -5,7 +5,8 @@
     python bench/bench_reorder.py --settle 1000,5000 [--json FILE]    # rounds that settle (real cluster)
     python bench/bench_reorder.py --online-churn 400,3000 [--seeds 1,2,3] [--planner greedy]   # writes/job
     python bench/bench_reorder.py --queue-memory 10000,10000     # peak RSS of reading squeue --json
-    MSCHED_BENCH_PROFILE=DIR ... --settle N --own-process          # each round's cProfile stats in DIR
+    python bench/bench_reorder.py --settle 10000 --own-process --no-sim   # each round a process: phases
+    python bench/bench_reorder.py --snapshot-caches 10000          # build_snapshot with and without its caches
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
@@ -404,47 +405,18 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def one_round(state: Path, name: str, write_budget: int | None) -> dict:
-    """One reorder round in this process, as cron runs `msched reorder` (the bench's site under `state`):
-    what it did, the process's CPU time (imports included) and its peak RSS."""
-    from msched.slurm.cli import CliClient
-
-    cfg = site(state, name, **({} if write_budget is None else {"write_budget": write_budget}))
-    store = open_site_store(cfg)
-    w0 = time.perf_counter()
-    profile_dir = os.environ.get("MSCHED_BENCH_PROFILE")     # a directory: each round's cProfile stats there
-    if profile_dir:
-        import cProfile
-        prof = cProfile.Profile()
-        o = prof.runcall(Reorderer(cfg, CliClient(cfg), store, publish=False).round)
-        prof.dump_stats(str(Path(profile_dir) / f"round-{time.time():.0f}.prof"))
-    else:
-        o = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
-    m = {"round_s": time.perf_counter() - w0, "unchanged": o.result is None}
-    r = o.result
-    if r is None:
-        m.update(pending=o.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
-    else:
-        st = r.settle
-        m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
-                 est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
-                 held_back=st.held_back, buys=st.buys())
-    store.dispose()
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=ru.ru_maxrss / 1024)
-    return m
-
-
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
                 write_budget: int | None = None, own_process: bool = False) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
-    the burst's first round, two rounds on the unchanged queue, a round after `ends` blockers end (one
-    per node in turn), a round after one arrival. Each round: REQUEST_UPDATE_JOB RPCs counted by sdiag
+    the burst's first round, four rounds on the unchanged queue (the later ones light once it settled),
+    twice a round after `ends` blockers end (one per node in turn) followed by two rounds on the unchanged
+    queue, a round after one arrival. Each round: REQUEST_UPDATE_JOB RPCs counted by sdiag
     (and their controller time), wall time, the held plan's estimated makespan, moves and what they buy.
     Every job is cancelled at the end. None (with a line) when no cluster answers. `own_process`: each
-    round runs in a new Python process (`one_round`), as cron runs `msched reorder`: its wall time is the
-    whole process's (start and imports included), its CPU time and peak RSS the process's own."""
+    round runs in a new Python process (bench/round_phases.py under `-X importtime`), as cron runs
+    `msched reorder`: its wall time is the whole process's (start and imports included), its CPU time
+    and peak RSS the process's own, beside the Slurm commands' CPU and peak RSS, and the round's phases."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
@@ -503,35 +475,54 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             return m
 
         def measured_apart(label: str) -> dict:
+            from round_phases import import_seconds
+
             c0, s0 = sdiag_updates()
             w0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, __file__, "--one-round", str(tmp), f"settle-{n_pending}",
-                                   str(write_budget or 0)], capture_output=True, text=True, timeout=600)
+            proc = subprocess.run([sys.executable, "-X", "importtime", str(Path(__file__).with_name("round_phases.py")),
+                                   str(tmp), f"settle-{n_pending}", str(write_budget or 0)],
+                                  capture_output=True, text=True, timeout=600)
             wall = time.perf_counter() - w0
             c1, s1 = sdiag_updates()
             if proc.returncode != 0:
                 raise RuntimeError(f"the round's process failed: {proc.stderr.strip().splitlines()[-1:]}")
             m = json.loads(proc.stdout.strip().splitlines()[-1])
-            m.update(label=label, writes=c1 - c0, controller_s=s1 - s0, wall_s=wall, load1=os.getloadavg()[0])
+            m.update(label=label, writes=c1 - c0, controller_s=s1 - s0, wall_s=wall, load1=os.getloadavg()[0],
+                     import_s=import_seconds(proc.stderr))
             out["rounds"].append(m)
-            what = "not planned: Slurm unchanged" if m["unchanged"] else (
+            what = ("light: not read, not planned" if m["light"] else "not planned: Slurm unchanged") \
+                if m["unchanged"] else (
                 f"plan {m['plan_s']:.2f} s; est. makespan {m['est_makespan_s']:.0f} s; moved {m['moved']}, "
                 f"kept {m['kept']}, waiting {m['held_back']}; buys {m['buys']}")
+            ph = m["phases"]
+            parts = ", ".join(f"{k} {ph[k]:.2f}" for k in ("digest", "scheduler", "squeue", "sinfo", "snapshot",
+                                                          "planner", "settle", "writes", "finished", "store")
+                              if k in ph)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
-                f"of controller time), process {wall:.2f} s wall (round {m['round_s']:.2f} s), CPU {m['cpu_s']:.2f} s; "
-                f"{what}; peak RSS {m['peak_rss_mb']:.0f} MB, load {m['load1']:.1f}")
+                f"of controller time), process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
+                f"{m['round_s']:.2f} s: {parts}), CPU {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB; "
+                f"Slurm commands CPU {m['slurm_cpu_s']:.2f} s, largest RSS {m['slurm_peak_rss_mb']:.0f} MB; "
+                f"{what}; load {m['load1']:.1f}")
             return m
 
+        def end_some(event: int) -> None:
+            """`ends` blockers end, one per node in turn; each event a different one on each node."""
+            per = len(blockers) // max(1, len(nodes))
+            ended = [blockers[(k * per + event) % len(blockers)] for k in range(ends)]
+            subprocess.run(["scancel", *ended], capture_output=True, timeout=60)
+            gone = set(ended)
+            _wait(lambda: not gone & {j.job_id for j in client.jobs() if j.is_running}, 60,
+                  "the ended blockers to leave")
+            time.sleep(2)                               # Slurm starts what the freed GPUs take
+
         measured("round 1 (the burst)")
-        measured("round 2 (nothing changed)")
-        measured("round 3 (nothing changed)")
-        ended = [blockers[(k * (len(blockers) // max(1, len(nodes)))) % len(blockers)] for k in range(ends)]
-        subprocess.run(["scancel", *ended], capture_output=True, timeout=60)
-        gone = set(ended)
-        _wait(lambda: not gone & {j.job_id for j in client.jobs()}, 60, "the ended blockers to leave")
-        time.sleep(2)                               # Slurm starts what the freed GPUs take
-        measured(f"after {ends} running jobs end")
-        measured("again (nothing changed)")
+        for k in range(2, 6):
+            measured(f"round {k} (nothing changed)")
+        for event in range(2):
+            end_some(event)
+            measured(f"after {ends} running jobs end (event {event + 1})")
+            measured("again (nothing changed)")
+            measured("again (nothing changed)")
         arrival = busy_queue_requests(1, models, seed + 99, types, plain_share=0.0)[0]
         ids.append(client.submit(arrival))
         measured("after one arrival")
@@ -676,6 +667,34 @@ print(json.dumps({"jobs": len(jobs), "imports_mb": base,
     return out
 
 
+def snapshot_caches(n_pending: int = 10_000, repeats: int = 5, seed: int = 1) -> dict:
+    """`build_snapshot` with its caches and without (`caches=False`), alternating, on `busy_sim`'s queue of
+    `n_pending` jobs, each build from fresh job objects (as Slurm's client hands a round: the per-object
+    memo never hits): this process's CPU seconds per build, and the medians' ratio."""
+    import copy
+
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.runtime import times_for
+    from msched.rounds.core import build_snapshot
+
+    c, _blockers, perf = busy_sim(n_pending, seed)
+    jobs, nodes = c.jobs(), c.nodes()
+    est = TagEstimator(times_for(Config(performance=str(PERF)), perf))
+    cpu: dict[str, list[float]] = {"cached": [], "uncached": []}
+    for _ in range(repeats):
+        for label, caches in (("uncached", False), ("cached", True)):
+            fresh = [copy.copy(j) for j in jobs]
+            c0 = time.process_time()
+            build_snapshot(fresh, nodes, est, c.now(), caches=caches)
+            cpu[label].append(time.process_time() - c0)
+    med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
+    out = {"pending": n_pending, "cpu_s": cpu, "median_s": med, "ratio": med["uncached"] / med["cached"],
+           "load1": os.getloadavg()[0]}
+    print(f"snapshot of {n_pending} pending, fresh job objects: cached {med['cached']:.3f} s CPU, uncached "
+          f"{med['uncached']:.3f} s (median of {repeats}; x{out['ratio']:.2f}), load {out['load1']:.1f}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pending", type=int, default=200, help="jobs queued on the real cluster")
@@ -703,11 +722,13 @@ def main() -> None:
                     help="the online-churn planner (default greedy: one plan per snapshot)")
     ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
                     help="only the queue read's peak memory (a stand-in squeue; e.g. 10000,10000)")
-    ap.add_argument("--one-round", nargs=3, metavar=("DIR", "NAME", "BUDGET"), help=argparse.SUPPRESS)
+    ap.add_argument("--snapshot-caches", type=int, default=0, metavar="PENDING",
+                    help="only build_snapshot with and without its caches (e.g. 10000)")
     args = ap.parse_args()
-    if args.one_round:
-        d, name, budget = args.one_round
-        print(json.dumps(one_round(Path(d), name, int(budget) or None)))
+    if args.snapshot_caches:
+        res = snapshot_caches(args.snapshot_caches)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
         return
     if args.online_churn:
         jobs, gap = args.online_churn.split(",")

@@ -26,6 +26,7 @@ from slurm_sim.cluster import ClusterSpec, PartitionSpec
 
 SHARD_PARTITION = "shared"
 SHARD_FEATURE = "shard"
+SHARDS_PER_GPU = 2            # every shard node's GPUs (the dev cluster's --shards NODE=2, the bench's)
 GAVEL_FAMILIES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "transformer": "Transformer", "lm": "LM",
                   "recommendation": "Recommendation", "a3c": "A3C", "cyclegan": "CycleGAN"}
 

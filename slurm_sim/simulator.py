@@ -47,6 +47,7 @@ from msched.slurm.base import PENDING, RUNNING, SlurmJob, SlurmNode
 from msched.slurm.feature_expr import ConstraintError, compile_constraint, feature_names
 from msched.tag import parse_comment
 from slurm_sim.cluster import DEFAULT_PARTITION, ClusterSpec, with_scheduler
+from slurm_sim.packing import SHARD_FEATURE, SHARDS_PER_GPU
 
 PARTITION = DEFAULT_PARTITION
 DEPENDENCY_KINDS = ("afterok", "afterany")
@@ -713,7 +714,8 @@ class Simulator:
                 nodes=",".join(self.node_names[n] for n in job.nodes), gpu_type=job.gpu_type, reason=reason,
                 begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,
                 nice=job.nice,
-                gpu_index=self.packing.gpu_index(job.job_id) if job.shards and job.state == RUNNING else ())
+                gpu_index=self.packing.gpu_index(job.job_id) if job.shards and job.state == RUNNING else (),
+                shards=job.shards)
         return job.view
 
     def node_view(self, n: int) -> SlurmNode:
@@ -724,7 +726,8 @@ class Simulator:
             v = self._node_views[n] = SimSlurmNode(
                 name=self.node_names[n], gpu_type=self.node_type[n], gpus=self.node_gpus[n], gpus_alloc=alloc,
                 features=tuple(self.cluster.nodes[n].features), state=state,
-                partitions=tuple(self.cluster.nodes[n].partitions))
+                partitions=tuple(self.cluster.nodes[n].partitions),
+                shards=self.node_gpus[n] * SHARDS_PER_GPU if SHARD_FEATURE in self.cluster.nodes[n].features else 0)
         return v
 
     def pending_count(self) -> int:

@@ -49,6 +49,8 @@ def test_factory_returning_model_and_example_input(tmp_path):
     assert prof.flops_by_kind["linear"] == pytest.approx(35 * 2 * 256 * 10000)
     assert prof.calls_by_kind["linear"] == 1
     assert prof.bytes_by_kind["linear"] == 35 * 10000 * 4
+    # the LSTM runs 2 layers x 35 time steps per forward pass, whatever the batch
+    assert prof.recurrent_steps == 2 * 35
 
 
 def test_input_shape_directive(tmp_path):
@@ -86,3 +88,45 @@ def test_gavel_recommendation_file_is_items_based():
     assert prof.params == 2 * 20_108 * 200 + 200 + 20_108 == 8_063_508
     # forward FLOPs per sample: the two linear layers' multiply-adds
     assert prof.flops_by_kind["linear"] == pytest.approx(2 * 2 * 20_108 * 200)
+
+
+BIGRU = '''
+import torch
+import torch.nn as nn
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(16, 32, num_layers=3, bidirectional=True)   # time-major input
+        self.cell = nn.LSTMCell(64, 8)
+        self.out = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h, _ = self.gru(x)
+        c, _ = self.cell(h[-1])
+        return self.out(c)
+
+
+def tagger():
+    return Tagger(), torch.zeros(12, 2, 16)   # time-major: 12 steps of 2 sequences
+'''
+
+
+def test_recurrent_steps_of_a_time_major_bidirectional_gru_and_a_cell(tmp_path):
+    path = tmp_path / "tagger.py"
+    path.write_text(BIGRU)
+    prof = profile_in_process(f"{path}:tagger")
+    # 3 layers x 12 steps x 2 directions, and one step of the cell
+    assert prof.recurrent_steps == 3 * 12 * 2 + 1
+
+
+def test_profile_version_is_part_of_the_cache_key(tmp_path, monkeypatch):
+    from msched.models import profile_cache
+
+    path = tmp_path / "cnn.py"
+    path.write_text(SMALL_CNN)
+    before = profile_cache._file_key(str(path), "cifar_cnn", None)
+    assert profile_cache._file_key(str(path), "cifar_cnn", None) == before
+    monkeypatch.setattr(profile_cache, "PROFILE_VERSION", profile_cache.PROFILE_VERSION + 1)
+    assert profile_cache._file_key(str(path), "cifar_cnn", None) != before

@@ -94,3 +94,31 @@ def test_squeue_says_which_gpu_each_shard_job_holds_after_a_partner_leaves():
     view = {j: sim.job_view(sim.jobs[j]) for j in (a, c, d)}
     assert view[d].gpu_index == view[c].gpu_index != view[a].gpu_index
     assert [[j.job_id for j in g] for g in _by_gpu(list(view.values()))] == [[a], [c, d]]
+
+
+@pytest.mark.parametrize("guard", ["bound", "mean"])
+def test_the_replay_takes_its_guard_to_msubs_decision_and_to_the_round(guard, monkeypatch):
+    """SimPacking.guard reaches both halves: the round is run with it (`run_round(pack_guard=)`), and
+    msub's decision at submit follows it. ResNet-18 and ResNet-50 at batch 32 on a v100 of this
+    hand-made table are outside Gavel's data, so the quantile guard packs none of them and the mean
+    forest packs some (jobs queue behind four long ones, so each would wait)."""
+    import msched.rounds.core as core
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.packing import SimPacking
+    from slurm_sim.trace import TraceJob
+
+    seen = []
+    real = core.packing_round
+    monkeypatch.setattr(core, "packing_round", lambda *a, **kw: seen.append(kw.get("guard")) or real(*a, **kw))
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 50.0), PerfRow("resnet50", "v100", 1, 32, "float", 150.0)])
+    r50 = "ResNet-50 (batch size 32)"
+    pairs = PairTruth({(R18, R18, "v100"): (0.7, 0.7), (r50, r50, "v100"): (0.6, 0.6),
+                       (R18, r50, "v100"): (0.8, 0.45), (r50, R18, "v100"): (0.45, 0.8)})
+    setup = SimSetup(with_shard_nodes(parse_cluster("v100:2x1")), truth, truth, Classifier(["resnet18", "resnet50"], truth),
+                     scheduler="backfill", round_s=60.0, packing=SimPacking(pairs, guard=guard))
+    trace = [TraceJob(str(i), 60.0 * i, "u1", "resnet18" if i % 3 else "resnet50", 1, 32, 100000 if i < 4 else 20000)
+             for i in range(12)]
+    result = replay(trace, "msched", setup)
+    assert seen and set(seen) == {guard}
+    shard_jobs = result.metrics["packing"]["shard_jobs"]
+    assert shard_jobs == 0 if guard == "bound" else shard_jobs > 0

@@ -37,16 +37,20 @@ GROUP = {"vgg16": "vgg", "densenet169": "densenet"}
 MSCHED = str(VENV_BIN / "msched")
 
 
-@pytest.fixture
-def site(tmp_path):
+def site_config(tmp_path: Path, cluster_name: str = "test"):  # noqa: ANN201 - a Config
     """A site configuration of our own: state, database and performance table under tmp_path."""
     perf = tmp_path / "perf.csv"
     perf.write_text(PERF_CSV)
     state = tmp_path / "state"
     cfg = tmp_path / "msched.toml"
-    cfg.write_text(f'state_dir = "{state}"\nperformance = "{perf}"\ncluster_name = "test"\nbackend = "cli"\n'
-                   f'database_url = "sqlite:///{state}/msched.db"\n')
+    cfg.write_text(f'state_dir = "{state}"\nperformance = "{perf}"\ncluster_name = "{cluster_name}"\n'
+                   f'backend = "cli"\ndatabase_url = "sqlite:///{state}/msched.db"\n')
     return load_config(cfg)
+
+
+@pytest.fixture
+def site(tmp_path):
+    return site_config(tmp_path)
 
 
 def tag_for(model: str, iters: int, added: str = "", pinned: str = "") -> JobTag:

@@ -25,9 +25,7 @@ from msched.store.schema import Round
 from msched.tag import with_tag
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_reorder import PERF_CSV, _fill_gpus, _submit, _wait_idle, tag_for  # noqa: E402
-
-pytestmark = pytest.mark.slurm
+from test_reorder import _fill_gpus, _submit, _wait_idle, site_config, tag_for  # noqa: E402
 
 # what the light round must not load (README: Running the reorderer)
 HEAVY = ("torch", "sklearn", "rich", "matplotlib", "ortools", "highspy")
@@ -36,16 +34,7 @@ PLANNING = ("msched.policy", "msched.rounds.core", "msched.rounds.settle", "msch
 
 @pytest.fixture
 def site(tmp_path):
-    """A site configuration of our own: state, database and performance table under tmp_path."""
-    from msched.config import load_config
-
-    perf = tmp_path / "perf.csv"
-    perf.write_text(PERF_CSV)
-    state = tmp_path / "state"
-    cfg = tmp_path / "msched.toml"
-    cfg.write_text(f'state_dir = "{state}"\nperformance = "{perf}"\ncluster_name = "light"\nbackend = "cli"\n'
-                   f'database_url = "sqlite:///{state}/msched.db"\n')
-    return load_config(cfg)
+    return site_config(tmp_path, "light")
 
 
 def _user_submit(user, cluster, *, name: str, model: str, iters: int, constraint: str = "titanxp") -> str:
@@ -98,6 +87,7 @@ def settled_queue(slurm_cluster, janitor, ordinary_user, site):
         slurm_cluster.run(["scontrol", "update", "nodename=n4", "state=resume"])
 
 
+@pytest.mark.slurm
 def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cluster, ordinary_user, site,
                                                                           settled_queue, janitor):
     reorderer, blockers, managed, plain = settled_queue
@@ -151,6 +141,7 @@ def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cl
         assert out.result is not None or out.unchanged, what
 
 
+@pytest.mark.slurm
 def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site, settled_queue):
     """`msched reorder` in a new process (as cron runs it) after the queue settled: the round is light
     and the process never loaded the planning core, the estimators or the heavy libraries."""
@@ -179,6 +170,7 @@ def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site,
     assert last.light == 1
 
 
+@pytest.mark.slurm
 def test_an_old_store_gains_the_columns_and_its_last_round_is_not_taken_as_light(slurm_cluster, site,
                                                                                  settled_queue):
     """A store written before the light round (no queue_digest, no light column) is upgraded on open; its
@@ -206,6 +198,7 @@ def test_an_old_store_gains_the_columns_and_its_last_round_is_not_taken_as_light
         store.dispose()
 
 
+@pytest.mark.slurm
 def test_the_digest_leaves_out_what_slurm_rewrites_by_itself(slurm_cluster, site, settled_queue):
     """Digests of an unchanged queue taken over a few seconds are equal, while backfill (bf_interval=1)
     keeps re-estimating the pending jobs' start times and reasons; a digest on another setup differs."""
@@ -221,3 +214,112 @@ def test_the_digest_leaves_out_what_slurm_rewrites_by_itself(slurm_cluster, site
         seen.add(client.queue_digest("x"))
     assert seen == {a}
     assert client.queue_digest("y") != a
+
+
+# ------------------------------------------------------------------ the conditions, on the simulator
+def _sim_reorderer(tmp_path, **settings):  # noqa: ANN003, ANN202
+    """A Reorderer over the simulator's dev-cluster queue (bench busy_sim, 300 pending) whose client offers
+    a queue digest (the simulator has none of its own: here the round core's state key of all it holds)."""
+    from msched.config import Config
+    from msched.rounds.core import slurm_state_key
+    from msched.slurm.base import ACTIVE_STATES, FINISHED_STATES
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_reorder as br
+
+    c, _blockers, _perf = br.busy_sim(300, seed=2)
+    every = ACTIVE_STATES + FINISHED_STATES
+    c.queue_digest = lambda setup="": slurm_state_key(c.jobs(every), c.nodes(), setup)
+    cfg = Config(state_dir=str(tmp_path / "state"), performance=str(br.PERF), cluster_name="light-sim",
+                 backend="cli", **settings)
+    store = open_site_store(cfg)
+    return c, Reorderer(cfg, c, store, run_kind="sim", run_name="light-sim"), store
+
+
+@pytest.mark.parametrize("lever", [False, True])
+def test_a_light_round_needs_every_condition(tmp_path, lever):
+    """Light only after a round that wrote nothing, before its plan's stable_until, with no hold or begin
+    time open in the journal (the nice lever's records of owners' offsets do not count) and the
+    begin-time lever off; each condition broken alone makes the round read Slurm again."""
+    from msched.store.holds import HoldJournal
+
+    c, reorderer, store = _sim_reorderer(tmp_path, begin_time_lever=lever)
+    try:
+        outcomes = [reorderer.round() for _ in range(6)]
+        if lever:                                   # the lever decides on the clock: never light
+            assert not any(o.light for o in outcomes)
+            return
+        first = next(i for i, o in enumerate(outcomes) if o.light)
+        assert first >= 1 and all(o.light for o in outcomes[first:])
+        before = outcomes[first - 1]
+        assert before.result is None or before.result.update_calls == 0
+        with store.read() as s:
+            last = s.scalars(select(Round).order_by(Round.id.desc())).first()
+            assert (last.light, last.changes, last.decision_rows) == (1, 0, 0)
+
+        journal = HoldJournal(store)
+        job = next(j.job_id for j in c.jobs() if j.is_pending)
+        (nice,) = [journal.record_hold(job, "nice", "0", "owner's offset")]
+        assert reorderer.round().light                  # a nice record is not a hold to undo
+        hold = journal.record_hold(job, "hold", "", "an interrupted round")
+        assert not reorderer.round().light              # an open hold: the round reads and replays it
+        journal.close([hold, nice], "test")
+        assert reorderer.round().light
+
+        c.cancel(job)
+        assert not reorderer.round().light                  # the digest saw the job end
+        _settle(reorderer)
+        with store.read() as s:
+            stable_until = s.scalars(select(Round).order_by(Round.id.desc())).first().stable_until
+        assert stable_until is not None and stable_until > c.now()
+        assert not reorderer.round(now=stable_until).light   # the clock alone changes the plan
+        reorderer.skip_unchanged = False
+        assert not reorderer.round().light                  # switched off: every round reads
+    finally:
+        store.dispose()
+
+
+# ------------------------------------------------------------------ the digest's failure modes
+FAKE = """#!/bin/sh
+# stands in for squeue and sinfo: prints $OUT_<command>, $ERR_<command> on stderr, exits $RC_<command>
+name=$(basename "$0")
+eval "printf '%s' \\"\\$OUT_$name\\""
+eval "printf '%s' \\"\\$ERR_$name\\"" >&2
+eval "exit \\${RC_$name:-0}"
+"""
+
+
+def _fake_client(tmp_path, **env):  # noqa: ANN003, ANN202
+    import stat
+
+    from msched.config import Config
+    from msched.slurm.cli import CliClient
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("squeue", "sinfo"):
+        (bindir / name).write_text(FAKE)
+        (bindir / name).chmod(stat.S_IRWXU)
+    return CliClient(Config(), bin_dir=bindir, env={"OUT_squeue": "1\x1fPD\x1f\n", "OUT_sinfo": "n1\x1fidle\x1f\n",
+                                                    **env})
+
+
+def test_the_digest_changes_with_what_squeue_and_sinfo_print_and_fails_safe(tmp_path):
+    """The digest hashes both commands' output with the setup; an error on stderr (a field this Slurm does
+    not know: squeue says so and exits 0) gives no digest (the round reads Slurm whole), and an
+    unreachable controller raises SlurmUnavailable as every read does."""
+    from msched.slurm.base import SlurmUnavailable
+
+    base = _fake_client(tmp_path).queue_digest("s")
+    assert base is not None and len(base) == 32 and base == _fake_client(tmp_path).queue_digest("s")
+    assert _fake_client(tmp_path).queue_digest("t") != base
+    assert _fake_client(tmp_path, OUT_squeue="1\x1fR\x1f\n").queue_digest("s") != base
+    assert _fake_client(tmp_path, OUT_sinfo="n1\x1fdrain\x1f\n").queue_digest("s") != base
+    # the same bytes split differently between the two commands are not the same digest
+    assert _fake_client(tmp_path, OUT_squeue="1\x1fPD\x1f\nn1", OUT_sinfo="\x1fidle\x1f\n").queue_digest("s") != base
+    unknown = "squeue: error: Invalid job format specification: admin_comment\n"
+    assert _fake_client(tmp_path, ERR_squeue=unknown).queue_digest("s") is None
+    assert _fake_client(tmp_path, ERR_sinfo="sinfo: error: boom\n", RC_sinfo="1").queue_digest("s") is None
+    with pytest.raises(SlurmUnavailable):
+        _fake_client(tmp_path, ERR_squeue="squeue: error: Unable to contact slurm controller (connect failure)\n",
+                     RC_squeue="1").queue_digest("s")

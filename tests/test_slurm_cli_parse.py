@@ -459,3 +459,75 @@ def test_which_gpu_a_shard_job_holds_is_read_from_squeue():
 ])
 def test_gres_detail_is_read_bounded_or_not_at_all(detail, expected):
     assert parse_gres_index(detail) == expected
+
+
+# ------------------------------------------------------------------------------------------ shards
+SHARD_CASES = json.loads((DATA / "shards_cases.json").read_text())
+
+
+def test_shard_nodes_are_read_from_sinfo_as_configured():
+    """Recorded on the dev cluster (tests/data/slurm/record_shard_nodes.py): n4's 4 GPUs carry 2 shards
+    each, n3's 4 carry 4, as gres.conf says (shards_cases.json); sinfo prints them typed
+    (`shard:titanxp:8`) although gres.conf names no type, and its GresUsed says 2 shards where the
+    running jobs hold 3 on n4 and 6 on n3: the count comes from Gres, never from GresUsed."""
+    from msched.slurm.cli.parsers import parse_shards
+
+    text = (DATA / "sinfo_shards.txt").read_text()
+    assert "shard:titanxp:8" in text and "shard:rtx2080ti:2(IDX:0-1)" in text      # typed; GresUsed undercounts
+    nodes = {n.name: n for n in parse_sinfo(text, Config())}
+    for name, want in SHARD_CASES["nodes"].items():
+        assert nodes[name].gpus == want["gpus"]
+        assert nodes[name].shards == want["gpus"] * want["shards_per_gpu"]
+        assert nodes[name].shards_per_gpu == want["shards_per_gpu"]
+    held = {n: sum(j["shards"] for j in SHARD_CASES["jobs"].values() if j["node"] == n) for n in ("n3", "n4")}
+    assert held == {"n3": 6, "n4": 3}
+    for block in (DATA / "scontrol_nodes_shards.txt").read_text().split("NodeName=")[1:]:
+        name = block.split()[0]
+        used = parse_shards(re.search(r"GresUsed=(\S+)", block).group(1).split("(")[0].replace("(IDX", ""))
+        configured = parse_shards(re.search(r"\bGres=(\S+)", block).group(1))
+        assert configured == nodes[name].shards and used < held[name]      # what GresUsed would have said
+    assert nodes["n4"].gpus_alloc == 0 and nodes["n4"].gpu_type == "titanxp"   # a shard GPU is no `gpu` allocation
+
+
+def test_shard_jobs_count_their_shards_and_a_two_shard_job_takes_an_empty_gpu():
+    """squeue --json of the same jobs: each job's shards as it asked (shards_cases.json), and which GPU
+    it holds. The 2-shard job on n4 took GPU 1, an empty one, not GPU 0's open shard beside the 1-shard
+    job; n3's three 1-shard jobs share GPU 0 and the 3-shard job holds GPU 1."""
+    doc = json.dumps({"meta": {}, "errors": [], "jobs": SHARD_CASES["squeue"]})
+    parsed = {j.name: j for j in parse_squeue(doc, Config(), {"n3": "rtx2080ti", "n4": "titanxp"})}
+    assert set(parsed) == set(SHARD_CASES["jobs"])
+    for name, want in SHARD_CASES["jobs"].items():
+        assert parsed[name].shards == want["shards"] and parsed[name].num_gpus == 0
+    assert parsed["n4-one"].gpu_index == (0,) and parsed["n4-two"].gpu_index == (1,)
+    assert {parsed[n].gpu_index for n in ("n3-one-a", "n3-one-b", "n3-one-c")} == {(0,)}
+    assert parsed["n3-three"].gpu_index == (1,) and parsed["held-two"].gpu_index == ()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("gpu:titanxp:4,shard:titanxp:8", 8), ("gpu:titanxp:4,shard:8", 8), ("gres:shard:2", 2), ("gres/shard:3", 3),
+    ("shard:rtx2080ti:16(S:0-1)", 16), ("gpu:a100:4", 0), ("", 0), ("(null)", 0), ("N/A", 0),
+    ("gres:gpu:1,gres:shard:1", 1), ("gpu:shard:4", 0), ("myshard:4", 0), ("shard:x:y:4", 0),
+    ("shard:" + "9" * 12, 0),
+])
+def test_parse_shards(text, expected):
+    from msched.slurm.cli.parsers import parse_shards
+
+    assert parse_shards(text) == expected
+
+
+def test_a_gpu_with_a_two_shard_job_has_no_open_shard():
+    """ShardGpu.held counts each job's shards: a 2-shard job alone on a 2-shard GPU leaves none open
+    (counting jobs would say one open, and the round would wait for a partner that cannot come)."""
+    from msched.policy.snapshot import ShardGpu
+    from msched.rounds.packing import _by_gpu
+    from msched.slurm.base import SlurmJob
+
+    assert ShardGpu("n4", "titanxp", ("9",), 0.0, 2, (), 2).open_shards == 0
+    assert ShardGpu("n4", "titanxp", ("7",), 0.0, 2, (), 1).open_shards == 1
+    assert ShardGpu("n3", "rtx2080ti", ("1", "2", "3"), 0.0, 4).open_shards == 1        # held unknown: one each
+    # without GPU indices, start order, each job on the first GPU with room: the 2-shard job after a
+    # 1-shard one on a 2-shard node starts a GPU of its own (as the recorded n4-two did), and the next
+    # 1-shard job takes the open shard beside the first
+    one, two, three = (SlurmJob(str(k), "RUNNING", start_time=float(k), shards=s) for k, s in ((1, 1), (2, 2), (3, 1)))
+    assert [[j.job_id for j in g] for g in _by_gpu([three, two, one], 2)] == [["1", "3"], ["2"]]
+    assert [[j.job_id for j in g] for g in _by_gpu([one, three, two], 4)] == [["1", "2", "3"]]

@@ -3,8 +3,9 @@
 A torchvision model name is answered from the shipped table (`msched.models.shipped`, precomputed by
 scripts/build_reference_profiles.py), so naming one never imports torch; msub reads that table directly
 (as plain dicts) and comes here only for a user's own model. A user's own model (`path/to/file.py:factory`) is profiled once in a subprocess and cached per user,
-keyed by absolute path, the file's SHA-256, the factory, the input size and the library versions (read
-from package metadata, not by importing them): editing the file or upgrading torch re-profiles it.
+keyed by absolute path, the file's SHA-256, the factory, the input size, the library versions (read
+from package metadata, not by importing them) and the profile format's PROFILE_VERSION: editing the file,
+upgrading torch or a profiler that records more re-profiles it.
 Pure Python: this module must not import torch, numpy or scikit-learn.
 
 Trust: a model file is imported only when it and its directory belong to the calling user and no
@@ -23,6 +24,7 @@ from msched.config import user_cache_dir
 from msched.errors import ProfileError
 from msched.models.profiler import (
     DEFAULT_TIMEOUT_S,
+    PROFILE_VERSION,
     Profile,
     library_versions,
     parse_spec,
@@ -89,7 +91,7 @@ def _file_key(model_path: str, factory: str, input_size: int | None) -> str:
     except OSError as exc:
         raise ProfileError(f"{model_path}: cannot read: {exc.strerror}") from exc
     versions = library_versions()
-    material = json.dumps([model_path, digest, factory, input_size, versions], sort_keys=True)
+    material = json.dumps([model_path, digest, factory, input_size, versions, PROFILE_VERSION], sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -136,7 +138,7 @@ UntrustedModelError). Raises ProfileError with a one-line message.
                 raise unknown_name_error(ms.name, names)
         elif input_size in (None, shipped.input_size):
             return shipped
-        key = hashlib.sha256(json.dumps([ms.name, input_size, library_versions()]).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([ms.name, input_size, library_versions(), PROFILE_VERSION]).encode()).hexdigest()
         cached = _cache_read(key) if use_cache else None
         if cached is not None:
             return cached

@@ -30,7 +30,9 @@ from typing import Any
 from msched.errors import ProfileError
 from msched.util.text import one_line
 
-PROFILE_VERSION = 2
+# 3: `recurrent_steps` (a profile cached before it would read as a model without recurrent layers); the
+# version is part of every profile cache key (msched.models.profile_cache), so older entries are not read
+PROFILE_VERSION = 3
 DEFAULT_INPUT_SIZE = 224
 DEFAULT_TIMEOUT_S = 60.0
 # limits of the child that imports a user's file (resource.setrlimit, set by the child before the import):
@@ -74,6 +76,10 @@ class Profile:
     bytes_by_kind: dict[str, int] = field(default_factory=dict)
     params_by_kind: dict[str, int] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()  # one sample's input when not a square image (a file's own input)
+    # time steps run by recurrent layers in one forward pass (layers x sequence length x directions, a cell
+    # once per call): cuDNN runs each step as its own small kernels, whatever the batch, so an LSTM's time
+    # has a per-step part its FLOPs do not show (msched.estimate.cost_model's `c_step`)
+    recurrent_steps: int = 0
     build: str = "meta"               # "meta" or "meta-params" (the fallback)
     seconds: float = 0.0              # time taken to build and count
     versions: dict[str, str] = field(default_factory=dict)
@@ -339,6 +345,25 @@ def layer_kind(module) -> str | None:
     return None
 
 
+def _recurrent_steps(module, inputs) -> int:
+    """Time steps one call of a recurrent module runs: layers x sequence length x directions for an
+    nn.RNN / LSTM / GRU (the sequence length from its input: a PackedSequence's longest, else the time
+    dimension by `batch_first`, an unbatched 2-D input's first), 1 for a cell."""
+    import torch.nn as nn
+    from torch.nn.utils.rnn import PackedSequence
+
+    if not isinstance(module, nn.RNNBase):
+        return 1
+    x = inputs[0] if inputs else None
+    if isinstance(x, PackedSequence):
+        length = int(x.batch_sizes.shape[0])
+    elif x is not None and hasattr(x, "dim") and x.dim() >= 2:
+        length = int(x.shape[1] if module.batch_first and x.dim() == 3 else x.shape[0])
+    else:
+        length = 1
+    return int(module.num_layers) * length * (2 if module.bidirectional else 1)
+
+
 def _conv_flops(module, out) -> float:
     """2 x multiply-adds of a convolution producing `out` (one sample)."""
     k = 1
@@ -424,13 +449,15 @@ def walk(model, input_size: int, spec: str, build: str = "meta", example_input: 
     first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
     per_sample = int(first.shape[0]) if first is not None and first.dim() > 0 and first.shape[0] > 0 else 1
     input_shape = tuple(int(d) for d in first.shape[1:]) if example_input is not None and first is not None else ()
-    state = {"act": 0, "depth": 0}
+    state = {"act": 0, "depth": 0, "steps": 0}
     handles = []
 
-    def hook(module, _inputs, out):
+    def hook(module, inputs, out):
         kind = layer_kind(module)
         if kind is None:
             return
+        if kind == "recurrent":
+            state["steps"] += _recurrent_steps(module, inputs)
         if isinstance(out, tuple | list):
             out = out[0]
         if not isinstance(out, torch.Tensor):
@@ -489,6 +516,7 @@ def walk(model, input_size: int, spec: str, build: str = "meta", example_input: 
         ops={k: v for k, v in sorted(ops.ops.items())}, build=build, versions=library_versions(),
         calls_by_kind=dict(sorted(calls_by_kind.items())), bytes_by_kind=dict(sorted(bytes_by_kind.items())),
         params_by_kind=dict(sorted(params_by_kind.items())), input_shape=input_shape,
+        recurrent_steps=int(state["steps"]),
     )
 
 

@@ -42,10 +42,11 @@ class ShardGpu:
     est_end: float
     shards: int = 2
     speeds: tuple[float | None, ...] = ()   # each job's predicted own/solo speed beside the other (a pair)
+    held: int = 0                     # shards its jobs hold (0: one each): a 2-shard job fills a 2-shard GPU
 
     @property
     def open_shards(self) -> int:
-        return max(0, self.shards - len(self.jobs))
+        return max(0, self.shards - (self.held or len(self.jobs)))
 
 
 @dataclass(frozen=True)

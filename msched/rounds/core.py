@@ -177,9 +177,14 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                    starvation_age_s: float | None = 86400.0,
                    gpu_type_of: Callable[[str], str] | None = None,
                    changes: list[float] | None = None,
-                   lever: TypeLever = FEATURE_LEVER) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+                   lever: TypeLever = FEATURE_LEVER, caches: bool = True) -> tuple[ClusterSnapshot, dict[str, JobView]]:
     """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
-    receives the times at which this view would change with the clock alone (see `plan_changes`)."""
+    receives the times at which this view would change with the clock alone (see `plan_changes`).
+
+    Within one snapshot, what many jobs share is worked out once (`caches`, on unless a test compares
+    against the uncached reading, tests/test_snapshot_caches.py): each constraint's GPU-type reading
+    (`_TypeNames`: a queue of 10,000 jobs holds a few dozen distinct constraints) and the feasible types
+    of each (constraint, partitions, job shape, memory) (`possible`)."""
     canon = _canon(gpu_type_of)
     node_states = []
     node_type: dict[str, str] = {}
@@ -196,14 +201,22 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                     for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
+    feasible_cache: dict[tuple, tuple[str, ...]] | None = {} if caches else None
 
     usable_gb = usable_by_type(known)
 
     def possible(job: SlurmJob, expr: str, partition: str | None = None,
                  peak_gb: float | None = None) -> tuple[str, ...]:
         """GPU types whose nodes (those the user's features and partitions reach) hold the job's shape
-        and whose memory holds its training step (`peak_gb`, the tag's `mem`)."""
+        and whose memory holds its training step (`peak_gb`, the tag's `mem`). The answer depends on
+        the job only through its shape (`msched.policy.feasibility.fits`: GPUs, GPUs per node, nodes),
+        so it is kept per (constraint, partitions, shape, memory)."""
         partition = job.partition or "" if partition is None else partition
+        if feasible_cache is not None:
+            shape_key = (expr, partition, job.num_gpus, job.gpus_per_node, job.num_nodes, peak_gb)
+            hit = feasible_cache.get(shape_key)
+            if hit is not None:
+                return hit
         key = (expr, partition)
         sizes = sizes_cache.get(key)
         if sizes is None:
@@ -212,11 +225,16 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             except ConstraintError:
                 sizes = {}
             sizes_cache[key] = sizes
-        return feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
+        out = feasible_types(job, sizes, peak_gb=peak_gb, usable_gb=usable_gb)
+        if feasible_cache is not None:
+            feasible_cache[shape_key] = out
+        return out
 
-    def as_type(name: str) -> str | None:
+    def known_type(name: str) -> str | None:
         c = canon(name) if name else ""
         return c if c in known else None
+
+    as_type = _TypeNames(known_type) if caches else known_type
 
     def types_matching(expr: str) -> tuple[str, ...]:
         """GPU types with at least one node satisfying the expression (all types for an empty one).
@@ -260,13 +278,51 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts)
+    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
+                                                     {n.name: n.shards_per_gpu for n in nodes if n.shards_per_gpu})
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
 
 
 _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
+
+
+class _TypeNames:
+    """The snapshot's GPU-type names (`as_type`: a feature name -> its canonical GPU type, None for other
+    features), with each constraint's reading kept: `split` (msched's GPU-type terms and the user's
+    part) and `named` (every type it names), parsed once per distinct constraint instead of once per
+    job. Callable as the plain `as_type`, so the round core's readers take either."""
+
+    __slots__ = ("_as_type", "_split", "_named")
+
+    def __init__(self, as_type: Callable[[str], str | None]):
+        self._as_type = as_type
+        self._split: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._named: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, name: str) -> str | None:
+        return self._as_type(name)
+
+    def split(self, expr: str) -> tuple[str, tuple[str, ...]]:
+        hit = self._split.get(expr)
+        if hit is None:
+            hit = self._split[expr] = split(expr, self._as_type)
+        return hit
+
+    def named(self, expr: str) -> tuple[str, ...]:
+        hit = self._named.get(expr)
+        if hit is None:
+            hit = self._named[expr] = names_gpu_type(expr, self._as_type)
+        return hit
+
+
+def _split(expr: str, as_type) -> tuple[str, tuple[str, ...]]:  # noqa: ANN001
+    return as_type.split(expr) if isinstance(as_type, _TypeNames) else split(expr, as_type)
+
+
+def _named(expr: str, as_type) -> tuple[str, ...]:  # noqa: ANN001
+    return as_type.named(expr) if isinstance(as_type, _TypeNames) else names_gpu_type(expr, as_type)
 
 
 def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, str], as_type, known: set[str],  # noqa: ANN001
@@ -399,9 +455,9 @@ def _end_of(job: SlurmJob, est: float | None, now: float) -> tuple[float, float 
 def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
              possible, lever: TypeLever = FEATURE_LEVER):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
-    user_part, msched_types = split(job.features or "", as_type)
+    user_part, msched_types = _split(job.features or "", as_type)
     if tag is None:
-        named = names_gpu_type(job.features or "", as_type)
+        named = _named(job.features or "", as_type)
         allowed = tuple(dict.fromkeys(((gres_type,) if gres_type else ()) + named))
         if job.features:
             allowed = tuple(t for t in (allowed or types_matching("")) if t in types_matching(job.features))
@@ -429,7 +485,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         writable = not pinned and owned
     if not pinned and not writable:
         # a constraint msched cannot extend: treat whatever types it names as fixed
-        pinned_types = names_gpu_type(job.features or "", as_type)
+        pinned_types = _named(job.features or "", as_type)
     # the types the rest of the request allows: nodes of the type must satisfy the user's own features
     reach = types_matching(job.features or "") if (pinned or not writable) else types_matching(user_part)
     if pinned or not writable:

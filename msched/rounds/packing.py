@@ -12,7 +12,7 @@ source and the interference model; the decision is `pair_shard_jobs`'.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from msched.policy.packing import PackingPlan, ShardJob, pair_shard_jobs
@@ -89,8 +89,9 @@ def with_pairing(wanted: list, shard_updates: list, plan: PackingPlan | None) ->
 SHARDS_PER_GPU = 2        # the dev cluster's and the bench's gres.conf (README: sharing GPUs through shards)
 
 
-def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, estimator, now: float,  # noqa: ANN001
-               canon: Callable[[str], str], shard_parts: frozenset[str] | None = None) -> tuple[tuple, tuple, tuple]:
+def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, estimator, now: float,  # noqa: ANN001, PLR0913
+               canon: Callable[[str], str], shard_parts: frozenset[str] | None = None,
+               shards_per_gpu: Mapping[str, int] | None = None) -> tuple[tuple, tuple, tuple]:
     """The snapshot's view of GPUs that shard jobs hold: (nodes with those GPUs taken, running jobs with
     one entry per such GPU, `ShardGpu`s). Slurm shows a shard job with no GPUs (and real Slurm counts a
     GPU that shards use as no `gpu` allocation), so without this the planner sees such a GPU free or
@@ -98,7 +99,9 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
     `_by_gpu`). `shard_parts`: the partitions of shard nodes
     (a GPU-less job elsewhere whose comment claims `pack` holds no GPU here). A job's end: its solo estimate on its type, stretched by its predicted own
     speed beside a partner (msched.estimate.interference); a GPU frees when its last job ends. Pure
-    apart from the estimator; never raises for one bad job."""
+    apart from the estimator; never raises for one bad job. `shards_per_gpu`: per node, as Slurm
+    configured it (`SlurmNode.shards_per_gpu`, from sinfo's Gres; SHARDS_PER_GPU where unknown); a GPU's
+    `held` counts each job's shards (a 2-shard job fills a 2-shard GPU), never the node's GresUsed."""
     from msched.policy.snapshot import NodeState, RunningJob, ShardGpu
     from msched.rounds.core import _end_of, _estimate_on
 
@@ -120,7 +123,8 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
         gtype = type_of.get(name) or (canon(held[0].gpu_type) if held[0].gpu_type else None)
         if gtype is None:
             continue
-        for group in _by_gpu(held):
+        per_gpu = (shards_per_gpu or {}).get(name) or SHARDS_PER_GPU
+        for group in _by_gpu(held, per_gpu):
             speeds = {}
             if model is not None and times is not None and len(group) > 1:
                 for j in group:
@@ -144,8 +148,8 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
                 predicted.append(v)
                 ends.append(_end_of(j, est, now)[0])
             last = max(ends)
-            gpus.append(ShardGpu(name, gtype, tuple(j.job_id for j in group), last, SHARDS_PER_GPU,
-                                 tuple(predicted) if len(group) > 1 else ()))
+            gpus.append(ShardGpu(name, gtype, tuple(j.job_id for j in group), last, per_gpu,
+                                 tuple(predicted) if len(group) > 1 else (), sum(max(1, j.shards) for j in group)))
             extra.append(RunningJob(group[ends.index(last)].job_id, gtype, 1, last, (name,)))
     held_on = {}
     for g in gpus:
@@ -160,19 +164,31 @@ def shard_view(jobs: Sequence[SlurmJob], nodes: Sequence, running: Sequence, est
     return out_nodes, (*running, *extra), tuple(gpus)
 
 
-def _by_gpu(held: list[SlurmJob]) -> list[list[SlurmJob]]:
+def _by_gpu(held: list[SlurmJob], per_gpu: int = SHARDS_PER_GPU) -> list[list[SlurmJob]]:
     """One node's running shard jobs grouped by the GPU they share. Slurm says which GPU each holds
     (squeue's gres_detail, `SlurmJob.gpu_index`): jobs with the same one index share it, whatever order
     they started in (after a departure, two jobs alone on two GPUs stay apart). When any job's GPU is
-    not known (a single-index read failed), the node falls back to start order in groups of
-    SHARDS_PER_GPU, as Slurm fills one GPU's shards before the next's: exact until a job leaves a pair."""
+    not known (a single-index read failed), the node falls back to start order, each job on the first GPU
+    with room for its shards (`per_gpu`, the node's shards per GPU, a GPU), else a GPU of its own: as
+    Slurm placed them (tests/data/slurm/shards_cases.json: a 2-shard job beside a 1-shard one's open
+    shard took an empty GPU); exact until a job leaves."""
     held = sorted(held, key=lambda j: (j.start_time or 0.0, j.job_id))
     if all(len(j.gpu_index) == 1 for j in held):
         groups: dict[int, list[SlurmJob]] = {}
         for j in held:
             groups.setdefault(j.gpu_index[0], []).append(j)
         return [groups[k] for k in sorted(groups)]
-    return [held[k:k + SHARDS_PER_GPU] for k in range(0, len(held), SHARDS_PER_GPU)]
+    out: list[list[SlurmJob]] = []
+    room: list[int] = []
+    for j in held:
+        need = max(1, j.shards)
+        k = next((k for k, r in enumerate(room) if r >= need), len(out))
+        if k == len(out):
+            out.append([])
+            room.append(per_gpu)
+        out[k].append(j)
+        room[k] -= need
+    return out
 
 
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001

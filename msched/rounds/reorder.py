@@ -401,7 +401,6 @@ class Reorderer:
         ones for MinJobAge), so an unchanged digest means no job started or ended since the last round's
         read; the next round that reads looks back to this round's time less COMPLETION_OVERLAP_S.
         What the digest cannot see (README): a user moving text between two of their own text fields."""
-        from msched.store.queries import last_planned_round
         from msched.store.writes import record_unchanged_round
 
         if digest is None or not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
@@ -410,16 +409,13 @@ class Reorderer:
         rid = self._run_id if self._run_id is not None else self._existing_run_id(self.store)
         if rid is None:
             return None
-        with self.store.read() as session:
-            last = last_planned_round(session, rid)
-            if last is not None:
-                session.expunge(last)
-        if last is None or last.queue_digest != digest or last.changes or last.decision_rows or \
-                (last.stable_until is not None and now >= last.stable_until):
+        last = self._settled_round(rid, now, "queue_digest", digest)
+        if last is None:
             return None
-        journal = self.journal
-        if journal.open_entries():
+        if any(e.kind != "nice" for e in self.journal.open_entries()):
             return None                     # a hold or begin time to undo: the full round replays it
+        # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
+        # for --release, which a round's replay leaves alone)
         published = self._published_free_time(now) if self.publish else ({}, None)
         if published is None:
             return None
@@ -448,18 +444,11 @@ class Reorderer:
         plan. Moves waiting for the rate limit do not oblige a plan: with nothing changed they wait on
         the same decision. At 10,000 pending this saves the snapshot, the plan and the evaluations
         (seconds of CPU every minute). The begin-time lever decides on the clock, so it always plans."""
-        from msched.store.queries import last_planned_round
-
         if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
             return None
         t0 = time.perf_counter()
-        rid = self.run_id(nodes)
-        with self.store.read() as session:
-            last = last_planned_round(session, rid)
-            if last is not None:
-                session.expunge(last)
-        if last is None or last.state_key != state_key or last.changes or last.decision_rows or \
-                (last.stable_until is not None and now >= last.stable_until):
+        last = self._settled_round(self.run_id(nodes), now, "state_key", state_key)
+        if last is None:
             return None
         published = self._published_free_time(now) if self.publish else ({}, None)
         if published is None:
@@ -479,6 +468,21 @@ class Reorderer:
         self._prune(now)
         return RoundOutcome(None, round_id=round_id, completions=done, free_time=free, unchanged=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+
+    def _settled_round(self, run_id: int, now: float, key: str, value: str):  # noqa: ANN202 - a Round row, or None
+        """The run's last recorded round when a round now would decide as it did: its `key` column
+        (state_key or queue_digest) is `value`, it wrote nothing to Slurm and changed no job's held plan
+        (the incumbent is the same), and `now` is before its plan's `stable_until`; else None."""
+        from msched.store.queries import last_planned_round
+
+        with self.store.read() as session:
+            last = last_planned_round(session, run_id)
+            if last is not None:
+                session.expunge(last)
+        if last is None or getattr(last, key) != value or last.changes or last.decision_rows or \
+                (last.stable_until is not None and now >= last.stable_until):
+            return None
+        return last
 
     def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
         try:

@@ -91,6 +91,7 @@ class SlurmJob:
     nice: int = 0
     begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
     gpu_index: tuple[int, ...] = ()   # the GPUs (indices) it holds on its first node, as Slurm says; () unknown
+    shards: int = 0                   # gres/shard it asks for (all nodes; 0: not a shard job)
 
     def held_until(self, now: float) -> float | None:
         """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
@@ -133,6 +134,12 @@ class SlurmNode:
     features: tuple[str, ...] = ()
     state: str = "IDLE"
     partitions: tuple[str, ...] = ()
+    shards: int = 0               # gres/shard configured on the node (all its GPUs together; 0: none)
+
+    @property
+    def shards_per_gpu(self) -> int:
+        """Shards each GPU carries (gres.conf's Count over the GPUs: Slurm spreads them evenly); 0: none."""
+        return self.shards // self.gpus if self.gpus > 0 else 0
 
     @property
     def gpus_free(self) -> int:

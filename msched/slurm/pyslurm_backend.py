@@ -35,6 +35,7 @@ from msched.slurm.cli.parsers import (
     format_time_limit,
     normalise_node_state,
     parse_gpu_tres,
+    parse_shards,
 )
 
 _RPC_ERRORS: tuple[type[BaseException], ...] = tuple(
@@ -140,6 +141,7 @@ class PyslurmClient(SlurmClient):
             nodes=nodes,
             gpu_type=gpu_type,
             reason=str(getattr(j, "state_reason", "") or "").replace("None", ""),
+            shards=parse_shards(_gres_text(getattr(j, "gres_per_node", None))) * num_nodes,
         )
 
     def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
@@ -168,6 +170,7 @@ class PyslurmClient(SlurmClient):
         for n in loaded.values():
             gpus, gtype = parse_gpu_tres(_gres_text(getattr(n, "configured_gres", None)))
             used, _ = parse_gpu_tres(_gres_text(getattr(n, "allocated_gres", None)))
+            configured = _gres_text(getattr(n, "configured_gres", None))
             features = getattr(n, "available_features", None) or getattr(n, "features", None) or ()
             nodes.append(SlurmNode(
                 name=str(n.name),
@@ -177,6 +180,7 @@ class PyslurmClient(SlurmClient):
                 features=tuple(_join(features).split(",")) if features else (),
                 state=normalise_node_state(str(getattr(n, "state", "UNKNOWN"))),
                 partitions=tuple(getattr(n, "partitions", None) or ()),
+                shards=parse_shards(configured),
             ))
         self._node_types = {n.name: n.gpu_type for n in nodes}
         return nodes

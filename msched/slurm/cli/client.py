@@ -214,16 +214,20 @@ class CliClient(SlurmClient):
                 message = _one_line(err.read().decode("utf-8", errors="replace"))
                 raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
 
-    def _run_bytes(self, argv: list[str]) -> bytes:
-        """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
+    def _raw(self, argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[bytes]:
+        """Run a read-only command, its output as bytes; a missing or hung command is SlurmUnavailable."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         try:
-            proc = subprocess.run(argv, capture_output=True, env=self._json_env(), timeout=self.timeout_s,
+            return subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") from None
+
+    def _run_bytes(self, argv: list[str]) -> bytes:
+        """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
+        proc = self._raw(argv, self._json_env())
         if proc.returncode != 0:
             message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
             raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
@@ -289,15 +293,7 @@ class CliClient(SlurmClient):
         h.update(setup.encode())
         for argv in (["squeue", "-h", "-t", "all", "-S", "i", "-O", self._format(DIGEST_JOB_FIELDS)],
                      ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]):
-            argv = [self._cmd(argv[0]), *argv[1:]]
-            try:
-                proc = subprocess.run(argv, capture_output=True, env=self._env(), timeout=self.timeout_s,
-                                      preexec_fn=die_with_parent(os.getpid()))
-            except FileNotFoundError:
-                raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
-            except subprocess.TimeoutExpired:
-                raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") \
-                    from None
+            proc = self._raw(argv, self._env())
             if proc.returncode != 0 or proc.stderr.strip():
                 message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
                 if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:

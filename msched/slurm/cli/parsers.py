@@ -61,6 +61,9 @@ _NOT_PENDING = (
     "Requested operation is presently disabled",
 )
 _GPU_RE = re.compile(r"(?:^|,)(?:gres[:/])?gpu(?::([^:,()]+))?:(\d+)")
+# a shard item, typed or not: `shard:8`, `shard:titanxp:8` (how sinfo and scontrol print a node's shards,
+# though gres.conf names no type: tests/data/slurm/sinfo_shards.txt), `gres:shard:2` (a job's request)
+_SHARD_RE = re.compile(r"(?:^|,)(?:gres[:/])?shard(?::[^:,()]+)?:(\d{1,6})(?=$|[,(])")
 
 
 def format_time_limit(seconds: float) -> str:
@@ -94,6 +97,16 @@ def parse_gpu_tres(text: str) -> tuple[int, str | None]:
         if m.group(1) and gtype is None:
             gtype = m.group(1)
     return count, gtype
+
+
+def parse_shards(text: str) -> int:
+    """Shards in a GRES/TRES string: a node's configured `Gres` (`gpu:titanxp:4,shard:titanxp:8` -> 8) or
+    a job's request (`gres:shard:2` -> 2); 0 when none. Never given a node's `GresUsed`: Slurm 22.05
+    prints fewer shards there than its jobs hold (tests/data/slurm/scontrol_nodes_shards.txt: 2 where
+    four jobs hold 6), so what a GPU holds is counted from the jobs (`ShardGpu.held`)."""
+    if not text or text.strip() in _EMPTY:
+        return 0
+    return sum(int(m.group(1)) for m in _SHARD_RE.finditer(text.strip()))
 
 
 def _field(value: str) -> str:
@@ -145,6 +158,8 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
     per_node, t_node = parse_gpu_tres(_json_str(d.get("tres_per_node")))
     per_task, t_task = parse_gpu_tres(_json_str(d.get("tres_per_task")))
     num_gpus = per_job + per_node * num_nodes + per_task * num_tasks
+    shards = (parse_shards(_json_str(d.get("tres_per_job"))) + parse_shards(_json_str(d.get("tres_per_node"))) * num_nodes
+              + parse_shards(_json_str(d.get("tres_per_task"))) * num_tasks)
     typed = t_job or t_node or t_task
     nodes = _field(_json_str(d.get("nodes"))) if state != PENDING else ""
     gpu_type = gpu_type_on(nodes, node_types)
@@ -175,6 +190,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         nice=_json_signed(d.get("nice")),
         begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
         gpu_index=parse_gres_index(d.get("gres_detail")) if state != PENDING else (),
+        shards=shards,
     )
 
 
@@ -419,13 +435,14 @@ def parse_sinfo(text: str, config: Config) -> list[SlurmNode]:
                 merged[name]["partitions"].append(part)
             continue
         gpus, gtype = parse_gpu_tres(v["Gres"])
-        used, _ = parse_gpu_tres(v["GresUsed"])
+        used, _ = parse_gpu_tres(v["GresUsed"])      # its GPUs only: its shards there are undercounted
         features = tuple(f for f in _field(v["Features"]).split(",") if f)
         merged[name] = {
             "name": name,
             "gpu_type": config.canonical_gpu_type(gtype) if gtype else None,
             "gpus": gpus,
             "gpus_alloc": used,
+            "shards": parse_shards(v["Gres"]),
             "features": features,
             "state": normalise_node_state(v["StateComplete"]),
             "partitions": [part] if part else [],

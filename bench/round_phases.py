@@ -1,0 +1,163 @@
+"""One `msched reorder` round in this process, as cron runs it, taken apart: where its time goes and what
+Slurm's own commands cost beside it (issue 21, fifth pass).
+
+    python bench/round_phases.py STATE_DIR NAME [BUDGET]      # prints one JSON line
+
+Run it in a fresh process with `python -X importtime` (bench_reorder.py --own-process does): the import
+time is then Python's own measure (the sum of every module's self time on stderr), whatever the round
+imports and when (a light round never imports the planning core).
+
+Phases (wall seconds, measured by wrapping the functions a round calls; `round_s` is the whole round):
+- digest: the light round's `squeue -O` + sinfo and their hashing (`CliClient.queue_digest`);
+- squeue: `squeue --json` read and parsed (`CliClient._queue`), sinfo (`nodes`), finished jobs;
+- snapshot: `build_snapshot`; planner: `policy.plan`; settle: `msched.rounds.settle.settle`;
+- writes: `update_jobs` (one squeue and the scontrol batches);
+- store: the database's share (`RoundOutcome.db_seconds`: checks, ingest, record, prune).
+Beside them: this process's CPU (user + system) and peak RSS, and the Slurm commands' (every child
+process the round waited for: squeue, sinfo, scontrol): their CPU and the largest one's peak RSS
+(`getrusage(RUSAGE_CHILDREN)`), with the CPU of the children of each phase.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+_T0 = time.perf_counter()
+_CPU0 = time.process_time()
+
+
+def _children() -> tuple[float, float]:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+class Phases:
+    """Wall seconds and children's CPU seconds per phase, accumulated over the calls wrapped."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.child_cpu: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def wrap(self, owner: object, attr: str, phase: str) -> None:
+        fn = getattr(owner, attr)
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            c0 = _children()[0]
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.wall[phase] = self.wall.get(phase, 0.0) + time.perf_counter() - t0
+                self.child_cpu[phase] = self.child_cpu.get(phase, 0.0) + _children()[0] - c0
+                self.calls[phase] = self.calls.get(phase, 0) + 1
+
+        setattr(owner, attr, timed)
+
+
+def _wrap_planning_core(phases: Phases) -> None:
+    """Wrap the planning core's phases once the round imports it (a light round never does): a hook on
+    the import of msched.rounds.core, so that this helper does not import it itself."""
+    import importlib.abc
+    import importlib.machinery
+
+    class Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
+            if name != "msched.rounds.core":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            loader = spec.loader
+            exec_module = loader.exec_module
+
+            def exec_and_wrap(module):  # noqa: ANN001, ANN202
+                exec_module(module)
+                phases.wrap(module, "build_snapshot", "snapshot")
+                phases.wrap(module, "settle", "settle")
+                plan_of = {}
+
+                def run_round(client, policy, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+                    if id(policy) not in plan_of:
+                        phases.wrap(policy, "plan", "planner")     # the instance: its own plan only
+                        plan_of[id(policy)] = True
+                    return original(client, policy, *args, **kwargs)
+
+                original = module.run_round
+                module.run_round = run_round
+
+            loader.exec_module = exec_and_wrap
+            return spec
+
+    sys.meta_path.insert(0, Hook())
+
+
+def measure(state: Path, name: str, write_budget: int | None = None) -> dict:
+    """One round of the bench's site `name` under `state` (bench_reorder.site), taken apart."""
+    phases = Phases()
+    _wrap_planning_core(phases)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from msched.rounds.reorder import Reorderer, open_site_store
+    from msched.slurm.cli import CliClient
+    from msched.store.db import Store
+
+    import_cpu = time.process_time() - _CPU0
+    import_wall = time.perf_counter() - _T0
+    for attr, phase in (("queue_digest", "digest"), ("_queue", "squeue"), ("nodes", "sinfo"),
+                        ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler")):
+        phases.wrap(CliClient, attr, phase)
+    cfg = _site(state, name, write_budget)
+    store: Store = open_site_store(cfg)
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
+    round_s, round_cpu = time.perf_counter() - w0, time.process_time() - c0
+    store.dispose()
+    r = out.result
+    m: dict = {"round_s": round_s, "round_cpu_s": round_cpu, "unchanged": r is None, "light": out.light,
+               "setup_wall_s": import_wall, "setup_cpu_s": import_cpu}
+    if r is None:
+        m.update(pending=out.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
+    else:
+        st = r.settle
+        m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
+                 est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
+                 held_back=st.held_back, buys=st.buys())
+    phases.wall["store"] = out.db_seconds
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    child_cpu, child_rss = _children()
+    m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=ru.ru_maxrss / 1024, slurm_cpu_s=child_cpu,
+             slurm_peak_rss_mb=child_rss, phases={k: round(v, 4) for k, v in phases.wall.items()},
+             phase_slurm_cpu={k: round(v, 4) for k, v in phases.child_cpu.items()}, phase_calls=phases.calls,
+             modules=len(sys.modules),
+             planning_core_loaded=any(k.startswith(("msched.policy", "msched.rounds.core")) for k in sys.modules))
+    return m
+
+
+def _site(state: Path, name: str, write_budget: int | None):  # noqa: ANN202 - bench_reorder's site config
+    from msched.config import DATA_DIR, Config
+
+    settings = {} if write_budget is None else {"write_budget": write_budget}
+    return Config(state_dir=state / name, performance=str(Path(DATA_DIR) / "gpu_performance.csv"),
+                  cluster_name=f"bench-{name}", backend="cli", **settings)
+
+
+def import_seconds(stderr: str) -> float:
+    """The total of `-X importtime`'s self times (microseconds per module) on `stderr`, in seconds."""
+    total = 0
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            head = line.split("|")[0].removeprefix("import time:").strip()
+            if head.isdigit():
+                total += int(head)
+    return total / 1e6
+
+
+if __name__ == "__main__":
+    budget = int(sys.argv[3]) if len(sys.argv) > 3 and int(sys.argv[3]) else None
+    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget)))
