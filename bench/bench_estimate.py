@@ -13,7 +13,8 @@ Figures: mean |log(predicted / true)| of the absolute iteration time over rows, 
 precision and GPU count; best-type accuracy: per (model, GPU count, precision) over the types measured
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
-    .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR] [--nested] [--nested-types] [--json OUT]
+    .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR [--jobs N]] [--nested [--nested-inner pairs|outer]]
+        [--nested-types] [--json OUT]
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from msched.estimate.cost_fit import FitRow, fit  # noqa: E402
 from msched.estimate.cost_model import COMPUTE_KINDS, MEMORY_GROUPS, CostModel  # noqa: E402
 from msched.estimate.gpu_specs import load_specs  # noqa: E402
 from msched.estimate.perf_table import PerfRow, PerfTable  # noqa: E402
-from msched.estimate.predictor import RANK_WEIGHT, SHAPE_REFS, predict  # noqa: E402
+from msched.estimate.predictor import RANK_WEIGHT, SHAPE_CAP, SHAPE_REFS, predict  # noqa: E402
 from msched.estimate.training_data import gavel_family, gavel_profiles  # noqa: E402
 from msched.models.classify import ReferenceSet, family_of  # noqa: E402
 from msched.models.shipped import load_table  # noqa: E402
@@ -60,7 +61,7 @@ def roofline() -> CostModel:
     shared = {f"e_{k}": 1.0 for k in COMPUTE_KINDS} | {f"a_{k}": 1.0 for k in COMPUTE_KINDS}
     shared |= {f"a_{g}": 1.0 for g in MEMORY_GROUPS} | {"a_w": 1.0, "c_gpu": 0.0, "c_host": 0.0, "phi": 0.0,
                                                         "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
-                                                        "dp_fixed": 0.0}
+                                                        "dp_fixed": 0.0, "c_step": 0.0}
     return CostModel({"shared": shared, "gen_eff": {}, "gen_bw": {}, "default_eff": {}, "default_bw": 1.0})
 
 
@@ -76,6 +77,7 @@ def load_rows(data: Path, profiles: dict) -> tuple[list[FitRow], dict[FitRow, st
 
 
 FIT_CACHE: Path | None = None   # --fit-cache: fitted parameters kept per training set (re-runs skip the fits)
+NESTED_LOG: Path | None = None   # --nested-log: each held-out family's nested choice and predictions, as they come
 
 
 def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None) -> CostModel:
@@ -101,6 +103,59 @@ def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, floa
         FIT_CACHE.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(params))
     return CostModel(params)
+
+
+def _fit_one(kept: list[FitRow], profiles: dict) -> None:
+    fitted(kept, profiles, load_specs())
+
+
+def prefit(training_sets: list[list[FitRow]], profiles: dict, jobs: int) -> None:
+    """Fit every training set the run will need, `jobs` at a time in worker processes, into FIT_CACHE (the
+    run then reads them back: the same fits as one process would make, only sooner)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    seen, todo = set(), []
+    for kept in training_sets:
+        key = frozenset(training_data.fit_rows(kept))
+        if key not in seen:
+            seen.add(key)
+            todo.append(kept)
+    start = time.perf_counter()
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        for i, _ in enumerate(pool.map(_fit_one, todo, [profiles] * len(todo))):
+            print(f"  prefit {i + 1}/{len(todo)} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+
+
+def training_sets(rows: list[FitRow], specs, families: set[str] | None, types: set[str] | None,
+                  nested: bool, pair_fits: bool = True) -> list[list[FitRow]]:
+    """The training sets of the family hold-out, leave-one-type-out and nested studies, outer folds first."""
+    fams = sorted({family(r.model) for r in rows})
+    out = [[r for r in rows if family(r.model) != f] for f in fams if families is None or f in families]
+    out += [[r for r in rows if specs.get(r.gpu_type).gpu_type != t] for t in sorted({specs.get(r.gpu_type).gpu_type
+                                                                                       for r in rows})
+            if types is None or t in types]
+    if nested:
+        out += [[r for r in rows if family(r.model) != f] for f in fams]
+        if pair_fits:
+            out += [[r for r in rows if family(r.model) not in (f, g)] for i, f in enumerate(fams) for g in fams[i + 1:]]
+    return out
+
+
+class MemoCost:
+    """A fitted CostModel whose figures are remembered (by profile object, type, precision, batch, GPU count,
+    optimizer, run): the nested study asks the same ones for every candidate of its grid. Same figures."""
+
+    def __init__(self, cm: CostModel):
+        self.cm = cm
+        self.memo: dict[tuple, float] = {}
+
+    def iteration_ms(self, profile, spec, precision="float", batch_size=12, num_gpus=1, optimizer=False, run=""):  # noqa: ANN001
+        key = (id(profile), spec.gpu_type, precision, batch_size, num_gpus, optimizer, run)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.cm.iteration_ms(profile, spec, precision, batch_size, num_gpus, optimizer, run)
+        return hit
 
 
 def as_table(rows: list[FitRow]) -> PerfTable:
@@ -149,7 +204,7 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                                 optimizer=r.optimizer, rank_weight=0.0, shape_refs=1)
             blends = {f"blend_{w}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                             perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                            optimizer=r.optimizer, rank_weight=w, shape_refs=1).iter_ms
+                                            optimizer=r.optimizer, rank_weight=w, shape_refs=1, shape_cap=None).iter_ms
                       for w in BLEND_WEIGHTS}
             results.append((r, {
                 "flops_rule": flops_rule(r, known, refs, profiles),
@@ -162,9 +217,13 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
                 "shipped": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                    perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
                                    optimizer=r.optimizer).iter_ms,
+                "shipped_nocap": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
+                                         perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
+                                         optimizer=r.optimizer, shape_cap=None).iter_ms,
                 "blend_0.5_refs3": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size, r.precision,
                                            perf=known, references=refs, profiles=profiles, specs=specs, cost=cm,
-                                           optimizer=r.optimizer, rank_weight=0.5, shape_refs=3).iter_ms,
+                                           optimizer=r.optimizer, rank_weight=0.5, shape_refs=3,
+                                           shape_cap=None).iter_ms,
             }))
         out[fam] = results
         print(f"  family {fam}: {len(held)} rows", file=sys.stderr)
@@ -173,24 +232,47 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
     return out
 
 
-NESTED_GRID = tuple((w, k) for w in (0.0, 0.25, 0.5, 0.75, 1.0) for k in (1, 3))   # (type-shape weight, references)
+# (type-shape weight, references, shape cap): the cap does nothing at weight 0, which gets it once
+NESTED_GRID = tuple((w, k, c) for w in (0.0, 0.25, 0.5, 0.75, 1.0) for k in (1, 3)
+                    for c in ((None,) if w == 0 else (None, 0.1, 0.2, 0.4)))
 
 
-def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[str, float]]], dict[str, tuple]]:
-    """The predictor's type-shape weight (predictor.RANK_WEIGHT) and number of correcting references
-    (`shape_refs`) chosen without looking at the test family: for each held-out family f, every candidate
-    pair is scored by best-type accuracy (ties: mean regret) on an inner leave-one-family-out over the
+def grid_key(choice: tuple) -> str:
+    w, k, c = choice
+    return f"w{w:g}k{k}c{'none' if c is None else f'{c:g}'}"
+
+
+def grid_label(choice: tuple) -> str:
+    w, k, c = choice
+    return f"{w:g}/{k}/{'-' if c is None else f'{c:g}'}"
+
+
+def nested_rank_weight(rows, profiles, specs, pair_fits: bool = True
+                       ) -> tuple[list[tuple[FitRow, dict[str, float]]], dict[str, tuple]]:
+    """The predictor's type-shape weight (predictor.RANK_WEIGHT), number of correcting references
+    (`shape_refs`) and shape cap (SHAPE_CAP) chosen without looking at the test family: for each held-out
+    family f, every candidate of NESTED_GRID is scored by best-type accuracy (ties: mean regret) on an inner leave-one-family-out over the
     other families g, each predicted with the cost model fitted and the references drawn without both f
     and g; the winner then predicts f (fitted and referenced without f alone). Returns f's predictions
-    under `nested` and the pair each family got."""
+    under `nested` and the choice each family got.
+
+    `pair_fits` False (--nested-inner outer, 13x fewer fits): the inner folds use the cost model fitted
+    without f alone (g's rows are in that fit, so the inner scores flatter the cost model; g's rows are
+    still kept out of the references and the measured table). f is never seen either way."""
     by_family: dict[str, list[FitRow]] = defaultdict(list)
     for r in rows:
         by_family[family(r.model)].append(r)
     fams = sorted(by_family)
     tv_models = load_table()["models"]
 
-    def predictions(held: list[FitRow], kept: list[FitRow], tag: str, weights) -> list[tuple[FitRow, dict]]:
-        cm = fitted(kept, profiles, specs)
+    models: dict[tuple, MemoCost] = {}   # one per training set: the inner folds of f share the fit without f
+
+    def predictions(held: list[FitRow], kept: list[FitRow], tag: str, weights, fit_on=None) -> list[tuple[FitRow, dict]]:
+        train = kept if fit_on is None else fit_on
+        key = tuple(sorted({family(r.model) for r in rows} - {family(r.model) for r in train}))
+        cm = models.get(key)
+        if cm is None:
+            cm = models[key] = MemoCost(fitted(train, profiles, specs))
         known = as_table(kept)
         refset = ReferenceSet.from_profiles(sorted({r.model for r in kept if r.model in tv_models}),
                                             profiles=profiles, source=tag)
@@ -198,10 +280,12 @@ def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[s
         out = []
         for r in held:
             refs = ranked.setdefault(r.model, ranked_references(r.model, refset, profiles))
-            out.append((r, {f"w{w}k{k}": predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size,
-                                                  r.precision, perf=known, references=refs, profiles=profiles,
-                                                  specs=specs, cost=cm, optimizer=r.optimizer, rank_weight=w,
-                                                  shape_refs=k).iter_ms for w, k in weights}))
+            level_cache: dict = {}
+            out.append((r, {grid_key((w, k, c)): predict(profiles[r.model], r.gpu_type, r.num_gpus, r.batch_size,
+                                                         r.precision, perf=known, references=refs, profiles=profiles,
+                                                         specs=specs, cost=cm, optimizer=r.optimizer, rank_weight=w,
+                                                         shape_refs=k, shape_cap=c, level_cache=level_cache).iter_ms
+                            for w, k, c in weights}))
         return out
 
     chosen: dict[str, tuple] = {}
@@ -212,15 +296,39 @@ def nested_rank_weight(rows, profiles, specs) -> tuple[list[tuple[FitRow, dict[s
             if g == f:
                 continue
             kept = [r for r in rows if family(r.model) not in (f, g)]
-            inner += predictions(by_family[g], kept, f"-{f}-{g}", NESTED_GRID)
-        score = {c: (best_type_accuracy(inner, f"w{c[0]}k{c[1]}")[0], -best_type_regret(inner, f"w{c[0]}k{c[1]}")[0])
+            inner += predictions(by_family[g], kept, f"-{f}-{g}", NESTED_GRID,
+                                 None if pair_fits else [r for r in rows if family(r.model) != f])
+        score = {c: (best_type_accuracy(inner, grid_key(c))[0], -best_type_regret(inner, grid_key(c))[0])
                  for c in NESTED_GRID}
-        best = max(NESTED_GRID, key=lambda c: (score[c], -abs(c[0] - 0.5), -c[1]))
+        # ties: the weight nearest 0.5, more references, a cap before none and the smaller cap
+        best = max(NESTED_GRID, key=lambda c: (score[c], -abs(c[0] - 0.5), c[1], c[2] is not None, -(c[2] or 0)))
         chosen[f] = best
         outer = predictions(by_family[f], [r for r in rows if family(r.model) != f], f"-{f}", (best,))
-        results += [(r, {"nested": p[f"w{best[0]}k{best[1]}"]}) for r, p in outer]
-        print(f"  nested: family {f}: weight {best[0]:g}, {best[1]} reference(s) (inner accuracy "
-              + ", ".join(f"{w:g}/{k}: {score[(w, k)][0]:.3f}" for w, k in NESTED_GRID) + ")", file=sys.stderr)
+        results += [(r, {"nested": p[grid_key(best)]}) for r, p in outer]
+        print(f"  nested: family {f}: weight/references/cap {grid_label(best)} (inner accuracy "
+              + ", ".join(f"{grid_label(c)}: {score[c][0]:.3f}" for c in NESTED_GRID) + ")", file=sys.stderr)
+        if NESTED_LOG is not None:
+            with open(NESTED_LOG, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"family": f, "chosen": list(best),
+                                     "inner": {grid_label(c): list(score[c]) for c in NESTED_GRID},
+                                     "outer": [[r._asdict(), p[grid_key(best)]] for r, p in outer]}) + "\n")
+    # the choice to ship: the same selection over every family, each predicted without itself (what the
+    # predictor's defaults are set from; scoring it on these rows is not a held-out figure)
+    every = []
+    for f in fams:
+        every += predictions(by_family[f], [r for r in rows if family(r.model) != f], f"-{f}", NESTED_GRID)
+    score = {c: (best_type_accuracy(every, grid_key(c))[0], -best_type_regret(every, grid_key(c))[0])
+             for c in NESTED_GRID}
+    best = max(NESTED_GRID, key=lambda c: (score[c], -abs(c[0] - 0.5), c[1], c[2] is not None, -(c[2] or 0)))
+    chosen["(every family: the choice to ship)"] = best
+    print("  nested: every family: " + ", ".join(f"{grid_label(c)}: {score[c][0]:.3f}/{-100 * score[c][1]:.2f}%"
+                                                 for c in NESTED_GRID), file=sys.stderr)
+    if NESTED_LOG is not None:
+        with open(NESTED_LOG, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"family": "*every*", "chosen": list(best),
+                                 "scores": {grid_label(c): list(score[c]) for c in NESTED_GRID},
+                                 "errors": {grid_label(c): log_errors(every, grid_key(c), None).get("all", (0, 0))[0]
+                                            for c in NESTED_GRID}}) + "\n")
     return results, chosen
 
 
@@ -269,7 +377,7 @@ def nested_fit_weights(rows, profiles, specs, only: set[str] | None = None
 
 def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
                        ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
-    types = sorted({specs.get(r.gpu_type).gpu_type for r in rows} & (only or {specs.get(r.gpu_type).gpu_type for r in rows}))
+    types = sorted(t for t in {specs.get(r.gpu_type).gpu_type for r in rows} if only is None or t in only)
     out = {}
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
@@ -360,12 +468,20 @@ def main(argv: list[str] | None = None) -> int:
                          "cross-validation and report each type's error with the weights chosen without it "
                          "(a fit per pair of types and weights: slow)")
     ap.add_argument("--json", type=Path, default=None, help="also write every prediction as JSON here")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="fit the run's training sets this many at a time in worker processes first (needs --fit-cache)")
+    ap.add_argument("--nested-inner", choices=("pairs", "outer"), default="pairs",
+                    help="with --nested: the inner folds' cost model fitted without both families (pairs, default) "
+                         "or without the outer family alone (outer: 13x fewer fits, inner scores flatter the cost model)")
+    ap.add_argument("--nested-log", type=Path, default=None,
+                    help="with --nested: append each held-out family's choice and predictions here as JSON lines")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
                          "(a re-run that changes only the predictor skips the fits)")
     args = ap.parse_args(argv)
-    global FIT_CACHE
+    global FIT_CACHE, NESTED_LOG
     FIT_CACHE = args.fit_cache
+    NESTED_LOG = args.nested_log
     data = shared_data()
     if not (data / "gpu-train-benchmarks" / "perf_table.csv").exists():
         print(f"bench_estimate: shared data not found under {data} (set MSCHED_SHARED_DATA)", file=sys.stderr)
@@ -374,10 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     specs = load_specs()
     rows, origin = load_rows(data, profiles)
     start = time.perf_counter()
-    fam = family_hold_out(rows, profiles, specs, args.quick,
-                          set(args.families.split(",")) - {""} if args.families is not None else None)
-    loto = leave_one_type_out(rows, profiles, specs, args.quick, set(args.types.split(",")) if args.types else None)
-    nested, chosen = nested_rank_weight(rows, profiles, specs) if args.nested else ([], {})
+    fam_only = set(args.families.split(",")) - {""} if args.families is not None else None
+    type_only = set(args.types.split(",")) - {""} if args.types is not None else None
+    if args.jobs > 1 and FIT_CACHE is not None:
+        prefit(training_sets(rows, specs, fam_only, type_only, args.nested, args.nested_inner == "pairs"), profiles,
+               args.jobs)
+    fam = family_hold_out(rows, profiles, specs, args.quick, fam_only)
+    loto = leave_one_type_out(rows, profiles, specs, args.quick, type_only)
+    nested, chosen = nested_rank_weight(rows, profiles, specs, args.nested_inner == "pairs") if args.nested else ([], {})
     nested_types = nested_fit_weights(rows, profiles, specs, set(args.types.split(",")) if args.types else None
                                       ) if args.nested_types else {}
     noisy = training_data.noisy_measurements(data)
@@ -386,12 +506,13 @@ def main(argv: list[str] | None = None) -> int:
     if not pooled:
         print("(no family held out)")
     methods = ("flops_rule", "roofline", "cost_model", "corrected", *(f"blend_{w}" for w in BLEND_WEIGHTS),
-               "blend_0.5_refs3", "shipped")
+               "blend_0.5_refs3", "shipped_nocap", "shipped")
     names = {"flops_rule": "FLOPs-scaled nearest reference (before)", "roofline": "plain roofline",
              "cost_model": "fitted cost model", "corrected": "cost model + nearest reference's residual",
              **{f"blend_{w}": f"corrected, type shape {w:g} from the reference" for w in BLEND_WEIGHTS},
              "blend_0.5_refs3": "corrected, type shape 0.5, the 3 most similar references averaged",
-             "shipped": f"shipped predictor (type shape {RANK_WEIGHT:g}, {SHAPE_REFS} references)"}
+             "shipped_nocap": f"shipped predictor without the shape cap (type shape {RANK_WEIGHT:g}, {SHAPE_REFS} references)",
+             "shipped": f"shipped predictor (type shape {RANK_WEIGHT:g}, {SHAPE_REFS} references, shape cap {SHAPE_CAP})"}
     print(f"## Runtime prediction (bench/bench_estimate.py{' --quick' if args.quick else ''})\n")
     print(f"{len(rows)} measured rows ({sum(1 for r in rows if origin[r] == 'torchvision')} torchvision benchmark, "
           f"{sum(1 for r in rows if origin[r] == 'gavel')} Gavel 1-GPU rows: ResNet-50, and ResNet-18 on CIFAR-10 "
@@ -420,27 +541,28 @@ def main(argv: list[str] | None = None) -> int:
     if nested:
         acc, n_cfg = best_type_accuracy(nested, "nested")
         mean_regret, worst_regret = best_type_regret(nested, "nested")
-        print(f"\nNested choice of the type-shape weight (inner leave-one-family-out over the other families, "
-              f"fits without both): best-type accuracy {acc:.3f} of {n_cfg}, regret mean {100 * mean_regret:.2f}% "
+        fits = "fits without both" if args.nested_inner == "pairs" else "fit without the outer family"
+        print(f"\nNested choice of (type-shape weight, references, shape cap) (inner leave-one-family-out over the "
+              f"other families, {fits}): best-type accuracy {acc:.3f} of {n_cfg}, regret mean {100 * mean_regret:.2f}% "
               f"worst {100 * worst_regret:.0f}%, mean abs log error "
               f"{log_errors(nested, 'nested', origin)['all'][0]:.3f} (torchvision "
               f"{log_errors(nested, 'nested', origin, key=lambda r: origin[r]).get('torchvision', (float('nan'),))[0]:.3f}); "
-              "(weight, references) chosen: " + ", ".join(f"{f} {w:g}/{k}" for f, (w, k) in chosen.items()))
+              "(weight/references/cap) chosen: " + ", ".join(f"{f} {grid_label(c)}" for f, c in chosen.items()))
         bound = [x for x in nested if x[0].model not in training_data.CPU_BOUND]
         print(f"Without the CPU-bound job types: best-type accuracy {best_type_accuracy(bound, 'nested')[0]:.3f} of "
               f"{best_type_accuracy(bound, 'nested')[1]}, regret mean {100 * best_type_regret(bound, 'nested')[0]:.2f}% "
               f"worst {100 * best_type_regret(bound, 'nested')[1]:.0f}%")
     print("\nPer family (mean abs log error; cost model + residual):\n")
     print("| family | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped |")
-    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 2))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped, no cap | shipped |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 3))
     for f, res in fam.items():
         vals = [log_errors(res, m, origin).get("all", (float("nan"), 0))[0] for m in methods]
         print(f"| {f} | {len(res)} | " + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\nGavel's rows by job type (family hold-out; K80/P100/V100, batch 16-256, with the optimizer step):\n")
     print("| job type | rows | FLOPs rule | roofline | cost model | corrected | " +
-          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped |")
-    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 2))
+          " | ".join(f"blend {b:g}" for b in BLEND_WEIGHTS) + " | blend 0.5, 3 refs | shipped, no cap | shipped |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(BLEND_WEIGHTS) + 3))
     gavel = [x for x in pooled if origin[x[0]] == "gavel"]
     for model in sorted({r.model for r, _p in gavel}):
         sub = [x for x in gavel if x[0].model == model]

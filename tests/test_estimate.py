@@ -120,6 +120,36 @@ def test_fit_recovers_known_parameters(profiles):
     assert statistics.fmean(errs) < 0.1
 
 
+def _lstm_profile(steps: int) -> dict:
+    """A language model's profile (embedding, LSTM, decoder over a 10k vocabulary) with `steps` recurrent
+    time steps per forward pass."""
+    return {"params": 5_000_000, "flops": 2.0e8, "flops_by_kind": {"linear": 1.6e8, "other": 4.0e7},
+            "calls_by_kind": {"embedding": 1, "recurrent": 1, "linear": 1, "dropout": 2},
+            "bytes_by_kind": {"embedding": 28_000, "recurrent": 28_000, "linear": 1_400_000, "dropout": 56_000},
+            "params_by_kind": {"embedding": 2_000_000, "recurrent": 1_000_000, "linear": 2_000_000},
+            "recurrent_steps": steps}
+
+
+def test_recurrent_steps_cost_and_the_fit_finds_it(profiles):
+    """The per-step cost: `c_step / clock` per recurrent time step on the GPU side, nothing for a model
+    without recurrent layers; rows made with a known c_step (recurrent models of 35 to 140 steps beside
+    the CNNs) give it back."""
+    shipped, specs = load_cost_model(), load_specs()
+    truth = CostModel({**shipped.data, "shared": {**shipped.shared, "c_step": 0.2}})
+    a100 = specs.get("a100")
+    assert truth.iteration_ms(_lstm_profile(140), a100, "float", 12, 1) > truth.iteration_ms(_lstm_profile(70), a100,
+                                                                                             "float", 12, 1)
+    assert truth.iteration_ms(profiles["resnet50"], a100, "float", 12, 1) == pytest.approx(
+        CostModel({**truth.data, "shared": {**truth.shared, "c_step": 5.0}}).iteration_ms(profiles["resnet50"], a100,
+                                                                                         "float", 12, 1))
+    lms = {f"lm{s}": _lstm_profile(s) for s in (35, 70, 140)}
+    both = {**profiles, **lms}
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0", *lms]
+    rows = [FitRow(m, t, 1, b, "float", truth.iteration_ms(both[m], specs.get(t), "float", b, 1))
+            for m in models for t in ("titanxp", "rtx2080ti", "a100") for b in (12, 48)]
+    assert fit(rows, both, specs)["shared"]["c_step"] == pytest.approx(0.2, rel=0.25)
+
+
 def test_run_prior_leaves_a_run_factor_the_data_identify(profiles):
     """The pull of run factors toward 1 (cost_fit.RUN_PRIOR_WEIGHT) only settles what the rows leave open:
     where a run shares a generation with another (gtx1080ti beside titanxp, both Pascal), a run 1.3x slower
@@ -170,12 +200,16 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles, rank_weight=0.0)
     assert p.iter_ms == pytest.approx(math.sqrt(p.cost_model_ms * r50.iter_ms))
-    # the default also takes 3/4 of the type shape from the reference (its measurement scaled by the cost
+    # type-shape weight 0.75: 3/4 of the type shape from the reference (its measurement scaled by the cost
     # model's job/reference ratio over its types: 1 for the same network): 1/4 of cost^0.5 x measured^0.5
     # and 3/4 of the measurement, i.e. cost^0.125 x measured^0.875
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
-                references=["resnet50"], profiles=profiles)
+                references=["resnet50"], profiles=profiles, rank_weight=0.75)
     assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.125 * r50.iter_ms ** 0.875)
+    # the shipped weight (1): all of the type shape from the reference: the same network's own measurement
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles)
+    assert p.iter_ms == pytest.approx(r50.iter_ms)
     # several references (`shape_refs`): each corrects the cost model as above, averaged in logs, and the
     # figure names them all, most similar first
     two = PerfTable(r for r in perf.rows if r.model in ("resnet50", "resnet152"))
@@ -191,6 +225,44 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(prof, "h100_sxm", 1, 12, "float", model="resnet101", perf=perf, references=["resnet50"])
     assert p.source == COST_MODEL and p.reference == "" and p.iter_ms > 0
     assert predict(prof, "mystery-gpu", perf=perf) is None
+
+
+def test_shape_cap_limits_how_far_a_reference_shape_moves_a_prediction(perf, profiles):
+    """A small, memory-bound job (squeezenet1_1) beside a large, compute-bound reference (vgg16): the cost
+    model's view of how the job differs from the reference on a type departs from its average over the
+    reference's types (d below) by more than the cap, so the cap decides how much of the reference's
+    measured shape is carried over."""
+    cost = load_cost_model()
+    specs = load_specs()
+    ref_rows = PerfTable(r for r in perf.rows if r.model == "vgg16")
+    job, ref, gpu, r_w, c_w = profiles["squeezenet1_1"], profiles["vgg16"], "a100", 0.75, 0.5
+    row = ref_rows.nearest_row("vgg16", gpu, 1, 12, "float")
+    mine = cost.iteration_ms(job, specs.get(gpu), "float", 12, 1)
+    ref_ms = cost.iteration_ms(ref, specs.get(gpu), "float", row.batch_size, row.num_gpus)
+    ratios = []
+    for t in ref_rows.types_for("vgg16", "float"):
+        r_t = ref_rows.nearest_row("vgg16", t, 1, 12, "float")
+        ratios.append(math.log(cost.iteration_ms(job, specs.get(t), "float", 12, 1)
+                               / cost.iteration_ms(ref, specs.get(t), "float", r_t.batch_size, r_t.num_gpus)))
+    d = statistics.fmean(ratios) - math.log(mine / ref_ms)
+    residual = math.log(row.iter_ms / ref_ms)
+    assert abs(d) > 0.2   # the shapes differ more than the cap on this type
+
+    def run(cap):
+        return predict(job, gpu, 1, 12, "float", model="job", perf=ref_rows, references=["vgg16"],
+                       profiles=profiles, rank_weight=r_w, correction_weight=c_w, shape_refs=1, shape_cap=cap).iter_ms
+
+    def expected(shape):
+        return math.exp(math.log(mine) + (1 - r_w) * c_w * residual + r_w * (residual + shape))
+
+    # no cap: the reference's measurement scaled by the mean job/reference ratio (the uncapped blend)
+    assert run(None) == pytest.approx(math.exp((1 - r_w) * (math.log(mine) + c_w * residual)
+                                               + r_w * (math.log(row.iter_ms) + statistics.fmean(ratios))))
+    assert run(None) == pytest.approx(expected(d))
+    # cap 0: the residual alone; cap 0.2: the shape part moves the prediction by at most 0.75 x 0.2 in log
+    assert run(0.0) == pytest.approx(expected(0.0))
+    assert run(0.2) == pytest.approx(expected(math.copysign(0.2, d)))
+    assert abs(math.log(run(0.2) / run(0.0))) == pytest.approx(r_w * 0.2)
 
 
 def test_predictor_is_an_iteration_time_source_for_the_one_estimator(perf):

@@ -16,6 +16,9 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
 - a per-layer fixed cost: GPU side (a small kernel cannot fill the GPU: `c_gpu / clock`) plus host side
   (Python dispatch and kernel launch: `c_host` per call), the iteration being the smooth maximum of the
   GPU and host times, since launches overlap with the GPU's work;
+- a per-time-step cost of recurrent layers (`c_step / clock` per step of the profile's `recurrent_steps`,
+  GPU side): cuDNN runs an LSTM's steps one after another as small kernels whatever the batch, so a
+  language model's step has a floor its FLOPs do not show;
 - the optimizer step (`optimizer=True`: SGD with momentum reads weights, gradients, momentum and writes
   two: ~5 x parameter bytes over bandwidth plus its launches; the torchvision benchmark has none), and
   with it the data loader's per-sample host cost (`c_sample` ms per sample, on the host side: a whole
@@ -130,6 +133,7 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
     t["W"] = 3.0 * (params - sum(float(kind_params.get(k, 0)) for k in COMPUTE_KINDS)) * 4.0 * scale / bw
     t["L"] = n_calls
     t["L_gpu"] = n_calls / max(spec.boost_clock_mhz / 1000.0, 0.1)
+    t["T"] = float(_get(profile, "recurrent_steps") or 0) / max(spec.boost_clock_mhz / 1000.0, 0.1)
     n = max(1, int(num_gpus))
     link = max(spec.interconnect_gbs, 1.0) * 1e9 / 1e3
     t["P"] = 2.0 * (n - 1) * pbytes / link
@@ -163,7 +167,7 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
         gpu = gpu + _smax(c, m)
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
-    gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"]) * gpuf
+    gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] + p.get("c_step", 0.0) * t["T"]) * gpuf
     host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_sample", 0.0) * t["S"])
     one = _smax(gpu, host)
     multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
