@@ -11,6 +11,7 @@ Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.j
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gavel", type=Path, default=ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json")
+    shared = Path(os.environ.get("MSCHED_SHARED_DATA") or ROOT.parent / "shared" / "data")   # as bench/workloads.py
+    ap.add_argument("--gavel", type=Path, default=shared / "gavel" / "simulation_throughputs.json")
     ap.add_argument("--out", type=Path, default=Path(MODEL_FILE))
     args = ap.parse_args(argv)
     jobs, pairs = read_gavel(args.gavel)

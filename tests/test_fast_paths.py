@@ -222,10 +222,33 @@ def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, object
     assert MschedPolicy.reuse_per_queue
 
 
+@settings(max_examples=80, deadline=None)
+@given(queues(), st.booleans(), st.randoms(use_true_random=False))
+def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, backfill, rng):
+    """`simulate` (settle's model of what Slurm does with a queue) reading one-node starts from the
+    timeline's cached earliest start (`base.ONE_NODE_FAST_PATH`) places every job where `earliest` does:
+    random queues, priorities and held types, with and without backfill, 1-8 GPU jobs on 1-4 GPU nodes
+    (wider jobs take whole nodes, the path without the shortcut)."""
+    import msched.policy.base as base
+    from msched.rounds.settle import evaluate
+
+    prio = {j.job_id: rng.randrange(1, 100) for j in snap.pending}
+    held = {j.job_id: tuple(rng.sample(TYPES, rng.randrange(1, 3))) for j in snap.pending if rng.random() < 0.5}
+    fast = evaluate(snap, prio, held, backfill=backfill)
+    base.ONE_NODE_FAST_PATH = False
+    try:
+        plain = evaluate(snap, prio, held, backfill=backfill)
+    finally:
+        base.ONE_NODE_FAST_PATH = True
+    assert fast.placed == plain.placed and fast.makespan_end == plain.makespan_end
+    assert fast.timeline.free == plain.timeline.free
+
+
 # ------------------------------------------------------------------------------------- replays
 def _plain_paths(monkeypatch) -> None:
     """Every shortcut off: timelines built from scratch and copied whole, every job read anew each round,
     every backfill pass run."""
+    import msched.policy.base as base
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
     import slurm_sim.compare as compare
@@ -257,6 +280,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
     monkeypatch.setattr(compare, "CACHE_SHAPES", False)
+    monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

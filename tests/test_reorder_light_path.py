@@ -277,3 +277,49 @@ def test_a_light_round_needs_every_condition(tmp_path, lever):
         assert not reorderer.round().light                  # switched off: every round reads
     finally:
         store.dispose()
+
+
+# ------------------------------------------------------------------ the digest's failure modes
+FAKE = """#!/bin/sh
+# stands in for squeue and sinfo: prints $OUT_<command>, $ERR_<command> on stderr, exits $RC_<command>
+name=$(basename "$0")
+eval "printf '%s' \\"\\$OUT_$name\\""
+eval "printf '%s' \\"\\$ERR_$name\\"" >&2
+eval "exit \\${RC_$name:-0}"
+"""
+
+
+def _fake_client(tmp_path, **env):  # noqa: ANN003, ANN202
+    import stat
+
+    from msched.config import Config
+    from msched.slurm.cli import CliClient
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("squeue", "sinfo"):
+        (bindir / name).write_text(FAKE)
+        (bindir / name).chmod(stat.S_IRWXU)
+    return CliClient(Config(), bin_dir=bindir, env={"OUT_squeue": "1\x1fPD\x1f\n", "OUT_sinfo": "n1\x1fidle\x1f\n",
+                                                    **env})
+
+
+def test_the_digest_changes_with_what_squeue_and_sinfo_print_and_fails_safe(tmp_path):
+    """The digest hashes both commands' output with the setup; an error on stderr (a field this Slurm does
+    not know: squeue says so and exits 0) gives no digest (the round reads Slurm whole), and an
+    unreachable controller raises SlurmUnavailable as every read does."""
+    from msched.slurm.base import SlurmUnavailable
+
+    base = _fake_client(tmp_path).queue_digest("s")
+    assert base is not None and len(base) == 32 and base == _fake_client(tmp_path).queue_digest("s")
+    assert _fake_client(tmp_path).queue_digest("t") != base
+    assert _fake_client(tmp_path, OUT_squeue="1\x1fR\x1f\n").queue_digest("s") != base
+    assert _fake_client(tmp_path, OUT_sinfo="n1\x1fdrain\x1f\n").queue_digest("s") != base
+    # the same bytes split differently between the two commands are not the same digest
+    assert _fake_client(tmp_path, OUT_squeue="1\x1fPD\x1f\nn1", OUT_sinfo="\x1fidle\x1f\n").queue_digest("s") != base
+    unknown = "squeue: error: Invalid job format specification: admin_comment\n"
+    assert _fake_client(tmp_path, ERR_squeue=unknown).queue_digest("s") is None
+    assert _fake_client(tmp_path, ERR_sinfo="sinfo: error: boom\n", RC_sinfo="1").queue_digest("s") is None
+    with pytest.raises(SlurmUnavailable):
+        _fake_client(tmp_path, ERR_squeue="squeue: error: Unable to contact slurm controller (connect failure)\n",
+                     RC_squeue="1").queue_digest("s")

@@ -34,7 +34,7 @@ def _setup_logging(verbose: bool) -> None:
 @click.option("--every", type=click.FloatRange(min=1.0), default=None, metavar="SECONDS",
               help="Run a round every SECONDS until interrupted (default: one round).")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=None,
-              help="What the plan optimises: balanced (mean JCT, the makespan kept within 5% of its best; "
+              help="What the plan optimises: balanced (mean JCT, the makespan kept within 25% of its best; "
                    "a batch submitted together: the makespan first), makespan or jct. Default: config (balanced).")
 @click.option("--backend", type=click.Choice(BACKENDS), default=None, help="Slurm client backend. Default: config.")
 @click.option("--release", is_flag=True,

@@ -159,9 +159,7 @@ class InterferenceModel:
         """Whether the job on the type is inside the data: within SEEN_RADIUS (the largest difference of
         its log features) of a job type the fit saw on some GPU type (the model reads features, never a
         type's name, so a titanxp job is judged by the jobs it resembles on Gavel's K80/P100/V100)."""
-        x = a.features(gpu_type)
-        return any(max(abs(u - v) for u, v in zip(x, y, strict=True)) <= SEEN_RADIUS
-                   for ys in (self.seen or {}).values() for y in ys)
+        return self._inside(a.features(gpu_type))
 
     def own_bound(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
         """The guard's low bound of `a`'s own/solo speed beside `b` (None: no guard in the model, or
@@ -178,9 +176,18 @@ class InterferenceModel:
 
     def guard_slower(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
         """The guard's word on a pair, in `slower_speed`'s place: the lower of the two jobs' own-speed
-        bounds, and 0.0 (never packed) when a job is outside the data or the model has no guard."""
-        x, y = self.own_bound(a, b, gpu_type), self.own_bound(b, a, gpu_type)
-        return 0.0 if x is None or y is None else min(x, y)
+        bounds (`own_bound` both ways, each job's features computed once), and 0.0 (never packed) when
+        a job is outside the data or the model has no guard."""
+        if self.bound_own is None:
+            return 0.0
+        fa, fb = a.features(gpu_type), b.features(gpu_type)
+        if not (self._inside(fa) and self._inside(fb)):
+            return 0.0
+        return min(self.bound_own.predict(fa + fb), self.bound_own.predict(fb + fa))
+
+    def _inside(self, x: Sequence[float]) -> bool:
+        return any(max(abs(u - v) for u, v in zip(x, y, strict=True)) <= SEEN_RADIUS
+                   for ys in (self.seen or {}).values() for y in ys)
 
     def slower_for(self, guard: str) -> Callable[[JobSpeeds, JobSpeeds, str], float | None]:
         """The slower-job check the packing decisions use: the guard's bound or the mean forest's."""

@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Timeline
+from msched.policy.timeline import Placement, Timeline
+
+# simulate() reads a one-node job's start from the timeline's cached earliest start per type and builds
+# only the chosen placement (tests/test_fast_paths.py: the same placements with it off)
+ONE_NODE_FAST_PATH = True
 
 
 def queue_key(job: PendingJob, priority: int | None = None) -> tuple:
@@ -83,13 +87,26 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
     tl = timeline or Timeline(snapshot.now, snapshot.nodes, snapshot.running)
     out: dict[str, Placed] = {}
     last_start = snapshot.now
+    one_node = ONE_NODE_FAST_PATH
     for job in order:
         types, runtime = choose(job, tl, last_start)
         best = None
+        g = job.num_gpus if job.num_gpus > 1 else 1
         for t in types:
-            if t not in runtime or not tl.fits(t, job.num_gpus):
+            if t not in runtime or not tl.fits(t, g):
                 continue
-            p = tl.earliest(t, job.num_gpus, None if backfill else last_start)
+            if one_node and g <= tl.max_node[t]:
+                # on one node: the start is the timeline's cached earliest (`start_time`); the placement
+                # is built only for the type chosen
+                s0 = tl.start_time(t, g)
+                if s0 is None:
+                    continue
+                start = s0 if backfill or s0 >= last_start else last_start
+                key = (start, start + runtime[t])
+                if best is None or key < best[0]:
+                    best = (key, t, runtime[t])
+                continue
+            p = tl.earliest(t, g, None if backfill else last_start)
             if p is None:
                 continue
             key = (p.start, p.start + runtime[t])
@@ -97,7 +114,9 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
                 best = (key, p, runtime[t])
         if best is None:
             continue                       # can never run here (too wide for every allowed type)
-        _, p, rt = best
+        key, p, rt = best
+        if isinstance(p, str):
+            p = Placement(p, key[0], (tl._top[p][g][1],), g)
         tl.commit(p, p.start + rt)
         out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
         if not backfill:

@@ -28,12 +28,14 @@ order and the types and keeps the plan whose decoded schedule scores best:
    `planner="cpsat"` is CP-SAT alone from the greedy plan (bench_planner's competitor).
 4. Objectives (`objective`): "makespan" = (last end, then the sum of ends); "jct" = (sum of ends, then
    the last end); "balanced" (the default) = the smallest sum of ends among plans whose last end is
-   within `tolerance` (5%) of the shortest makespan the search found (measured from the oldest planned
+   within `tolerance` (25%) of the shortest makespan the search found (measured from the oldest planned
    job's submission), i.e. JCT first with the makespan kept near its best; a plan over that limit
    ranks by its makespan. CP-SAT solves balanced in two phases: the makespan, then the sum of ends
    under that limit. For a batch submitted together (every managed pending job with one submit time)
-   balanced plans the makespan first (`objective_for`: accepting 5% over each round's best makespan,
-   round after round, drifted to 1.11x the LP bound on the static bench batch).
+   balanced plans the makespan first (`objective_for`: accepting 5%, the tolerance then, over each
+   round's best makespan, round after round, drifted to 1.11x the LP bound on the static bench batch).
+   The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
+   and seed (BENCHMARKS.md).
 
 Budget: work, not time, so the same snapshot gives the same plan on any machine however loaded: decodes
 (`SEARCH_WORK` decode steps; a plan decoded before in the round is looked up, not decoded, but counts), CP-SAT's deterministic time on one worker, seeded random moves. The time
@@ -66,7 +68,8 @@ log = logging.getLogger("msched.policy.planner")
 PLANNERS = ("optimize", "greedy", "cpsat")
 DEFAULT_TIME_BOX_S = 2.0
 DEFAULT_HEAD_JOBS = 200
-DEFAULT_TOLERANCE = 0.05
+DEFAULT_TOLERANCE = 0.25    # balanced's makespan allowance online (0.05 before): as good or better on every bench
+                             # workload and seed, better on two (BENCHMARKS.md, the planner's fifth round)
 SEARCH_WORK = 6000           # decode steps per round at most (decodes x (head jobs + running jobs + nodes):
                              # ~25 decodes of a 200-job head on a small cluster, ~250 of a 16-job batch on
                              # 8 idle nodes, the minimum on a busy 1,000-GPU cluster): a round starts from
