@@ -19,12 +19,12 @@ waiting for its type blocks the rest), so each start is at or after the previous
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Placement, Timeline
+from msched.policy.timeline import Timeline
 
 # simulate() reads a one-node job's start from the timeline's cached earliest start per type and builds
 # only the chosen placement (tests/test_fast_paths.py: the same placements with it off)
@@ -115,8 +115,8 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
         if best is None:
             continue                       # can never run here (too wide for every allowed type)
         key, p, rt = best
-        if isinstance(p, str):
-            p = Placement(p, key[0], (tl._top[p][g][1],), g)
+        if isinstance(p, str):             # the one-node fast path chose type p: its placement from the cache
+            p = replace(tl.place(p, g), start=key[0])
         tl.commit(p, p.start + rt)
         out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
         if not backfill:

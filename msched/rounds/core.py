@@ -234,7 +234,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
         c = canon(name) if name else ""
         return c if c in known else None
 
-    as_type = _TypeNames(known_type) if caches else known_type
+    as_type = _TypeNames(known_type, keep=caches)
 
     def types_matching(expr: str) -> tuple[str, ...]:
         """GPU types with at least one node satisfying the expression (all types for an empty one).
@@ -290,39 +290,35 @@ _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
 
 class _TypeNames:
     """The snapshot's GPU-type names (`as_type`: a feature name -> its canonical GPU type, None for other
-    features), with each constraint's reading kept: `split` (msched's GPU-type terms and the user's
-    part) and `named` (every type it names), parsed once per distinct constraint instead of once per
-    job. Callable as the plain `as_type`, so the round core's readers take either."""
+    features), with each constraint's reading: `split` (msched's GPU-type terms and the user's part) and
+    `named` (every type it names), parsed once per distinct constraint instead of once per job (`keep`;
+    off only where a test compares against the uncached reading). Callable as the plain `as_type`."""
 
     __slots__ = ("_as_type", "_split", "_named")
 
-    def __init__(self, as_type: Callable[[str], str | None]):
+    def __init__(self, as_type: Callable[[str], str | None], keep: bool = True):
         self._as_type = as_type
-        self._split: dict[str, tuple[str, tuple[str, ...]]] = {}
-        self._named: dict[str, tuple[str, ...]] = {}
+        self._split: dict[str, tuple[str, tuple[str, ...]]] | None = {} if keep else None
+        self._named: dict[str, tuple[str, ...]] | None = {} if keep else None
 
     def __call__(self, name: str) -> str | None:
         return self._as_type(name)
 
     def split(self, expr: str) -> tuple[str, tuple[str, ...]]:
+        if self._split is None:
+            return split(expr, self._as_type)
         hit = self._split.get(expr)
         if hit is None:
             hit = self._split[expr] = split(expr, self._as_type)
         return hit
 
     def named(self, expr: str) -> tuple[str, ...]:
+        if self._named is None:
+            return names_gpu_type(expr, self._as_type)
         hit = self._named.get(expr)
         if hit is None:
             hit = self._named[expr] = names_gpu_type(expr, self._as_type)
         return hit
-
-
-def _split(expr: str, as_type) -> tuple[str, tuple[str, ...]]:  # noqa: ANN001
-    return as_type.split(expr) if isinstance(as_type, _TypeNames) else split(expr, as_type)
-
-
-def _named(expr: str, as_type) -> tuple[str, ...]:  # noqa: ANN001
-    return as_type.named(expr) if isinstance(as_type, _TypeNames) else names_gpu_type(expr, as_type)
 
 
 def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, str], as_type, known: set[str],  # noqa: ANN001
@@ -455,9 +451,9 @@ def _end_of(job: SlurmJob, est: float | None, now: float) -> tuple[float, float 
 def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, known: set[str], types_matching,
              possible, lever: TypeLever = FEATURE_LEVER):
     gres_type = as_type(job.gres_gpu_type) if job.gres_gpu_type else None
-    user_part, msched_types = _split(job.features or "", as_type)
+    user_part, msched_types = as_type.split(job.features or "")
     if tag is None:
-        named = _named(job.features or "", as_type)
+        named = as_type.named(job.features or "")
         allowed = tuple(dict.fromkeys(((gres_type,) if gres_type else ()) + named))
         if job.features:
             allowed = tuple(t for t in (allowed or types_matching("")) if t in types_matching(job.features))
@@ -485,7 +481,7 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
         writable = not pinned and owned
     if not pinned and not writable:
         # a constraint msched cannot extend: treat whatever types it names as fixed
-        pinned_types = _named(job.features or "", as_type)
+        pinned_types = as_type.named(job.features or "")
     # the types the rest of the request allows: nodes of the type must satisfy the user's own features
     reach = types_matching(job.features or "") if (pinned or not writable) else types_matching(user_part)
     if pinned or not writable:
