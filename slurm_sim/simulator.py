@@ -639,24 +639,21 @@ class Simulator:
                 p = prof[n] = _Profile(now, self.free[n])
             return p
 
-        if ONE_PASS_PROFILES:
-            # every node's step function at once: each running job's GPUs free at its limit's end
-            frees: dict[int, list[tuple[float, int]]] = {}
-            for job in self.active.values():
-                if job.state == RUNNING and (not job.shards or self.packing.owns_gpu(job.job_id)):
-                    end = max(now, job.start_time + self.effective_limit(job))
-                    per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
-                    for n in job.nodes:
-                        frees.setdefault(n, []).append((end, per_node))
-            for n, ends in frees.items():
+        # each running job's GPUs free at its limit's end, per node: every node's step function at once
+        # (ONE_PASS_PROFILES) or one insertion per job
+        frees: dict[int, list[tuple[float, int]]] = {}
+        for job in self.active.values():
+            if job.state == RUNNING and (not job.shards or self.packing.owns_gpu(job.job_id)):
+                end = max(now, job.start_time + self.effective_limit(job))
+                per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
+                for n in job.nodes:
+                    frees.setdefault(n, []).append((end, per_node))
+        for n, ends in frees.items():
+            if ONE_PASS_PROFILES:
                 prof[n] = _Profile.from_frees(now, self.free[n], ends)
-        else:
-            for job in self.active.values():
-                if job.state == RUNNING and (not job.shards or self.packing.owns_gpu(job.job_id)):
-                    end = max(now, job.start_time + self.effective_limit(job))
-                    per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
-                    for n in job.nodes:
-                        profile(n).add(end, math.inf, per_node)
+            else:
+                for end, per_node in ends:
+                    profile(n).add(end, math.inf, per_node)
         horizon = now + self.bf_window
         for _key, job_id in candidates:
             if not self.free_total:

@@ -156,5 +156,4 @@ def test_a_fitted_guard_survives_its_json(gavel):
     a, b = jobs[R18], jobs[R50]
     for t in ("k80", "p100", "v100"):
         assert again.own_bound(a, b, t) == model.own_bound(a, b, t) is not None
-        assert again.combined_bound(a, b, t) == model.combined_bound(a, b, t) is not None
     assert fit(jobs, pairs, trees=3, max_depth=3, guard=False).bound_own is None

@@ -21,9 +21,9 @@ question, not this one's.
 
 The guard (`pack_guard = "bound"`, the default): the forests predict the mean, and a mean that passes
 the 0.5x-solo rule still leaves 42% of the pairs it passes with a job measured below 0.5x solo (held out
-by model; BENCHMARKS.md). Beside them the JSON holds two gradient-boosted *quantile* regressors
-(scikit-learn, alpha GUARD_ALPHA = 0.1): a low bound of the pair's combined throughput and of one job's
-own speed beside a partner, fitted on the same pairs. A job outside the data (its features farther than
+by model; BENCHMARKS.md). Beside them the JSON holds a gradient-boosted *quantile* regressor
+(scikit-learn, alpha GUARD_ALPHA = 0.1): a low bound of one job's own speed beside a partner, fitted on
+the same pairs (the 0.5x rule is the guard's one test; the combined throughput stays the mean forest's). A job outside the data (its features farther than
 SEEN_RADIUS, in log units, from every job type the fit saw, on any GPU type) gets no bound: the guard
 then counts it as unsafe. `guard_slower` is the guard's word on a pair.
 """
@@ -122,8 +122,7 @@ class InterferenceModel:
     trees: tuple[tuple[list[int], list[int], list[int], list[float], list[float]], ...]
     meta: Mapping[str, object]
     own_trees: tuple = ()      # a second forest: one job's own/solo speed beside a partner (ordered pair)
-    bound_combined: Boosted | None = None   # the guard: GUARD_ALPHA quantile of the combined throughput
-    bound_own: Boosted | None = None        # ... and of one job's own speed beside a partner
+    bound_own: Boosted | None = None        # the guard: GUARD_ALPHA quantile of one job's own speed beside a partner
     seen: Mapping = None       # GPU type -> the job types' feature vectors the fit saw there
 
     @staticmethod
@@ -168,12 +167,6 @@ class InterferenceModel:
             return None
         return self.bound_own.predict(a.features(gpu_type) + b.features(gpu_type))
 
-    def combined_bound(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float | None:
-        """The guard's low bound of the pair's combined throughput (None: no guard, or outside the data)."""
-        if self.bound_combined is None or not (self.is_seen(a, gpu_type) and self.is_seen(b, gpu_type)):
-            return None
-        return self.bound_combined.predict(pair_features(a, b, gpu_type))
-
     def guard_slower(self, a: JobSpeeds, b: JobSpeeds, gpu_type: str) -> float:
         """The guard's word on a pair, in `slower_speed`'s place: the lower of the two jobs' own-speed
         bounds (`own_bound` both ways, each job's features computed once), and 0.0 (never packed) when
@@ -201,9 +194,8 @@ class InterferenceModel:
 
         data = {"meta": dict(self.meta), "features": list(FEATURES), "trees": out(self.trees),
                 "own_trees": out(self.own_trees)}
-        if self.bound_own is not None and self.bound_combined is not None:
-            data["guard"] = {"alpha": GUARD_ALPHA, "combined": self.bound_combined.to_dict(),
-                             "own": self.bound_own.to_dict(), "seen": {k: list(v) for k, v in (self.seen or {}).items()}}
+        if self.bound_own is not None:
+            data["guard"] = {"alpha": GUARD_ALPHA, "own": self.bound_own.to_dict(), "seen": {k: list(v) for k, v in (self.seen or {}).items()}}
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -220,7 +212,7 @@ class InterferenceModel:
         if not guard:
             return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"))
         return cls(trees=trees, meta=data.get("meta", {}), own_trees=read("own_trees"),
-                   bound_combined=Boosted.from_dict(guard["combined"]), bound_own=Boosted.from_dict(guard["own"]),
+                   bound_own=Boosted.from_dict(guard["own"]),
                    seen={k: tuple(tuple(float(x) for x in v) for v in vs) for k, vs in guard["seen"].items()})
 
 
@@ -353,7 +345,7 @@ def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: in
     giving both orders. Each split looks at half the features (`max_features`; all of them before):
     held out by job type and by family alike the error is no worse and by family 0.176 -> 0.172
     (bench/bench_interference.py; chosen on those folds, so mildly optimistic). With `guard`, also the
-    quantile guard (module docstring): `fit_quantile` of the combined throughput and of the own speed,
+    quantile guard (module docstring): `fit_quantile` of the own speed,
     and the job types' feature vectors per GPU type (what `is_seen` measures against)."""
     from sklearn.ensemble import RandomForestRegressor
 
@@ -372,8 +364,6 @@ def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: in
             "families": sorted({f for p in pairs for f in p.families})}
     if not guard:
         return InterferenceModel(trees=combined, meta=meta, own_trees=own)
-    bound_combined = fit_quantile([pair_features(jobs[p.a], jobs[p.b], p.gpu_type) for p in pairs],
-                                  [p.combined for p in pairs], seed=seed)
     bound_own = fit_quantile([x for x, _ in ordered], [y for _, y in ordered], seed=seed)
     seen: dict[str, list] = {}
     for p in pairs:
@@ -382,7 +372,7 @@ def fit(jobs: Mapping[str, JobSpeeds], pairs: Sequence[PairSample], *, trees: in
             if x not in seen.setdefault(p.gpu_type, []):
                 seen[p.gpu_type].append(x)
     meta["guard"] = {"alpha": GUARD_ALPHA, "seen_radius": SEEN_RADIUS}
-    return InterferenceModel(trees=combined, meta=meta, own_trees=own, bound_combined=bound_combined,
+    return InterferenceModel(trees=combined, meta=meta, own_trees=own,
                              bound_own=bound_own, seen={k: tuple(map(tuple, v)) for k, v in sorted(seen.items())})
 
 
