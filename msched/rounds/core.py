@@ -305,19 +305,17 @@ class _TypeNames:
         return self._as_type(name)
 
     def split(self, expr: str) -> tuple[str, tuple[str, ...]]:
-        if self._split is None:
-            return split(expr, self._as_type)
-        hit = self._split.get(expr)
-        if hit is None:
-            hit = self._split[expr] = split(expr, self._as_type)
-        return hit
+        return self._read(self._split, split, expr)
 
     def named(self, expr: str) -> tuple[str, ...]:
-        if self._named is None:
-            return names_gpu_type(expr, self._as_type)
-        hit = self._named.get(expr)
+        return self._read(self._named, names_gpu_type, expr)
+
+    def _read(self, kept: dict | None, read: Callable, expr: str):  # noqa: ANN202
+        if kept is None:
+            return read(expr, self._as_type)
+        hit = kept.get(expr)
         if hit is None:
-            hit = self._named[expr] = names_gpu_type(expr, self._as_type)
+            hit = kept[expr] = read(expr, self._as_type)
         return hit
 
 
