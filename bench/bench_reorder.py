@@ -696,6 +696,7 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
         with ThreadPoolExecutor(4) as pool:
             ids += list(pool.map(client.submit, busy_queue_requests(n_pending, models, seed, types)))
         script = str(Path(__file__).with_name("round_phases.py"))
+        order: list[tuple[str, str]] = []          # (read, digest of its jobs), in the order read
         for k in range(repeats):
             for how in (("tight", "json") if k % 2 == 0 else ("json", "tight")):
                 proc = subprocess.run([sys.executable, script, "--read", how], capture_output=True, text=True,
@@ -705,12 +706,17 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
                 m = json.loads(proc.stdout.strip().splitlines()[-1])
                 m["load1"] = os.getloadavg()[0]
                 out["reads"][how].append(m)
+                order.append((how, m["digest"]))
                 log(f"  {how}: {m['jobs']} jobs read {m['read']}, {m['wall_s']:.2f} s wall, parse+read CPU "
                     f"{m['cpu_s']:.2f} s, squeue CPU {m['slurm_cpu_s']:.2f} s, squeue RSS {m['slurm_peak_rss_mb']:.0f} MB, "
                     f"process RSS {m['peak_rss_mb']:.0f} MB, {m['bytes'] / 2**20:.1f} MB read, load {m['load1']:.1f}")
-        same = {tuple(m["digest"] for m in out["reads"][how]) for how in ("tight", "json")}
-        out["same_jobs"] = len({d for t in same for d in t}) == 1
-        log(f"queue reads at {n_pending} pending: the same jobs both ways: {out['same_jobs']}")
+        # the queue may change between two reads (a reason Slurm rewrites): compare each read with the next
+        # one of the other kind, and say where the queue itself changed (two reads of one kind differ)
+        pairs = [(a[1] == b[1]) for a, b in zip(order, order[1:], strict=False) if a[0] != b[0]]
+        changes = sum(1 for a, b in zip(order, order[1:], strict=False) if a[0] == b[0] and a[1] != b[1])
+        out.update(order=order, agreeing_pairs=sum(pairs), pairs=len(pairs), queue_changes_seen=changes)
+        log(f"queue reads at {n_pending} pending: {sum(pairs)} of {len(pairs)} adjacent tight/json pairs read the "
+            f"same jobs; the queue changed {changes} time(s) between two reads of one kind")
         return out
     finally:
         for k in range(0, len(ids), 500):
