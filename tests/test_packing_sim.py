@@ -165,3 +165,23 @@ def test_gavel_memory_keeps_apart_the_pairs_gavel_measured_out_of_memory():
     assert pair_fits((mem("resnet50", 32), mem("resnet50", 32)), usable)
     assert mem("resnet18", 256) < 2.0 < 5.0 < mem("resnet50", 64)    # CIFAR's 32 x 32, not ImageNet's 224
     assert mem("no-such-model", 32) is None
+
+
+def test_the_measured_predictor_answers_with_gavels_measurements():
+    """bench_packing --predictor measured: the interference model's questions answered by the truth.
+    By hand from the sample file (tests/test_interference.py): on a v100 ResNet-50 (b64) keeps 0.8430 of
+    its solo speed beside ResNet-18 (b32), which keeps 0.5027; a pair Gavel did not measure predicts 0."""
+    from pathlib import Path
+
+    from msched.estimate.interference import read_gavel
+    from slurm_sim.packing import MeasuredPredictor
+
+    sample = Path(__file__).resolve().parent / "data" / "gavel_pairs_sample.json"
+    jobs, _ = read_gavel(sample)
+    oracle = MeasuredPredictor(sample)
+    r50, r18 = jobs["ResNet-50 (batch size 64)"], jobs[R18]
+    assert oracle.own_speed(r50, r18, "v100") == pytest.approx(0.8430, abs=1e-3)
+    assert oracle.own_speed(r18, r50, "v100") == pytest.approx(0.5027, abs=1e-3)
+    assert oracle.combined_throughput(r18, r50, "v100") == pytest.approx(1.3457, abs=1e-3)
+    assert oracle.slower_for("bound")(r50, r18, "v100") == pytest.approx(0.5027, abs=1e-3)
+    assert oracle.combined_throughput(r18, r50, "a100") == 0.0
