@@ -39,18 +39,19 @@ from msched.estimate.perf_table import PerfTable  # noqa: E402
 from slurm_sim.cluster import parse_cluster  # noqa: E402
 from slurm_sim.compare import Classifier, SimSetup, replay  # noqa: E402
 from slurm_sim.metrics import trace_bound  # noqa: E402
-from slurm_sim.packing import PairTruth, SimPacking, with_shard_nodes  # noqa: E402
+from slurm_sim.packing import GavelMemory, PairTruth, SimPacking, memory_check, with_shard_nodes  # noqa: E402
 
 H = 3600.0
 
 
 KINDS = ("fifo", "msched", "packed")
+REAL_MODEL: list = [None]     # the shipped predictor, kept when --predictor measured replaces it
 
 
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,  # noqa: PLR0913
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
-             kinds: tuple[str, ...] = KINDS) -> dict:
+             kinds: tuple[str, ...] = KINDS, memory=None) -> dict:  # noqa: ANN001
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -58,7 +59,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
-                                         when_waiting=when_waiting, wait_share=wait_share, guard=guard))
+                                         when_waiting=when_waiting, wait_share=wait_share, guard=guard,
+                                         memory=memory))
     trace = list(w.jobs)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
@@ -72,7 +74,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     from msched.estimate.runtime import TableTimes
     from msched.tag import JobTag
 
-    model, times = load_model(), TableTimes(truth)
+    model, times = REAL_MODEL[0] or load_model(), TableTimes(truth)
     by_id = {j.job_id: j for j in trace}
     errors, predictions = [], []
     crawled = {"predictor": 0, "unchecked": 0}     # pairs with a job measured below 0.5x solo, by cause
@@ -153,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-nodes", type=int, metavar="N",
                     help="only the first N nodes of each GPU type share their GPUs (default: every node)")
     ap.add_argument("--gavel", type=Path, help="Gavel's simulation_throughputs.json (default: the shared data)")
+    ap.add_argument("--memory", choices=("gavel", "shipped"), default="gavel",
+                    help="peak memory the packing decisions see: the Gavel model files' profiles (default) or "
+                         "msched's shipped torchvision table only (the earlier runs: wrong or none for Gavel's types)")
+    ap.add_argument("--predictor", choices=("model", "measured"), default="model",
+                    help="what msub and the round predict with: the shipped interference model (default) or "
+                         "Gavel's measurements themselves (a perfect predictor: the ceiling)")
+    ap.add_argument("--memory-check", action="store_true",
+                    help="print the pair memory check against Gavel's measured pairs (ran / out of memory) and exit")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -164,17 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     except (wl.WorkloadError, OSError) as exc:
         print(f"Gavel's pair throughputs not found ({exc}); give --gavel", file=sys.stderr)
         return 1
+    memory = GavelMemory.load() if args.memory == "gavel" else None
+    if args.predictor == "measured":
+        import msched.estimate.interference as interference
+        from slurm_sim.packing import MeasuredPredictor
+
+        REAL_MODEL[0] = interference.load_model()
+        oracle = MeasuredPredictor(path)
+        interference.load_model = lambda *_a, **_k: oracle
+    if args.memory_check:
+        from msched.estimate.interference import type_usable_gb
+
+        usable = {t: type_usable_gb(t) for t in ("k80", "p100", "v100")}
+        c = memory_check(memory or GavelMemory.load(), path, usable)
+        oom, ran = c["fit_oom"] + c["apart_oom"], c["fit_ran"] + c["apart_ran"]
+        print(f"pair memory check on Gavel's {oom + ran} measured single-GPU pairs (usable GB {usable}): "
+              f"of {oom} measured out of memory, {c['apart_oom']} kept apart and {c['fit_oom']} predicted to fit; "
+              f"of {ran} that ran, {c['apart_ran']} kept apart")
+        return 0
     print(f"Gavel workload, {args.jobs} jobs x {args.seeds} seeds, "
           f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, "
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
-          f"{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f", memory {args.memory}, predictor {args.predictor}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
-                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds)
+                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
