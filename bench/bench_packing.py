@@ -51,7 +51,7 @@ REAL_MODEL: list = [None]     # the shipped predictor, kept when --predictor mea
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,  # noqa: PLR0913
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
-             kinds: tuple[str, ...] = KINDS, memory=None) -> dict:  # noqa: ANN001
+             kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None) -> dict:  # noqa: ANN001
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -65,8 +65,17 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
     plain = replay(trace, "msched", base, bound=bound) if "msched" in kinds else None
-    pack = replay(trace, "msched", packed, bound=bound)
-    info = pack.metrics["packing"]
+    if jitter_s is None:
+        pack = replay(trace, "msched", packed, bound=bound)
+        info = pack.metrics["packing"]
+    else:       # the control: no packing, each arrival moved by up to jitter_s (the noise floor of the ratio)
+        import random
+        from dataclasses import replace
+
+        rng = random.Random(seed)
+        moved = [replace(j, submit_time=max(0.0, j.submit_time + rng.uniform(-jitter_s, jitter_s))) for j in trace]
+        pack = replay(moved, "msched", base, bound=bound)
+        info = {"shard_jobs": 0, "pairs": [], "oom": 0}
     tags = {o.job_id: o for o in pack.outcomes}
     pairs = info["pairs"]
     # the predictor's error on the pairs that ran: msub's prediction (the joiner's tag) vs Gavel's measurement
@@ -161,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictor", choices=("model", "measured"), default="model",
                     help="what msub and the round predict with: the shipped interference model (default) or "
                          "Gavel's measurements themselves (a perfect predictor: the ceiling)")
+    ap.add_argument("--control-jitter", type=float, metavar="S",
+                    help="the control: instead of packing, msched without packing with every arrival moved by up "
+                         "to S seconds (uniform, seeded): how far the ratio moves when nothing but chance changes")
     ap.add_argument("--memory-check", action="store_true",
                     help="print the pair memory check against Gavel's measured pairs (ran / out of memory) and exit")
     ap.add_argument("--json", type=Path, help="write the figures here")
@@ -196,13 +208,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, "
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
-          f", memory {args.memory}, predictor {args.predictor}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f", memory {args.memory}, predictor {args.predictor}"
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
-                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory)
+                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
+                     args.control_jitter)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
