@@ -124,6 +124,48 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "_": len(tags)}
 
 
+def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemory
+    """Which of Gavel's measured pairs the default decision (shipped model, guard "bound", the memory
+    check, both jobs on their best type) lets through on each GPU type, in-sample: the "good" pairs
+    (measured combined > 1.2, each job >= 0.5x solo) passed, and why each rejected good pair was."""
+    from collections import Counter
+
+    from msched.estimate.interference import (
+        batch_of,
+        family_of,
+        load_model,
+        pair_fits,
+        read_gavel,
+        type_usable_gb,
+    )
+    from msched.policy.packing import on_best_type
+    from slurm_sim.packing import GAVEL_FAMILIES
+
+    jobs, pairs = read_gavel(path)
+    model, inverse, types = (REAL_MODEL[0] or load_model()), {v: k for k, v in GAVEL_FAMILIES.items()}, ("k80", "p100", "v100")
+    seen, total, passed, why_not = set(), Counter(), Counter(), Counter()
+    for p in pairs:
+        if (key := (frozenset((p.a, p.b)), p.gpu_type)) in seen:
+            continue
+        seen.add(key)
+        a, b, g = jobs[p.a], jobs[p.b], p.gpu_type
+        good = p.combined > 1.2 and min(p.own_a, p.own_b) >= MIN_OWN_SPEED
+        why = [w for w, bad in (
+            ("not both on their best type", not (on_best_type(a, g, types) and on_best_type(b, g, types))),
+            ("memory", not pair_fits(tuple(memory(inverse[family_of(j)], batch_of(j)) for j in (p.a, p.b)),
+                                     type_usable_gb(g))),
+            ("bound < 0.5", model.guard_slower(a, b, g) < MIN_OWN_SPEED),
+            ("mean combined < 1.0", model.combined_throughput(a, b, g) < 1.0)) if bad]
+        total[(g, good)] += 1
+        passed[(g, good)] += not why
+        if good and why:
+            why_not[(g, " + ".join(why))] += 1
+    out = [f"{g}: good pairs {total[(g, True)]}, passed {passed[(g, True)]}; other pairs {total[(g, False)]}, "
+           f"passed {passed[(g, False)]}" for g in types]
+    out += [f"  {g} good pair rejected: {w}: {n}" for (g, w), n in sorted(why_not.items(), key=lambda kv: (kv[0][0], -kv[1]))]
+    return out
+
+
 def _tail(t: dict) -> str:
     """The job that ends last with packing: what it is, and how it ran without packing -> with."""
     (ta, tb), (sa, sb), (ea, eb) = t["gpu_type"], t["start_h"], t["end_h"]
@@ -173,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-jitter", type=float, metavar="S",
                     help="the control: instead of packing, msched without packing with every arrival moved by up "
                          "to S seconds (uniform, seeded): how far the ratio moves when nothing but chance changes")
+    ap.add_argument("--guard-report", action="store_true",
+                    help="print which of Gavel's measured pairs the default decision passes, per GPU type, and why "
+                         "good pairs (combined > 1.2, each >= 0.5x) are rejected, and exit")
     ap.add_argument("--memory-check", action="store_true",
                     help="print the pair memory check against Gavel's measured pairs (ran / out of memory) and exit")
     ap.add_argument("--json", type=Path, help="write the figures here")
@@ -194,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         REAL_MODEL[0] = interference.load_model()
         oracle = MeasuredPredictor(path)
         interference.load_model = lambda *_a, **_k: oracle
+    if args.guard_report:
+        print("\n".join(guard_report(path, memory or GavelMemory.load())))
+        return 0
     if args.memory_check:
         from msched.estimate.interference import type_usable_gb
 
