@@ -118,6 +118,10 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
             "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled, "tail": tail,
             "alone_share": info.get("alone_gpu_s", 0.0) / gpu_s if gpu_s else None,
+            # the work sharing added, as a share of the cluster's GPU time up to the no-packing makespan
+            "gained_share": (info.get("gained_gpu_s", 0.0) / (sum(n.gpus for n in cluster.nodes)
+                                                              * plain.metrics["makespan_s"])
+                             if plain is not None and plain.metrics.get("makespan_s") else None),
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
@@ -259,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
           f", memory {args.memory}, predictor {args.predictor}"
           f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
-          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
+          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
@@ -271,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         slow = f"{r['slowest_packed_speed']:.2f}" if r["slowest_packed_speed"] is not None else "-"
         mae = f"{r['pair_mae']:.3f}" if r["pair_mae"] is not None else "-"
         alone = f"{r['alone_share']:.0%}" if r["alone_share"] is not None else "-"
+        gain = f"{r['gained_share']:+.2%}" if r["gained_share"] is not None else "-"
         hours = " ".join(f"{v / H:6.1f}h" if v is not None else f"{'-':>7}" for v in ms.values())
         print(f"{seed:4d} | {hours} {_fmt(_ratio(ms['packed'], ms['msched'])):>6} | {_fmt(jct):>9} | "
               f"{r['shard_jobs']:5d} {r['pairs']:5d} "
-              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} | {_tail(r['tail'])}")
+              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} {gain:>6} | {_tail(r['tail'])}")
     ratio = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["msched"]["makespan_s"])) is not None]
     jct = [x for r in rows if (x := _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])) is not None]
     vs_fifo = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["fifo"]["makespan_s"])) is not None]
@@ -286,13 +291,15 @@ def main(argv: list[str] | None = None) -> int:
                "mean_jct_packed_over_msched": _mean(jct),
                "makespan_msched_over_fifo": _mean(plain_fifo),
                "makespan_packed_over_fifo": _mean(vs_fifo),
-               "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(maes) if maes else None,
+               "slowest_packed_speed": slowest,
+               "gained_share": _mean([r["gained_share"] for r in rows if r["gained_share"] is not None]), "pair_mae": statistics.fmean(maes) if maes else None,
                "pairs": sum(r["pairs"] for r in rows), "pairs_below_1": sum(r["pairs_below_1"] for r in rows),
                "oom": sum(r["oom"] for r in rows), "shard_jobs": sum(r["shard_jobs"] for r in rows),
                "crawled": {k: sum(r["crawled"][k] for r in rows) for k in ("predictor", "unchecked")},
                "unfinished": sum(sum(r["unfinished"].values()) for r in rows)}
     print(f"mean makespan, packing / no packing: {_fmt(summary['makespan_packed_over_msched'])} "
-          f"(sd {_fmt(summary['sd'])}); mean JCT: {_fmt(summary['mean_jct_packed_over_msched'])}")
+          f"(sd {_fmt(summary['sd'])}); mean JCT: {_fmt(summary['mean_jct_packed_over_msched'])}; work sharing added: "
+          f"{'-' if summary['gained_share'] is None else format(summary['gained_share'], '+.2%')} of the cluster's GPU time")
     print(f"makespan x backfill fifo: msched {_fmt(summary['makespan_msched_over_fifo'])}, "
           f"msched+packing {_fmt(summary['makespan_packed_over_fifo'])}")
     print(f"pairs that ran: {summary['pairs']} ({summary['pairs_below_1']} measured below 1.0 combined), "
