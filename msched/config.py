@@ -37,6 +37,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     begin_time_max_jobs = 20               #   by a begin time (StartTime=, expires by itself; hold journal),
     begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
     begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
+    tight_queue    = true                  # read the queue with fixed-width `squeue -O` (false: squeue --json)
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -123,6 +124,7 @@ class Config:
     begin_time_max_jobs: int = 20
     begin_time_horizon_s: float = 14400.0
     begin_time_min_gain: float = 1.0
+    tight_queue: bool = True                # the queue read (msched.slurm.cli.tight; false: squeue --json)
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
@@ -169,6 +171,8 @@ class Config:
             raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
         if not isinstance(self.begin_time_lever, bool):
             raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
+        if not isinstance(self.tight_queue, bool):
+            raise ConfigError(f"tight_queue {self.tight_queue!r} must be true or false")
         if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:
             raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
         if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):
