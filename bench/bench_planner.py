@@ -24,7 +24,8 @@
 
 (c) `--workloads static,philly,...`: each bench workload (bench/workloads.py, `--workload-jobs` sizes,
     bench_quality --quick's by default) replayed in-process with backfill for every policy: msched (one
-    column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`) over backfill fifo on makespan
+    column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`; a key `settle_X` sets
+    msched.rounds.settle.SettleOptions' X) over backfill fifo on makespan
     and mean JCT, the simulator's plan() seconds, oracle's makespan over the LP bound, and the mean-JCT
     floor (every job at once on its fastest type: `slurm_sim.metrics.jct_floor`) over fifo's mean JCT.
 
@@ -188,11 +189,13 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
 
 
 # ----------------------------------------------------------------------------- (c)
-def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict]) -> None:
+def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict],
+                  first_seed: int = 1, oracle: bool = True) -> None:
     """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
     msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
     import workloads as wl
 
+    from msched.rounds.settle import SettleOptions
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
     from slurm_sim.metrics import jct_floor, trace_bound
@@ -205,7 +208,7 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
     for name in names:
         per: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
         floors: list[float] = []
-        for seed in range(1, seeds + 1):
+        for seed in range(first_seed, first_seed + seeds):
             try:
                 w = wl.build(name, sizes[name], seed)
             except wl.WorkloadError as exc:
@@ -222,16 +225,18 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             fifo = replay(trace, "fifo", base_setup, bound=lb).metrics
             for k, opts in variants.items():
                 opts = dict(opts)
+                settle = {key[len("settle_"):]: opts.pop(key) for key in list(opts) if key.startswith("settle_")}
                 setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
-                                 objective=opts.pop("objective", "balanced"), policy_options=opts)
+                                 objective=opts.pop("objective", "balanced"), policy_options=opts,
+                                 settle=SettleOptions(**settle) if settle else None)
                 r = replay(trace, "msched", setup, bound=lb)
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
                 per[k].append((ms, jct))
                 cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
-            oracle = replay(trace, "oracle", base_setup, bound=lb).metrics
+            oracle_ms = replay(trace, "oracle", base_setup, bound=lb).metrics["makespan_s"] if oracle else float("nan")
             floors.append(jct_floor(trace, truth, cluster) / fifo["mean_jct_s"])
             print(f"{name:>8} {seed:4d} {len(trace):4d} | {fifo['makespan_s'] / H:12.1f}h {fifo['mean_jct_s'] / H:8.2f}h | "
-                  + " | ".join(cells) + f" | {oracle['makespan_s'] / lb.value_s:14.3f} {floors[-1]:16.3f}", flush=True)
+                  + " | ".join(cells) + f" | {oracle_ms / lb.value_s:14.3f} {floors[-1]:16.3f}", flush=True)
         for k, rows in per.items():
             if rows:
                 print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
@@ -247,6 +252,9 @@ def parse_variant(text: str) -> tuple[str, dict]:
     opts: dict = {}
     for item in filter(None, rest.split(";")):
         k, _, v = item.partition(":")
+        if v.lower() == "none":
+            opts[k] = None
+            continue
         try:
             opts[k] = int(v)
         except ValueError:
@@ -260,6 +268,9 @@ def parse_variant(text: str) -> tuple[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5, help="seeds 1..N of every part [default: 5]")
+    ap.add_argument("--first-seed", type=int, default=1,
+                    help="(c): the first seed (seeds first..first+N-1: settings chosen on seeds a table then does not use)")
+    ap.add_argument("--no-oracle", action="store_true", help="(c): skip the oracle's replay")
     ap.add_argument("--jobs", default="16,30", help="sizes of the small instances (comma separated)")
     ap.add_argument("--exact-s", type=float, default=120.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--box-s", type=float, default=2.0, help="the planner's time box")
@@ -284,7 +295,8 @@ def main() -> None:
     if a.workloads:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
-        run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants)
+        run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants, a.first_seed,
+                      not a.no_oracle)
 
 
 if __name__ == "__main__":

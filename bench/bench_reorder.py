@@ -7,6 +7,8 @@
     python bench/bench_reorder.py --queue-memory 10000,10000     # peak RSS of reading squeue --json
     python bench/bench_reorder.py --settle 10000 --own-process --no-sim   # each round a process: phases
     python bench/bench_reorder.py --snapshot-caches 10000          # build_snapshot with and without its caches
+    python bench/bench_reorder.py --queue-reads 10000              # the tight queue read against squeue --json
+    python bench/bench_reorder.py --settle 10000 --own-process --no-sim --queue-read json   # rounds, --json read
 
 1. Real cluster (needs SLURM_CONF pointing at a running cluster, e.g. `make slurm-up`; skipped with a
    line otherwise): all GPUs held by untagged blockers, `--pending` jobs submitted as msub does
@@ -406,7 +408,7 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
 
 
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
-                write_budget: int | None = None, own_process: bool = False) -> dict | None:
+                write_budget: int | None = None, own_process: bool = False, tight: bool = True) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, four rounds on the unchanged queue (the later ones light once it settled),
@@ -416,14 +418,16 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     Every job is cancelled at the end. None (with a line) when no cluster answers. `own_process`: each
     round runs in a new Python process (bench/round_phases.py under `-X importtime`), as cron runs
     `msched reorder`: its wall time is the whole process's (start and imports included), its CPU time
-    and peak RSS the process's own, beside the Slurm commands' CPU and peak RSS, and the round's phases."""
+    and peak RSS the process's own, beside the Slurm commands' CPU and peak RSS, and the round's phases.
+    `tight`: config tight_queue (the queue read by fixed-width `squeue -O`; False: `squeue --json`)."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
     if why:
         log(f"real cluster: skipped ({why})")
         return None
-    cfg = site(tmp, f"settle-{n_pending}", **({} if write_budget is None else {"write_budget": write_budget}))
+    cfg = site(tmp, f"settle-{n_pending}", tight_queue=tight,
+               **({} if write_budget is None else {"write_budget": write_budget}))
     client = CliClient(cfg)
     nodes = [n for n in client.nodes() if n.gpu_type and n.usable]
     types = tuple(sorted({n.gpu_type for n in nodes}))
@@ -480,7 +484,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             c0, s0 = sdiag_updates()
             w0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-X", "importtime", str(Path(__file__).with_name("round_phases.py")),
-                                   str(tmp), f"settle-{n_pending}", str(write_budget or 0)],
+                                   str(tmp), f"settle-{n_pending}", str(write_budget or 0), "tight" if tight else "json"],
                                   capture_output=True, text=True, timeout=600)
             wall = time.perf_counter() - w0
             c1, s1 = sdiag_updates()
@@ -499,7 +503,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
                                                           "planner", "settle", "writes", "finished", "store")
                               if k in ph)
             log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
-                f"of controller time), process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
+                f"of controller time), queue read {m.get('queue_read') or '-'}, process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
                 f"{m['round_s']:.2f} s: {parts}), CPU {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB; "
                 f"Slurm commands CPU {m['slurm_cpu_s']:.2f} s, largest RSS {m['slurm_peak_rss_mb']:.0f} MB; "
                 f"{what}; load {m['load1']:.1f}")
@@ -667,6 +671,58 @@ print(json.dumps({"jobs": len(jobs), "imports_mb": base,
     return out
 
 
+def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> dict | None:  # noqa: ANN001
+    """The queue read alone, tight (`squeue -O` at fixed widths, msched.slurm.cli.tight) against
+    `squeue --json`, on the real dev cluster: 16 single-GPU blockers running and `n_pending` jobs of
+    `busy_queue_requests` behind them. Alternating, `repeats` times each, every read in a fresh process
+    (bench/round_phases.py --read): wall, that process's CPU for the read (its parse included), squeue's
+    own CPU and peak RSS, the process's peak RSS, and that both reads gave the same jobs."""
+    from msched.slurm.cli import CliClient
+
+    why = slurm_available()
+    if why:
+        log(f"real cluster: skipped ({why})")
+        return None
+    client = CliClient(Config(backend="cli"))
+    nodes = [n for n in client.nodes() if n.gpu_type and n.usable]
+    types = tuple(sorted({n.gpu_type for n in nodes}))
+    models = busy_models(PerfTable.load(str(PERF)), types=types)
+    ids: list[str] = []
+    out: dict = {"pending": n_pending, "reads": {"tight": [], "json": []}}
+    try:
+        ids += [client.submit(JobRequest(name="reads-blocker", num_gpus=1, wrap="sleep 3600", time_limit_s=7200,
+                                         extra={"--nodelist": n.name, "--output": "/dev/null"}))
+                for n in nodes for _ in range(n.gpus)]
+        with ThreadPoolExecutor(4) as pool:
+            ids += list(pool.map(client.submit, busy_queue_requests(n_pending, models, seed, types)))
+        script = str(Path(__file__).with_name("round_phases.py"))
+        order: list[tuple[str, str]] = []          # (read, digest of its jobs), in the order read
+        for k in range(repeats):
+            for how in (("tight", "json") if k % 2 == 0 else ("json", "tight")):
+                proc = subprocess.run([sys.executable, script, "--read", how], capture_output=True, text=True,
+                                      timeout=600)
+                if proc.returncode != 0:
+                    raise RuntimeError(proc.stderr.strip().splitlines()[-1:])
+                m = json.loads(proc.stdout.strip().splitlines()[-1])
+                m["load1"] = os.getloadavg()[0]
+                out["reads"][how].append(m)
+                order.append((how, m["digest"]))
+                log(f"  {how}: {m['jobs']} jobs read {m['read']}, {m['wall_s']:.2f} s wall, parse+read CPU "
+                    f"{m['cpu_s']:.2f} s, squeue CPU {m['slurm_cpu_s']:.2f} s, squeue RSS {m['slurm_peak_rss_mb']:.0f} MB, "
+                    f"process RSS {m['peak_rss_mb']:.0f} MB, {m['bytes'] / 2**20:.1f} MB read, load {m['load1']:.1f}")
+        # the queue may change between two reads (a reason Slurm rewrites): compare each read with the next
+        # one of the other kind, and say where the queue itself changed (two reads of one kind differ)
+        pairs = [(a[1] == b[1]) for a, b in zip(order, order[1:], strict=False) if a[0] != b[0]]
+        changes = sum(1 for a, b in zip(order, order[1:], strict=False) if a[0] == b[0] and a[1] != b[1])
+        out.update(order=order, agreeing_pairs=sum(pairs), pairs=len(pairs), queue_changes_seen=changes)
+        log(f"queue reads at {n_pending} pending: {sum(pairs)} of {len(pairs)} adjacent tight/json pairs read the "
+            f"same jobs; the queue changed {changes} time(s) between two reads of one kind")
+        return out
+    finally:
+        for k in range(0, len(ids), 500):
+            subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
+
+
 def snapshot_caches(n_pending: int = 10_000, repeats: int = 5, seed: int = 1) -> dict:
     """`build_snapshot` with its caches and without (`caches=False`), alternating, on `busy_sim`'s queue of
     `n_pending` jobs, each build from fresh job objects (as Slurm's client hands a round: the per-object
@@ -722,6 +778,10 @@ def main() -> None:
                     help="the online-churn planner (default greedy: one plan per snapshot)")
     ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
                     help="only the queue read's peak memory (a stand-in squeue; e.g. 10000,10000)")
+    ap.add_argument("--queue-read", default="tight", choices=("tight", "json"),
+                    help="the settle scenario's queue read (config tight_queue; default tight)")
+    ap.add_argument("--queue-reads", type=int, default=0, metavar="PENDING",
+                    help="only the queue read, tight against squeue --json, on the real cluster")
     ap.add_argument("--snapshot-caches", type=int, default=0, metavar="PENDING",
                     help="only build_snapshot with and without its caches (e.g. 10000)")
     args = ap.parse_args()
@@ -738,6 +798,11 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return
+    if args.queue_reads:
+        res = queue_reads(args.queue_reads, args.seed)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return
     if args.queue_memory:
         res = queue_read_memory(*(int(x) for x in args.queue_memory.split(",")))
         if args.json:
@@ -750,7 +815,7 @@ def main() -> None:
             for n in sizes:
                 res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
                                "real": real_settle(n, Path(d), args.seed, write_budget=args.budget,
-                                                   own_process=args.own_process)
+                                                   own_process=args.own_process, tight=args.queue_read == "tight")
                                if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))

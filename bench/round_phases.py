@@ -97,29 +97,31 @@ def _wrap_planning_core(phases: Phases) -> None:
     sys.meta_path.insert(0, Hook())
 
 
-def measure(state: Path, name: str, write_budget: int | None = None) -> dict:
+def measure(state: Path, name: str, write_budget: int | None = None, tight: bool = True) -> dict:
     """One round of the bench's site `name` under `state` (bench_reorder.site), taken apart."""
     phases = Phases()
     _wrap_planning_core(phases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from msched.rounds.reorder import Reorderer, open_site_store
+    from msched.commands.reorder_run import _round_store
+    from msched.rounds.reorder import Reorderer
     from msched.slurm.cli import CliClient
-    from msched.store.db import Store
 
     import_cpu = time.process_time() - _CPU0
     import_wall = time.perf_counter() - _T0
     for attr, phase in (("queue_digest", "digest"), ("_queue", "squeue"), ("nodes", "sinfo"),
                         ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler")):
         phases.wrap(CliClient, attr, phase)
-    cfg = _site(state, name, write_budget)
-    store: Store = open_site_store(cfg)
+    cfg = _site(state, name, write_budget)._replace(tight_queue=tight)
+    store = _round_store(cfg)           # as `msched reorder` opens it: the light view where it can
     w0, c0 = time.perf_counter(), time.process_time()
-    out = Reorderer(cfg, CliClient(cfg), store, publish=False).round()
+    client = CliClient(cfg)
+    out = Reorderer(cfg, client, store, publish=False).round()
     round_s, round_cpu = time.perf_counter() - w0, time.process_time() - c0
     store.dispose()
     r = out.result
     m: dict = {"round_s": round_s, "round_cpu_s": round_cpu, "unchanged": r is None, "light": out.light,
+               "queue_read": client.last_read, "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
                "setup_wall_s": import_wall, "setup_cpu_s": import_cpu}
     if r is None:
         m.update(pending=out.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)
@@ -158,6 +160,39 @@ def import_seconds(stderr: str) -> float:
     return total / 1e6
 
 
+def read_once(how: str) -> dict:
+    """One queue read (`CliClient._queue`, tight or --json) in this process: its wall and CPU, squeue's
+    CPU and peak RSS (this process's only child), this process's peak RSS, and a digest of the jobs."""
+    import hashlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from msched.config import Config
+    from msched.slurm.cli import CliClient
+
+    client = CliClient(Config(backend="cli", tight_queue=how == "tight"))
+    client._node_types = {n.name: n.gpu_type for n in client.nodes()}
+    c_before = _children()[0]
+    w0, c0 = time.perf_counter(), time.process_time()
+    jobs = client._queue()
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    child_cpu, child_rss = _children()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if client.last_read == "tight":       # the bytes squeue printed (read again, after the measure)
+        from msched.slurm.cli.tight import tight_format
+
+        size = len(client._raw(["squeue", "-h", "-t", "all", "-O", tight_format()], client._env()).stdout)
+    else:
+        size = len(client._run_bytes(["squeue", "--json"]))
+    return {"read": client.last_read, "jobs": len(jobs), "wall_s": wall, "cpu_s": cpu,
+            "slurm_cpu_s": child_cpu - c_before, "slurm_peak_rss_mb": child_rss,
+            "peak_rss_mb": peak, "bytes": size,
+            "digest": hashlib.sha256(repr(jobs).encode()).hexdigest()}
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--read":
+        print(json.dumps(read_once(sys.argv[2])))
+        sys.exit(0)
     budget = int(sys.argv[3]) if len(sys.argv) > 3 and int(sys.argv[3]) else None
-    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget)))
+    tight = len(sys.argv) <= 4 or sys.argv[4] != "json"
+    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget, tight)))

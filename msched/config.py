@@ -15,6 +15,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    constraint_informed_slack = 1.1        # ... this factor instead when the last round's free times say
+                                           #   some type is busy now (msched.policy.choice.submit_slack)
     write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
@@ -35,6 +37,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     begin_time_max_jobs = 20               #   by a begin time (StartTime=, expires by itself; hold journal),
     begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
     begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
+    tight_queue    = true                  # read the queue with fixed-width `squeue -O` (false: squeue --json)
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -102,6 +105,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    constraint_informed_slack: float = 1.1  # msub, with a fresh round's view of busy types (choice.submit_slack)
     write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
@@ -120,6 +124,7 @@ class Config:
     begin_time_max_jobs: int = 20
     begin_time_horizon_s: float = 14400.0
     begin_time_min_gain: float = 1.0
+    tight_queue: bool = True                # the queue read (msched.slurm.cli.tight; false: squeue --json)
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
@@ -132,6 +137,10 @@ class Config:
             raise ConfigError(f"planner {self.planner!r} is not one of optimize, greedy, cpsat")
         if not (isinstance(self.plan_time_s, int | float) and self.plan_time_s > 0):
             raise ConfigError(f"plan_time_s must be a positive number of seconds (got {self.plan_time_s!r})")
+        for key in ("constraint_slack", "constraint_informed_slack"):
+            v = getattr(self, key)
+            if not (isinstance(v, int | float) and v >= 1.0):
+                raise ConfigError(f"{key} must be a number >= 1 (got {v!r})")
         if self.metric not in METRICS:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
@@ -162,6 +171,8 @@ class Config:
             raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
         if not isinstance(self.begin_time_lever, bool):
             raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
+        if not isinstance(self.tight_queue, bool):
+            raise ConfigError(f"tight_queue {self.tight_queue!r} must be true or false")
         if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:
             raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
         if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):

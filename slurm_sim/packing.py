@@ -31,6 +31,113 @@ GAVEL_FAMILIES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "transformer
                   "recommendation": "Recommendation", "a3c": "A3C", "cyclegan": "CycleGAN"}
 
 
+# the optimizer each of Gavel's job types trains with (github.com/stanford-futuredata/gavel,
+# workloads/pytorch/*: SGD with momentum for the image models, plain SGD updates for the language model,
+# Adam for the rest): its per-parameter state, in the memory estimate
+GAVEL_OPTIMIZERS = {"resnet18": "momentum", "resnet50": "momentum", "transformer": "adam", "lm": "sgd",
+                    "recommendation": "adam", "a3c": "adam", "cyclegan": "adam"}
+
+
+@dataclass(frozen=True)
+class GavelMemory:
+    """Predicted peak training memory (GB, msched.estimate.memory) of Gavel's job types, from the layer
+    profiles of their model files (msched/data/gavel_models/; ResNet-50 is torchvision's): what msub's
+    tag would carry for such a job. The simulator's perf-table names ("resnet18") are not the shipped
+    torchvision models of the same name (Gavel's ResNet-18 trains on 32 x 32 CIFAR images), so without
+    this a replay's packing decision sees the wrong memory or none."""
+
+    profiles: Mapping[str, object]
+
+    @classmethod
+    def load(cls) -> GavelMemory:
+        """Profiles the model files (torch on the meta device, once per user: msched's profile cache)."""
+        from msched.estimate.training_data import GAVEL_MODEL_FILES, GAVEL_TORCHVISION, gavel_profiles
+        from msched.models.shipped import profile_data
+
+        by_key = gavel_profiles()
+        profiles = {t: by_key[f"gavel:{t}"] for t in GAVEL_MODEL_FILES}
+        profiles.update({t: profile_data(t) for t in GAVEL_TORCHVISION})
+        return cls(profiles)
+
+    def __call__(self, model: str, batch_size: int | None) -> float | None:
+        """GB at the batch size (Gavel's A3C and CycleGAN name none: 1), None for a model it has no profile of."""
+        from msched.estimate.memory import peak_memory_gb
+
+        prof = self.profiles.get(model)
+        if prof is None:
+            return None
+        return round(peak_memory_gb(prof, batch_size or 1, "float", GAVEL_OPTIMIZERS.get(model, "sgd")).peak_gb, 3)
+
+
+def memory_check(memory, path: str | Path, usable_gb: Mapping[str, float]) -> dict[str, int]:  # noqa: ANN001
+    """The pair memory check (msched.estimate.interference.pair_fits, on `memory`'s peaks) against every
+    single-GPU pair Gavel measured: predicted to fit or not x ran or measured 0 (out of memory)."""
+    import json
+
+    from msched.estimate.interference import _parse_key, pair_fits
+
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    inverse = {v: k for k, v in GAVEL_FAMILIES.items()}
+    out = {"fit_ran": 0, "fit_oom": 0, "apart_ran": 0, "apart_oom": 0}
+
+    def peak(job_type: str) -> float | None:
+        from msched.estimate.interference import batch_of, family_of
+
+        model = inverse.get(family_of(job_type))
+        return memory(model, batch_of(job_type)) if model else None
+
+    for g, usable in usable_gb.items():
+        for key, entry in data.get(g, {}).items():
+            a, sa = _parse_key(key)
+            if sa != 1:
+                continue
+            for key2, both in entry.items():
+                if key2 == "null" or _parse_key(key2)[1] != 1:
+                    continue
+                fits = pair_fits((peak(a), peak(_parse_key(key2)[0])), usable)
+                out[("fit_" if fits else "apart_") + ("ran" if both[0] + both[1] > 0 else "oom")] += 1
+    return out
+
+
+class MeasuredPredictor:
+    """The interference model's interface answered with Gavel's *measurements* (the simulator's truth):
+    a perfect predictor, for measuring how much packing could gain if the prediction were exact (the
+    ceiling of bench/bench_packing.py --predictor measured). A job is recognised by its solo iteration
+    times (the perf table the simulator's tags are estimated from is Gavel's own); a pair Gavel did not
+    measure, or measured at 0 (out of memory), predicts 0 (never packed). Never used by msched itself."""
+
+    def __init__(self, path: str | Path):
+        from msched.estimate.interference import read_gavel
+
+        jobs, pairs = read_gavel(path)
+        self.names = {self._key(s): n for n, s in jobs.items()}
+        self.own = {}
+        for p in pairs:
+            self.own[(p.a, p.b, p.gpu_type)] = p.own_a
+            self.own[(p.b, p.a, p.gpu_type)] = p.own_b
+
+    @staticmethod
+    def _key(speeds) -> tuple:  # noqa: ANN001 - a JobSpeeds
+        return tuple(sorted((t, round(ms, 6)) for t, ms in speeds.iter_ms.items()))
+
+    def own_speed(self, a, b, gpu_type: str) -> float:  # noqa: ANN001 - JobSpeeds
+        na, nb = self.names.get(self._key(a)), self.names.get(self._key(b))
+        return self.own.get((na, nb, gpu_type), 0.0) if na and nb else 0.0
+
+    def combined_throughput(self, a, b, gpu_type: str) -> float:  # noqa: ANN001
+        x, y = self.own_speed(a, b, gpu_type), self.own_speed(b, a, gpu_type)
+        return x + y if x > 0 and y > 0 else 0.0
+
+    def slower_speed(self, a, b, gpu_type: str) -> float:  # noqa: ANN001
+        return min(self.own_speed(a, b, gpu_type), self.own_speed(b, a, gpu_type))
+
+    guard_slower = slower_speed
+
+    def slower_for(self, guard: str):  # noqa: ANN201, ARG002 - the measured slower job whatever the guard
+        return self.slower_speed
+
+
 def gavel_job_type(model: str, batch_size: int | None) -> str | None:
     """A Gavel perf-table model and batch -> Gavel's job type name ('ResNet-18 (batch size 32)')."""
     family = GAVEL_FAMILIES.get(model)
@@ -85,6 +192,8 @@ class ShardRuns:
     chosen: tuple | None = None          # (job, node, partner) open_slot found for the start that follows
     alone_s: float = 0.0                 # GPU seconds shard jobs ran alone on a GPU (a shard idle beside them)
     shared_s: float = 0.0                # GPU seconds of shared GPUs (two jobs on one)
+    gained_s: float = 0.0                # work sharing added: sum over shared time of (combined speed - 1),
+                                         # in solo seconds on the type it ran on (negative: sharing lost work)
     sim: object = None
 
     def attach(self, sim) -> ShardRuns:  # noqa: ANN001 - a slurm_sim.simulator.Simulator
@@ -184,6 +293,7 @@ class ShardRuns:
             self.alone_s += now - run.since          # a shard GPU with one of its two shards idle
         else:
             self.shared_s += (now - run.since) / 2  # GPU seconds: a pair's two jobs hold one GPU
+            self.gained_s += (now - run.since) * (run.rate - 0.5)     # the pair's two halves: combined - 1
         run.remaining = max(0.0, run.remaining - (now - run.since) * run.rate)
         run.since = now
 
@@ -223,6 +333,8 @@ class SimPacking:
     when_waiting: bool = True            # pack only when the job would wait (submit_verdict's wait rule)
     wait_share: float | None = None      # submit_verdict's wait_share (None: its default)
     guard: str = "bound"                 # config `pack_guard`: msub's and the round's packing guard
+    memory: object = None                # (model, batch) -> predicted peak GB (GavelMemory); None: msched's
+                                         # peak_gb (shipped torchvision models only)
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -258,20 +370,23 @@ class SimPacking:
                 queued.append((s, t))
         model = load_model()
         slower = model.slower_for(self.guard)
+        peak = self.memory or peak_gb
+        my_peak = peak(tag.model, tag.bs)
         kept = []                                    # as msub: judged on each type it may land on
         for gpu_type in types:
             if any(gpu_type not in s.iter_ms for s, _ in queued):
                 continue
-            partners = [(s, peak_gb(t.model, t.bs), solo_runtime_s(s, t.iters, gpu_type)) for s, t in queued]
+            partners = [(s, t.mem if t.mem is not None else peak(t.model, t.bs), solo_runtime_s(s, t.iters, gpu_type))
+                        for s, t in queued]     # as msub: the tag's memory first
             where = f"{len(partners)} shard jobs in the queue"
             every = bool(partners)
             if not partners:
                 perf = getattr(times, "perf", None) or times.times.perf        # a TableTimes, or one cached
-                partners = [(s, peak_gb(m, b)) for m, b, s in reference_mix(perf, gpu_type)]
+                partners = [(s, peak(m, b)) for m, b, s in reference_mix(perf, gpu_type)]
                 where = "the reference mix"
             waits = [max(0.0, free_at[gpu_type] - sim.now)] if free_at and gpu_type in free_at else []
             est = (decision.estimates or {}).get(gpu_type)
-            value, reason = submit_verdict(mine, peak_gb(tag.model, tag.bs), partners, gpu_type,
+            value, reason = submit_verdict(mine, my_peak, partners, gpu_type,
                                            model.combined_throughput, type_usable_gb(gpu_type), self.threshold,
                                            slower, every=every, own=model.own_speed,
                                            some=self.guard == "bound", best_types=types if self.guard == "bound" else (),
@@ -285,7 +400,7 @@ class SimPacking:
         if not kept:
             return decision, tj.partition, 0
         ok = [t for t, _, _ in kept]
-        packed = tag._replace(pack=round(kept[0][1], 3), added="|".join(ok),
+        packed = tag._replace(pack=round(kept[0][1], 3), added="|".join(ok), mem=my_peak if self.memory else tag.mem,
                               why=f"packed on {'|'.join(ok)}: {kept[0][2]}")
         return decision._replace(tag=packed, types=tuple(ok)), SHARD_PARTITION, 1
 

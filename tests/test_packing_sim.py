@@ -44,6 +44,7 @@ def test_two_shard_jobs_share_the_gpu_at_the_measured_pair_speeds():
     assert sim.jobs[a].end_time == pytest.approx(162.5)
     assert {sim.jobs[a].state, sim.jobs[b].state} == {"COMPLETED"}
     assert runs.pairs and runs.pairs[0]["combined"] == pytest.approx(1.3)
+    assert runs.gained_s == pytest.approx(125.0 * (1.3 - 1.0))     # shared 20-145 s at 1.3 GPUs' worth
     assert sim.free[0] == 1                         # the GPU is free once both ended
 
 
@@ -122,3 +123,66 @@ def test_the_replay_takes_its_guard_to_msubs_decision_and_to_the_round(guard, mo
     assert seen and set(seen) == {guard}
     shard_jobs = result.metrics["packing"]["shard_jobs"]
     assert shard_jobs == 0 if guard == "bound" else shard_jobs > 0
+
+
+@pytest.mark.parametrize("peak_gb, packed", [(8.0, False), (1.0, True)])
+def test_the_replays_packing_decision_checks_memory(peak_gb, packed):
+    """SimPacking.memory is the peak memory msub's decision and the round see: jobs of 8 GB each cannot
+    share a 16 GB V100 (14.6 GB usable: 2 x 8 GB x 1.2 + a second CUDA context is over it), so none is
+    packed though the mean forest would pack them (the setting of the test above); at 1 GB each some
+    are, and their tags carry that memory for the round."""
+    from slurm_sim.compare import Classifier, SimSetup, replay
+    from slurm_sim.packing import SimPacking
+    from slurm_sim.trace import TraceJob
+
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 50.0), PerfRow("resnet50", "v100", 1, 32, "float", 150.0)])
+    r50 = "ResNet-50 (batch size 32)"
+    pairs = PairTruth({(R18, R18, "v100"): (0.7, 0.7), (r50, r50, "v100"): (0.6, 0.6),
+                       (R18, r50, "v100"): (0.8, 0.45), (r50, R18, "v100"): (0.45, 0.8)})
+    setup = SimSetup(with_shard_nodes(parse_cluster("v100:2x1")), truth, truth, Classifier(["resnet18", "resnet50"], truth),
+                     scheduler="backfill", round_s=60.0,
+                     packing=SimPacking(pairs, guard="mean", memory=lambda model, batch: peak_gb))
+    trace = [TraceJob(str(i), 60.0 * i, "u1", "resnet18" if i % 3 else "resnet50", 1, 32, 100000 if i < 4 else 20000)
+             for i in range(12)]
+    result = replay(trace, "msched", setup)
+    info = result.metrics["packing"]
+    assert (info["shard_jobs"] > 0) == packed
+    assert bool(info["pairs"]) == packed and info["oom"] == 0
+
+
+def test_gavel_memory_keeps_apart_the_pairs_gavel_measured_out_of_memory():
+    """The peaks of Gavel's job types from their model files' profiles (torch on the meta device), checked
+    as a pair (pair_fits) on a V100, against what Gavel measured there: ResNet-50 at batch 128 beside
+    ResNet-50 at 64, and Transformer at 256 beside ResNet-50 at 128, measured 0 (they did not fit
+    together); ResNet-18 at 32 beside LM at 20, and two ResNet-50s at 32, ran."""
+    from msched.estimate.interference import pair_fits, type_usable_gb
+    from slurm_sim.packing import GavelMemory
+
+    mem = GavelMemory.load()
+    usable = type_usable_gb("v100")
+    assert not pair_fits((mem("resnet50", 128), mem("resnet50", 64)), usable)
+    assert not pair_fits((mem("transformer", 256), mem("resnet50", 128)), usable)
+    assert pair_fits((mem("resnet18", 32), mem("lm", 20)), usable)
+    assert pair_fits((mem("resnet50", 32), mem("resnet50", 32)), usable)
+    assert mem("resnet18", 256) < 2.0 < 5.0 < mem("resnet50", 64)    # CIFAR's 32 x 32, not ImageNet's 224
+    assert mem("no-such-model", 32) is None
+
+
+def test_the_measured_predictor_answers_with_gavels_measurements():
+    """bench_packing --predictor measured: the interference model's questions answered by the truth.
+    By hand from the sample file (tests/test_interference.py): on a v100 ResNet-50 (b64) keeps 0.8430 of
+    its solo speed beside ResNet-18 (b32), which keeps 0.5027; a pair Gavel did not measure predicts 0."""
+    from pathlib import Path
+
+    from msched.estimate.interference import read_gavel
+    from slurm_sim.packing import MeasuredPredictor
+
+    sample = Path(__file__).resolve().parent / "data" / "gavel_pairs_sample.json"
+    jobs, _ = read_gavel(sample)
+    oracle = MeasuredPredictor(sample)
+    r50, r18 = jobs["ResNet-50 (batch size 64)"], jobs[R18]
+    assert oracle.own_speed(r50, r18, "v100") == pytest.approx(0.8430, abs=1e-3)
+    assert oracle.own_speed(r18, r50, "v100") == pytest.approx(0.5027, abs=1e-3)
+    assert oracle.combined_throughput(r18, r50, "v100") == pytest.approx(1.3457, abs=1e-3)
+    assert oracle.slower_for("bound")(r50, r18, "v100") == pytest.approx(0.5027, abs=1e-3)
+    assert oracle.combined_throughput(r18, r50, "a100") == 0.0

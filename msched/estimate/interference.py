@@ -46,6 +46,8 @@ FEATURES = ("log_samples_per_s", "log_speedup_over_slowest", "log_speed_spread",
 # a pair predicted below this combined throughput is never packed (bench/bench_interference.py: of the pairs
 # predicted above 1.0, leave-one-job-type-out, 5.5% measured below 0.8; higher thresholds were no safer)
 DEFAULT_THRESHOLD = 1.0
+PAIR_MEMORY_MARGIN = 0.2   # pair_fits: each job's predicted peak memory raised by this share (Gavel's
+                            # measured out-of-memory pairs: BENCHMARKS.md, packing third pass)
 MIN_OWN_SPEED = 0.5        # neither job of a packed pair is predicted below this share of its solo speed
 DEFAULT_BATCH = 32          # a job that names no batch size: its estimating rows' batch, this for the features
 GUARD_ALPHA = 0.1           # the guard's quantile: a job is predicted faster than its bound 9 times in 10
@@ -252,13 +254,20 @@ def peak_gb(model: str, batch_size: int | None) -> float | None:
     return peak_memory_gb(profile, batch_size or DEFAULT_BATCH).peak_gb if profile else None
 
 
-def pair_fits(peaks: Sequence[float | None], usable_gb: float | None) -> bool:
+def pair_fits(peaks: Sequence[float | None], usable_gb: float | None, margin: float = PAIR_MEMORY_MARGIN) -> bool:
     """Whether jobs with these peak memories fit one GPU together (shards are not fenced: a pair that
-    does not fit fails). Unknown peaks or an unknown GPU size are not held against the pair: the
-    predictor alone decides then."""
+    does not fit fails): their predicted peaks, each raised by `margin` (the estimate's error: allocator
+    rounding, cuDNN workspaces it does not see), plus one more CUDA context per job beyond the first
+    (each process holds its own; `usable_gb` already leaves room for one) within the GPU's usable
+    memory. Unknown peaks or an unknown GPU size are not held against the pair: the predictor alone
+    decides then. Checked against Gavel's pairs that did not fit (bench/bench_packing.py
+    --memory-check; BENCHMARKS.md, packing third pass)."""
+    from msched.estimate.memory import RESERVED_GB
+
     if usable_gb is None or any(p is None for p in peaks):
         return True
-    return sum(p for p in peaks if p is not None) <= usable_gb
+    known = [p for p in peaks if p is not None]
+    return sum(known) * (1.0 + margin) + RESERVED_GB * max(0, len(known) - 1) <= usable_gb
 
 
 def type_usable_gb(gpu_type: str, specs=None) -> float | None:  # noqa: ANN001 - a SpecTable

@@ -647,7 +647,9 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     t1 = time.perf_counter()
     new_plan = policy.plan(snap)
     opts = settle_options or SettleOptions()
-    plan, report = settle(snap, new_plan, incumbent, objective=getattr(policy, "objective", "makespan"),
+    objective_for = getattr(policy, "objective_for", None)      # balanced plans a batch for the makespan
+    objective = objective_for(snap) if objective_for is not None else getattr(policy, "objective", "makespan")
+    plan, report = settle(snap, new_plan, incumbent, objective=objective,
                           backfill=bool(getattr(policy, "backfill", False)),
                           starvation_age_s=getattr(policy, "starvation_age_s", None),
                           job_margin=opts.job_margin if opts.job_margin is not None

@@ -72,6 +72,11 @@ DEFAULT_MOVES_PER_CHANGE = 8       # optional moves per job that arrived or left
 DEFAULT_DRIFT_SHARE = 0.005        # optional moves per round whatever changed, as a share of the queue
 DEFAULT_HEAD_GPUS = 1.0            # places at the head of the queue written, per GPU of the cluster
 UNKNOWN_RUNTIME_S = 3600.0
+# 4.'s measure for an online queue planned "balanced" (JCT first, the makespan within the planner's allowance):
+# "makespan" weighs it as a makespan plan (makespan first, then the mean end); "jct" by the mean end alone;
+# "capped" by the mean end, with the makespan no later than the later of the incumbent's and the new plan's
+# (the planner already kept the new plan's makespan within its tolerance of the best it found)
+BALANCED_MEASURES = ("makespan", "capped", "jct")
 _TRIES = 4                         # hybrids tried per round: all moves, then the better half, quarter...
 
 
@@ -83,6 +88,7 @@ class SettleOptions:
     moves_per_change: int | None = DEFAULT_MOVES_PER_CHANGE   # None: no rate limit (only the budget)
     drift_share: float = DEFAULT_DRIFT_SHARE
     head_gpus: float | None = DEFAULT_HEAD_GPUS   # places written per GPU (6. above); None: the whole queue
+    balanced_measure: str = "makespan"        # how 4. weighs an online balanced plan (BALANCED_MEASURES)
 
     def __post_init__(self) -> None:
         if self.write_budget < 0:
@@ -93,6 +99,9 @@ class SettleOptions:
             raise ValueError("margins must be >= 0")
         if self.head_gpus is not None and self.head_gpus <= 0:
             raise ValueError(f"head_gpus must be > 0 (got {self.head_gpus})")
+        if self.balanced_measure not in BALANCED_MEASURES:
+            raise ValueError(f"unknown balanced_measure {self.balanced_measure!r}; "
+                             f"choose one of {', '.join(BALANCED_MEASURES)}")
 
     def move_cap(self, changes: int, managed: int) -> int | None:
         """Optional moves one round may make after `changes` arrivals and departures (None: no cap)."""
@@ -204,12 +213,15 @@ def _incumbent_state(snapshot: ClusterSnapshot, incumbent: Incumbent | None):
     return prio, types
 
 
-def _better(held: Evaluation, base: Evaluation, now: float, objective: str, margin: float) -> bool:
-    """`held` beats `base` by the margin on the objective's measure, and is no worse on it."""
+def _better(held: Evaluation, base: Evaluation, now: float, objective: str, margin: float,
+            cap: float = math.inf) -> bool:
+    """`held` beats `base` by the margin on the objective's measure, and is no worse on it ("capped":
+    the mean end's measure with the makespan end at most `cap`)."""
     tol = 1e-6
-    if objective == "jct":
+    if objective in ("jct", "capped"):
         span = max(base.mean_end - now, 1.0)
-        return held.mean_end <= base.mean_end + tol and base.mean_end - held.mean_end > margin * span
+        return held.mean_end <= base.mean_end + tol and base.mean_end - held.mean_end > margin * span \
+            and held.makespan_end <= cap + tol
     span_mk = max(base.makespan_end - now, 1.0)
     if held.makespan_end > base.makespan_end + tol:
         return False
@@ -219,11 +231,12 @@ def _better(held: Evaluation, base: Evaluation, now: float, objective: str, marg
     return held.mean_end <= base.mean_end + tol and base.mean_end - held.mean_end > margin * span
 
 
-def _worse(held: Evaluation, base: Evaluation, objective: str) -> bool:
-    """`held` is worse than `base` on the objective's measure (makespan first, then the mean end)."""
+def _worse(held: Evaluation, base: Evaluation, objective: str, cap: float = math.inf) -> bool:
+    """`held` is worse than `base` on the objective's measure (makespan first, then the mean end; "jct":
+    the mean end; "capped": the mean end, or a makespan end past `cap`)."""
     tol = 1e-6
-    if objective == "jct":
-        return held.mean_end > base.mean_end + tol
+    if objective in ("jct", "capped"):
+        return held.mean_end > base.mean_end + tol or held.makespan_end > cap + tol
     return held.makespan_end > base.makespan_end + tol or (
         held.makespan_end >= base.makespan_end - tol and held.mean_end > base.mean_end + tol)
 
@@ -370,6 +383,11 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
                                      memo=memo)
 
     base = hybrid(forced) if forced else (dict(inc_prio), dict(inc_types), inc_eval)
+    measure, cap = objective, math.inf
+    if objective == "balanced":
+        measure = opts.balanced_measure
+        if measure == "capped":
+            cap = max(base[2].makespan_end, new_eval.makespan_end)
     held = base
     taken = list(forced)
     report.accepted = not extra
@@ -378,10 +396,10 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         if k <= 0:
             break
         trial = hybrid(forced + extra[:k])
-        if _better(trial[2], base[2], now, objective, opts.plan_margin):
+        if _better(trial[2], base[2], now, measure, opts.plan_margin, cap):
             held, taken, report.accepted = trial, forced + extra[:k], True
             break
-        if not _worse(trial[2], base[2], objective):
+        if not _worse(trial[2], base[2], measure, cap):
             break       # harmless but not worth the margin: fewer such moves buy less (each try costs a
             #             whole evaluation: ~0.4 s of CPU at 10,000 pending, every round of a steady queue)
         k //= 2

@@ -4,11 +4,17 @@ Why the command line: it works against any Slurm the site runs (pyslurm must mat
 exactly, SLURM-NOTES), and it is the backend CI proves against a real local cluster.
 
 How it reads Slurm:
-- The queue is read as `squeue --json` (msched.slurm.cli.parsers.parse_squeue): a job's comment, name
-  and features are each one escaped JSON string, so no byte a user types (newline, 0x1f, ESC...) can
-  forge a field or a row (issue 13, verified on 22.05.8 against comments holding every control byte:
-  tests/data/slurm/squeue.json). 22.05 ignores `-t` and `-j` with `--json`: states and ids are filtered
-  here. Output is read as bytes; what is not UTF-8 becomes U+FFFD (Slurm passes such bytes through raw).
+- The queue is read by the tight read (msched.slurm.cli.tight, config `tight_queue`, on by default):
+  `squeue -h -t all -O` with every field at a fixed width in bytes, sliced at fixed offsets, so no byte
+  a user types can move a field or a row; a job whose text fills a width is read again wider by id.
+  Where that read cannot be used (text longer than even the wide widths, a reason --json would name
+  differently, a running shard job, anything malformed) the round reads `squeue --json`
+  (msched.slurm.cli.parsers.parse_squeue): a job's comment, name and features are each one escaped JSON
+  string, so no byte a user types (newline, 0x1f, ESC...) can forge a field or a row (issue 13, verified
+  on 22.05.8 against comments holding every control byte: tests/data/slurm/squeue.json). 22.05 ignores
+  `-t` and `-j` with `--json`: states and ids are filtered here. Output is read as bytes; what is not
+  UTF-8 becomes U+FFFD (Slurm passes such bytes through raw). Both reads give the same jobs, in job id
+  order (tests/test_tight_queue.py).
 - SLURM_TIME_FORMAT=%s makes sinfo's timestamps epoch seconds (the JSON reads carry epochs and run
   without it), so no time zone guessing.
 - One squeue per `jobs()`, one sinfo per `nodes()`. The GPU type of a running job comes from the
@@ -35,6 +41,7 @@ How it reads Slurm:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -80,6 +87,7 @@ from msched.slurm.cli.parsers import (
     parse_sinfo,
     parse_squeue,
 )
+from msched.slurm.cli.tight import NARROW, REREAD_MAX, WIDE, parse_tight, tight_format
 from msched.slurm.cli.writes import (
     _SCONTROL_KEY,
     parse_scontrol_errors,
@@ -87,6 +95,7 @@ from msched.slurm.cli.writes import (
     scontrol_update_line,
 )
 
+log = logging.getLogger(__name__)
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 
 
@@ -134,6 +143,7 @@ class CliClient(SlurmClient):
         self._node_types: dict[str, str | None] = {}
         self._slurm_config: dict[str, str] | None = None
         self._last_queue: tuple[float, list[SlurmJob]] | None = None    # (monotonic time, every job read)
+        self.last_read = ""                     # how the last queue read read it: "tight" or "json"
 
     # -- running commands ---------------------------------------------------------------------------
     def _cmd(self, name: str) -> str:
@@ -250,7 +260,7 @@ class CliClient(SlurmClient):
         return time.time()
 
     def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
-        """One `squeue --json` (every job Slurm remembers; 22.05 ignores -t with --json), states
+        """One read of every job Slurm remembers (`_queue`: the tight read or `squeue --json`), states
         filtered here."""
         wanted = {s.upper() for s in states}
         queue = self._queue()
@@ -270,13 +280,49 @@ class CliClient(SlurmClient):
         return self._queue()
 
     def _queue(self) -> list[SlurmJob]:
-        # parsed as it arrives from the pipe: at 10,000 jobs (32 MB of JSON) the text is never whole
-        jobs = parse_squeue(self._stream(["squeue", "--json"]), self.config, self._node_types)
+        """Every job Slurm remembers, in job id order: the tight read (msched.slurm.cli.tight) where the
+        configuration has it on and it can read this queue, else `squeue --json`. `last_read` says which."""
+        jobs = self._tight_queue() if self.config.tight_queue else None
+        self.last_read = "tight" if jobs is not None else "json"
+        if jobs is None:
+            # parsed as it arrives from the pipe: at 10,000 jobs (32 MB of JSON) the text is never whole
+            jobs = parse_squeue(self._stream(["squeue", "--json"]), self.config, self._node_types)
+        jobs.sort(key=lambda j: int(j.job_id))
         if node_names_in(jobs) - set(self._node_types):      # a node not seen yet: learn types, type again
             self._refresh_node_types()
             jobs = [dataclasses.replace(j, gpu_type=gpu_type_on(j.nodes, self._node_types)) if j.nodes else j
                     for j in jobs]
         return jobs
+
+    def _tight_queue(self) -> list[SlurmJob] | None:
+        """The queue by `squeue -h -t all -O <fixed widths>` (msched.slurm.cli.tight), the jobs with a
+        field longer than its width read again wider by id; None where that cannot read it (the caller
+        reads --json). An unreachable controller raises SlurmUnavailable as every read does."""
+        first = self._tight_read(["-t", "all"], NARROW)
+        if first is None:
+            return None
+        jobs, cut = first
+        if cut:
+            again = self._tight_read(["-t", "all", "-j", ",".join(cut)], WIDE) if len(cut) <= REREAD_MAX else None
+            if again is None or again[1] or sorted(j.job_id for j in again[0]) != sorted(cut):
+                log.info("queue: %d jobs with text longer than the tight read's widths: read by squeue --json",
+                         len(cut))
+                return None
+            jobs.extend(again[0])
+        return jobs
+
+    def _tight_read(self, selection: list[str], widths: tuple[int, ...]) -> tuple[list[SlurmJob], list[str]] | None:
+        proc = self._raw(["squeue", "-h", *selection, "-O", tight_format(widths)], self._env())
+        if proc.returncode != 0 or proc.stderr.strip():
+            message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
+            if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
+                raise SlurmUnavailable(f"squeue: {message}")
+            log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)
+            return None
+        out = parse_tight(proc.stdout, self.config, self._node_types, widths)
+        if out is None:
+            log.info("queue: squeue -O printed what the tight read refuses: read by squeue --json")
+        return out
 
     def queue_digest(self, setup: str = "") -> str | None:
         """`SlurmClient.queue_digest`: one `squeue -h -t all -S i -O <DIGEST_JOB_FIELDS>` and one sinfo

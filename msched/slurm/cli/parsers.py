@@ -109,6 +109,13 @@ def parse_shards(text: str) -> int:
     return sum(int(m.group(1)) for m in _SHARD_RE.finditer(text.strip()))
 
 
+def user_text(value: str) -> str:
+    """A job's name, comment or admin comment as both queue reads give it (msched.slurm.cli.tight):
+    without trailing spaces, and `(null)` (what `squeue -O` prints for an empty field) as empty."""
+    value = value.rstrip(" ")
+    return "" if value == "(null)" else value
+
+
 def _field(value: str) -> str:
     value = value.strip()
     return "" if value in _EMPTY else value
@@ -169,7 +176,7 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
     return SlurmJob(
         job_id=str(job_id),
         state=state,
-        name=_json_str(d.get("name")),
+        name=user_text(_json_str(d.get("name"))),
         user=_json_str(d.get("user_name")).strip() or str(_json_int(d.get("user_id"), -1)),
         partition=_json_str(d.get("partition")).strip(),
         priority=priority,
@@ -182,14 +189,14 @@ def job_from_json(d: Mapping[str, object], config: Config, node_types: Mapping[s
         gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
         features=_field(_json_str(d.get("features"))),
-        comment=_json_str(d.get("comment")),
+        comment=user_text(_json_str(d.get("comment"))),
         nodes=nodes,
         gpu_type=gpu_type,
         reason=_field(_json_str(d.get("state_reason"))),
-        admin_comment=_json_str(d.get("admin_comment")),
+        admin_comment=user_text(_json_str(d.get("admin_comment"))),
         nice=_json_signed(d.get("nice")),
         begin_time=_json_epoch(d.get("eligible_time")) if state == PENDING else None,
-        gpu_index=parse_gres_index(d.get("gres_detail")) if state != PENDING else (),
+        gpu_index=parse_gres_index(d.get("gres_detail")) if state != PENDING and shards else (),
         shards=shards,
     )
 

@@ -1,0 +1,201 @@
+"""The tight queue read: `squeue -h -t all -O <field:width,...>`, every field at a fixed width, parsed by
+byte offsets (CliClient.jobs with config `tight_queue`, the default).
+
+Why: at 10,000 pending jobs `squeue --json` costs Slurm's squeue 1.2-1.4 s of CPU and 465 MB of memory,
+and msched another second decoding its ~100 fields per job (BENCHMARKS, "Rounds that settle, fifth
+pass"). This read asks for the fields `job_from_json` uses, nothing else.
+
+Why it cannot be forged (squeue 22.05.8, src/squeue/print.c `_print_str`, and measured on the dev
+cluster: tests/data/slurm/squeue_tight.bin): a left-justified field of width W is printed with
+`printf("%.Ws")` and then padded with spaces to W, so it takes exactly W BYTES whatever it holds; a
+longer value is cut at W bytes (in the middle of a UTF-8 character if it falls there). Every record is
+the fields' widths plus one newline, so the parser slices the raw bytes at fixed offsets and never
+looks for a newline or a separator: a comment holding newlines, separators, spaces or any UTF-8 stays
+inside its own slice. The read is refused (None: the caller reads `squeue --json` instead) when:
+- the output is not a whole number of records, or a record does not end in its newline;
+- any field's slice does not end in a space: its value may have been cut (a value exactly as long as
+  its width counts as cut too). The widths bound what this read accepts: msched's tag is at most
+  TAG_MAX_LEN characters, so a comment of msub's fits; a user's longer name or comment only sends the
+  round back to `squeue --json`, which reads it whole;
+- a number does not parse, a reason is not one of Slurm's reason names (`squeue -O Reason` prints the
+  controller's longer description where it has one; --json prints the name), or a job that is not
+  pending asks for shards (which GPU it holds is only in --json's gres_detail).
+
+What the two reads cannot tell apart, and both therefore read the same way (`user_text`): a text
+field's trailing spaces (padding), and the literal text `(null)` (squeue's print of an empty field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from msched.config import Config
+from msched.slurm.base import FINISHED_STATES, PENDING, SlurmJob
+from msched.slurm.cli.parsers import _field, gpu_type_on, parse_epoch, parse_gpu_tres, parse_shards, user_text
+from msched.tag import TAG_MAX_LEN
+
+# (squeue -O field, width in bytes, width when read again). Text a user types: Name, Comment, Feature
+# (and admin_comment, root's). The first read's widths hold what msub writes (its tag is ~100-400
+# bytes); a job with a longer value is read once more on its own (`-j`) at the second width, and only
+# what overflows that too sends the round to --json.
+TIGHT_FIELDS: tuple[tuple[str, int, int], ...] = (
+    ("JobID", 12, 12),
+    ("State", 16, 16),
+    ("UserName", 32, 256),
+    ("UserID", 12, 12),
+    ("Partition", 48, 1024),
+    ("PriorityLong", 12, 12),
+    ("SubmitTime", 14, 14),
+    ("StartTime", 14, 14),
+    ("EndTime", 14, 14),
+    ("EligibleTime", 14, 14),
+    ("TimeLimit", 16, 16),
+    ("NumNodes", 8, 8),
+    ("NumTasks", 12, 12),
+    ("tres-per-node", 40, 1024),
+    ("tres-per-job", 40, 1024),
+    ("tres-per-task", 40, 1024),
+    ("NodeList", 40, 8192),
+    ("Nice", 12, 12),
+    ("Reason", 32, 32),
+    ("Feature", 128, 4096),
+    ("Name", 96, 4096),
+    ("Comment", 512, 4 * TAG_MAX_LEN),
+    ("admin_comment", 256, 4 * TAG_MAX_LEN),
+)
+NARROW = tuple(w for _, w, _ in TIGHT_FIELDS)
+WIDE = tuple(w for _, _, w in TIGHT_FIELDS)
+RECORD_BYTES = sum(NARROW) + 1          # one record of the first read: its fields and a newline
+REREAD_MAX = 200            # jobs read again at WIDE widths at most; more: the round reads --json
+
+# Slurm 22.05's job reason names (job_reason_string, src/common/slurm_protocol_defs.c) that a round can
+# meet; another text in the Reason column is the controller's description, which --json does not print.
+REASONS = frozenset((
+    "None", "Priority", "Dependency", "Resources", "PartitionNodeLimit", "PartitionTimeLimit",
+    "PartitionDown", "PartitionInactive", "JobHeldAdmin", "JobHeldUser", "BeginTime", "Licenses",
+    "AssociationJobLimit", "AssociationResourceLimit", "AssociationTimeLimit", "Reservation",
+    "ReqNodeNotAvail", "FrontEndDown", "NodeDown", "BadConstraints", "SystemFailure", "JobLaunchFailure",
+    "NonZeroExitCode", "TimeLimit", "InactiveLimit", "InvalidAccount", "InvalidQOS", "QOSUsageThreshold",
+    "QOSJobLimit", "QOSResourceLimit", "QOSTimeLimit", "BlockMaxError", "BlockFreeAction", "Cleaning",
+    "Prolog", "QOSNotAllowed", "AccountNotAllowed", "DependencyNeverSatisfied", "QOSGrpCpuLimit",
+    "QOSGrpNodeLimit", "QOSGrpMemLimit", "QOSGrpGRES", "QOSMaxGRESPerJob", "QOSMaxGRESPerNode",
+    "QOSMaxGRESPerUser", "AssocGrpGRES", "AssocMaxGRESPerJob", "AssocMaxJobsLimit", "AssocGrpJobsLimit",
+    "AssocGrpSubmitJobsLimit", "QOSMaxJobsPerUserLimit", "QOSGrpJobsLimit", "QOSGrpSubmitJobsLimit",
+    "MaxCpuPerAccount", "PartitionConfig", "DeadLine", "OutOfMemory", "FedJobLock", "BurstBufferResources",
+    "BurstBufferStageIn", "BurstBufferOperation", "WaitingForScheduling", "SchedDefer", "NodeFailure",
+    "ReqNodeNotAvail, Reserved for maintenance", "Reason: none", "PowerDown",
+))
+
+
+class _Refused(Exception):
+    """This output cannot be read by offsets (the caller reads --json)."""
+
+
+def tight_format(widths: tuple[int, ...] = NARROW) -> str:
+    return ",".join(f"{name}:{w}" for (name, _, _), w in zip(TIGHT_FIELDS, widths, strict=True))
+
+
+def _number(text: str) -> int:
+    text = text.strip()
+    if not text.isascii() or not text.lstrip("-").isdigit():
+        raise _Refused
+    return int(text)
+
+
+def _limit_s(text: str) -> float | None:
+    """squeue's time limit ([D-]H:MM:SS, M:SS, UNLIMITED, NOT_SET) in seconds; None when there is none."""
+    text = text.strip()
+    if text in ("UNLIMITED", "NOT_SET", "INVALID", "N/A"):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts) or \
+            (days and not (days.isascii() and days.isdigit())):
+        raise _Refused
+    secs = 0
+    for p in parts:
+        secs = secs * 60 + int(p)
+    secs += int(days or 0) * 86400
+    return float(secs) if secs > 0 else None
+
+
+def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None],
+                widths: tuple[int, ...] = NARROW) -> tuple[list[SlurmJob], list[str]] | None:
+    """(the jobs, the ids of jobs with a field that filled its width) of `squeue -h -O
+    <tight_format(widths)>` output, each job as `parse_squeue` reads it from `squeue --json`; a job with
+    a full field is left out (the caller reads it again wider). None when this output cannot be read
+    so (see the module docstring)."""
+    import struct
+
+    size = sum(widths) + 1
+    if len(raw) % size or raw[size - 1::size].strip(b"\n"):
+        return None
+    # which fields filled their width in some record (their last byte is not padding), all records at once
+    ends, at = [], 0
+    for w in widths:
+        at += w
+        ends.append(at - 1)
+    full = [bool(raw[e::size].strip(b" ")) for e in ends]
+    if full[0]:
+        return None                             # the job id itself
+    record = struct.Struct("".join(f"{w}s" for w in widths) + "x")
+    jobs: list[SlurmJob] = []
+    cut: list[str] = []
+    try:
+        for values in record.iter_unpack(raw):
+            if any(full) and any(f and v[-1] != 0x20 for f, v in zip(full, values, strict=True)):
+                cut.append(str(_number(values[0].decode("ascii", errors="replace"))))
+                continue
+            jobs.append(_job(values, config, node_types))
+    except _Refused:
+        return None
+    return jobs, cut
+
+
+def _job(values: list[bytes], config: Config, node_types: Mapping[str, str | None]) -> SlurmJob:
+    (job_id, state, user, uid, partition, priority, submit, start, end, eligible, limit, num_nodes, num_tasks,
+     per_node_t, per_job_t, per_task_t, nodes, nice, reason, features, name, comment, admin) = (
+        v.decode("utf-8", errors="replace") for v in values)
+    job_number = _number(job_id)
+    state = state.strip().split(" ")[0].upper()
+    reason = reason.strip()
+    if reason not in REASONS or job_number <= 0:
+        raise _Refused
+    n_nodes = max(1, _number(num_nodes))
+    n_tasks = _number(num_tasks) or 1
+    per_job, t_job = parse_gpu_tres(per_job_t)
+    per_node, t_node = parse_gpu_tres(per_node_t)
+    per_task, t_task = parse_gpu_tres(per_task_t)
+    shards = parse_shards(per_job_t) + parse_shards(per_node_t) * n_nodes + parse_shards(per_task_t) * n_tasks
+    if shards and state != PENDING:
+        raise _Refused                          # its GPU index is only in --json's gres_detail
+    typed = t_job or t_node or t_task
+    node_list = _field(nodes) if state != PENDING else ""
+    prio = _number(priority)
+    return SlurmJob(
+        job_id=str(job_number),
+        state=state,
+        name=user_text(name),
+        user=user.strip() or str(_number(uid)),
+        partition=partition.strip(),
+        priority=prio if 0 <= prio < 0xFFFFFFFE else 0,
+        submit_time=parse_epoch(submit) or 0.0,
+        start_time=parse_epoch(start) if state != PENDING else None,
+        end_time=parse_epoch(end) if state in FINISHED_STATES else None,
+        time_limit_s=_limit_s(limit),
+        num_nodes=n_nodes,
+        num_gpus=per_job + per_node * n_nodes + per_task * n_tasks,
+        gpus_per_node=per_node or None,
+        gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
+        features=_field(features),
+        comment=user_text(comment),
+        nodes=node_list,
+        gpu_type=gpu_type_on(node_list, node_types),
+        reason=_field(reason),
+        admin_comment=user_text(admin),
+        nice=_number(nice),
+        begin_time=parse_epoch(eligible) if state == PENDING else None,
+        gpu_index=(),
+        shards=shards,
+    )
+
