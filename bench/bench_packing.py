@@ -51,7 +51,7 @@ REAL_MODEL: list = [None]     # the shipped predictor, kept when --predictor mea
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,  # noqa: PLR0913
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
-             kinds: tuple[str, ...] = KINDS, memory=None) -> dict:  # noqa: ANN001
+             kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None) -> dict:  # noqa: ANN001
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -65,8 +65,17 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
     plain = replay(trace, "msched", base, bound=bound) if "msched" in kinds else None
-    pack = replay(trace, "msched", packed, bound=bound)
-    info = pack.metrics["packing"]
+    if jitter_s is None:
+        pack = replay(trace, "msched", packed, bound=bound)
+        info = pack.metrics["packing"]
+    else:       # the control: no packing, each arrival moved by up to jitter_s (the noise floor of the ratio)
+        import random
+        from dataclasses import replace
+
+        rng = random.Random(seed)
+        moved = [replace(j, submit_time=max(0.0, j.submit_time + rng.uniform(-jitter_s, jitter_s))) for j in trace]
+        pack = replay(moved, "msched", base, bound=bound)
+        info = {"shard_jobs": 0, "pairs": [], "oom": 0}
     tags = {o.job_id: o for o in pack.outcomes}
     pairs = info["pairs"]
     # the predictor's error on the pairs that ran: msub's prediction (the joiner's tag) vs Gavel's measurement
@@ -109,10 +118,56 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(errors) if errors else None,
             "pairs_below_1": sum(p["combined"] < 1.0 for p in pairs), "crawled": crawled, "tail": tail,
             "alone_share": info.get("alone_gpu_s", 0.0) / gpu_s if gpu_s else None,
+            # the work sharing added, as a share of the cluster's GPU time up to the no-packing makespan
+            "gained_share": (info.get("gained_gpu_s", 0.0) / (sum(n.gpus for n in cluster.nodes)
+                                                              * plain.metrics["makespan_s"])
+                             if plain is not None and plain.metrics.get("makespan_s") else None),
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "_": len(tags)}
+
+
+def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemory
+    """Which of Gavel's measured pairs the default decision (shipped model, guard "bound", the memory
+    check, both jobs on their best type) lets through on each GPU type, in-sample: the "good" pairs
+    (measured combined > 1.2, each job >= 0.5x solo) passed, and why each rejected good pair was."""
+    from collections import Counter
+
+    from msched.estimate.interference import (
+        batch_of,
+        family_of,
+        load_model,
+        pair_fits,
+        read_gavel,
+        type_usable_gb,
+    )
+    from msched.policy.packing import on_best_type
+    from slurm_sim.packing import GAVEL_FAMILIES
+
+    jobs, pairs = read_gavel(path)
+    model, inverse, types = (REAL_MODEL[0] or load_model()), {v: k for k, v in GAVEL_FAMILIES.items()}, ("k80", "p100", "v100")
+    seen, total, passed, why_not = set(), Counter(), Counter(), Counter()
+    for p in pairs:
+        if (key := (frozenset((p.a, p.b)), p.gpu_type)) in seen:
+            continue
+        seen.add(key)
+        a, b, g = jobs[p.a], jobs[p.b], p.gpu_type
+        good = p.combined > 1.2 and min(p.own_a, p.own_b) >= MIN_OWN_SPEED
+        why = [w for w, bad in (
+            ("not both on their best type", not (on_best_type(a, g, types) and on_best_type(b, g, types))),
+            ("memory", not pair_fits(tuple(memory(inverse[family_of(j)], batch_of(j)) for j in (p.a, p.b)),
+                                     type_usable_gb(g))),
+            ("bound < 0.5", model.guard_slower(a, b, g) < MIN_OWN_SPEED),
+            ("mean combined < 1.0", model.combined_throughput(a, b, g) < 1.0)) if bad]
+        total[(g, good)] += 1
+        passed[(g, good)] += not why
+        if good and why:
+            why_not[(g, " + ".join(why))] += 1
+    out = [f"{g}: good pairs {total[(g, True)]}, passed {passed[(g, True)]}; other pairs {total[(g, False)]}, "
+           f"passed {passed[(g, False)]}" for g in types]
+    out += [f"  {g} good pair rejected: {w}: {n}" for (g, w), n in sorted(why_not.items(), key=lambda kv: (kv[0][0], -kv[1]))]
+    return out
 
 
 def _tail(t: dict) -> str:
@@ -161,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictor", choices=("model", "measured"), default="model",
                     help="what msub and the round predict with: the shipped interference model (default) or "
                          "Gavel's measurements themselves (a perfect predictor: the ceiling)")
+    ap.add_argument("--control-jitter", type=float, metavar="S",
+                    help="the control: instead of packing, msched without packing with every arrival moved by up "
+                         "to S seconds (uniform, seeded): how far the ratio moves when nothing but chance changes")
+    ap.add_argument("--guard-report", action="store_true",
+                    help="print which of Gavel's measured pairs the default decision passes, per GPU type, and why "
+                         "good pairs (combined > 1.2, each >= 0.5x) are rejected, and exit")
     ap.add_argument("--memory-check", action="store_true",
                     help="print the pair memory check against Gavel's measured pairs (ran / out of memory) and exit")
     ap.add_argument("--json", type=Path, help="write the figures here")
@@ -182,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         REAL_MODEL[0] = interference.load_model()
         oracle = MeasuredPredictor(path)
         interference.load_model = lambda *_a, **_k: oracle
+    if args.guard_report:
+        print("\n".join(guard_report(path, memory or GavelMemory.load())))
+        return 0
     if args.memory_check:
         from msched.estimate.interference import type_usable_gb
 
@@ -196,23 +260,26 @@ def main(argv: list[str] | None = None) -> int:
           f"{'static batch' if args.static else f'load {args.load:g}'}, backfill, "
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
-          f", memory {args.memory}, predictor {args.predictor}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f", memory {args.memory}, predictor {args.predictor}"
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
-          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} | last job (packing)")
+          f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
-                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory)
+                     not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
+                     args.control_jitter)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
         slow = f"{r['slowest_packed_speed']:.2f}" if r["slowest_packed_speed"] is not None else "-"
         mae = f"{r['pair_mae']:.3f}" if r["pair_mae"] is not None else "-"
         alone = f"{r['alone_share']:.0%}" if r["alone_share"] is not None else "-"
+        gain = f"{r['gained_share']:+.2%}" if r["gained_share"] is not None else "-"
         hours = " ".join(f"{v / H:6.1f}h" if v is not None else f"{'-':>7}" for v in ms.values())
         print(f"{seed:4d} | {hours} {_fmt(_ratio(ms['packed'], ms['msched'])):>6} | {_fmt(jct):>9} | "
               f"{r['shard_jobs']:5d} {r['pairs']:5d} "
-              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} | {_tail(r['tail'])}")
+              f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} {gain:>6} | {_tail(r['tail'])}")
     ratio = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["msched"]["makespan_s"])) is not None]
     jct = [x for r in rows if (x := _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])) is not None]
     vs_fifo = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["fifo"]["makespan_s"])) is not None]
@@ -224,13 +291,15 @@ def main(argv: list[str] | None = None) -> int:
                "mean_jct_packed_over_msched": _mean(jct),
                "makespan_msched_over_fifo": _mean(plain_fifo),
                "makespan_packed_over_fifo": _mean(vs_fifo),
-               "slowest_packed_speed": slowest, "pair_mae": statistics.fmean(maes) if maes else None,
+               "slowest_packed_speed": slowest,
+               "gained_share": _mean([r["gained_share"] for r in rows if r["gained_share"] is not None]), "pair_mae": statistics.fmean(maes) if maes else None,
                "pairs": sum(r["pairs"] for r in rows), "pairs_below_1": sum(r["pairs_below_1"] for r in rows),
                "oom": sum(r["oom"] for r in rows), "shard_jobs": sum(r["shard_jobs"] for r in rows),
                "crawled": {k: sum(r["crawled"][k] for r in rows) for k in ("predictor", "unchecked")},
                "unfinished": sum(sum(r["unfinished"].values()) for r in rows)}
     print(f"mean makespan, packing / no packing: {_fmt(summary['makespan_packed_over_msched'])} "
-          f"(sd {_fmt(summary['sd'])}); mean JCT: {_fmt(summary['mean_jct_packed_over_msched'])}")
+          f"(sd {_fmt(summary['sd'])}); mean JCT: {_fmt(summary['mean_jct_packed_over_msched'])}; work sharing added: "
+          f"{'-' if summary['gained_share'] is None else format(summary['gained_share'], '+.2%')} of the cluster's GPU time")
     print(f"makespan x backfill fifo: msched {_fmt(summary['makespan_msched_over_fifo'])}, "
           f"msched+packing {_fmt(summary['makespan_packed_over_fifo'])}")
     print(f"pairs that ran: {summary['pairs']} ({summary['pairs_below_1']} measured below 1.0 combined), "

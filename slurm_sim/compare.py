@@ -314,7 +314,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         metrics["packing"] = {"shard_jobs": sum(1 for j in sim.jobs.values() if j.shards),
                               "pairs": [{**p, "a": trace_of[p["a"]].job_id, "b": trace_of[p["b"]].job_id}
                                         for p in shard_runs.pairs], "oom": len(shard_runs.oom),
-                              "alone_gpu_s": shard_runs.alone_s, "shared_gpu_s": shard_runs.shared_s}
+                              "alone_gpu_s": shard_runs.alone_s, "shared_gpu_s": shard_runs.shared_s,
+                              "gained_gpu_s": shard_runs.gained_s}
     return RunResult(policy_name, outcomes, metrics, rounds, skipped, calls, plan_s, wall,
                      [trace_of[j].job_id for j in unfinished])
 

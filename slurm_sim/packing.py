@@ -192,6 +192,8 @@ class ShardRuns:
     chosen: tuple | None = None          # (job, node, partner) open_slot found for the start that follows
     alone_s: float = 0.0                 # GPU seconds shard jobs ran alone on a GPU (a shard idle beside them)
     shared_s: float = 0.0                # GPU seconds of shared GPUs (two jobs on one)
+    gained_s: float = 0.0                # work sharing added: sum over shared time of (combined speed - 1),
+                                         # in solo seconds on the type it ran on (negative: sharing lost work)
     sim: object = None
 
     def attach(self, sim) -> ShardRuns:  # noqa: ANN001 - a slurm_sim.simulator.Simulator
@@ -291,6 +293,7 @@ class ShardRuns:
             self.alone_s += now - run.since          # a shard GPU with one of its two shards idle
         else:
             self.shared_s += (now - run.since) / 2  # GPU seconds: a pair's two jobs hold one GPU
+            self.gained_s += (now - run.since) * (run.rate - 0.5)     # the pair's two halves: combined - 1
         run.remaining = max(0.0, run.remaining - (now - run.since) * run.rate)
         run.since = now
 

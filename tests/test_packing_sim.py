@@ -44,6 +44,7 @@ def test_two_shard_jobs_share_the_gpu_at_the_measured_pair_speeds():
     assert sim.jobs[a].end_time == pytest.approx(162.5)
     assert {sim.jobs[a].state, sim.jobs[b].state} == {"COMPLETED"}
     assert runs.pairs and runs.pairs[0]["combined"] == pytest.approx(1.3)
+    assert runs.gained_s == pytest.approx(125.0 * (1.3 - 1.0))     # shared 20-145 s at 1.3 GPUs' worth
     assert sim.free[0] == 1                         # the GPU is free once both ended
 
 
