@@ -81,7 +81,7 @@ NESTED_LOG: Path | None = None   # --nested-log: each held-out family's nested c
 
 
 def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None) -> CostModel:
-    """The cost model fitted on `kept` (less the CPU-bound job types), from --fit-cache when the same
+    """The cost model fitted on `kept` (less the job types no profile term explains, training_data.NOT_FITTED), from --fit-cache when the same
     rows, profiles, weights and fitting code were fitted before. `weights`: the fit's (host pool, run prior)
     weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) when not the shipped ones."""
     rows = training_data.fit_rows(kept)

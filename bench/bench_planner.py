@@ -252,6 +252,9 @@ def parse_variant(text: str) -> tuple[str, dict]:
     opts: dict = {}
     for item in filter(None, rest.split(";")):
         k, _, v = item.partition(":")
+        if v.lower() == "none":
+            opts[k] = None
+            continue
         try:
             opts[k] = int(v)
         except ValueError:

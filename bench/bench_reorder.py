@@ -696,6 +696,7 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
         with ThreadPoolExecutor(4) as pool:
             ids += list(pool.map(client.submit, busy_queue_requests(n_pending, models, seed, types)))
         script = str(Path(__file__).with_name("round_phases.py"))
+        order: list[tuple[str, str]] = []          # (read, digest of its jobs), in the order read
         for k in range(repeats):
             for how in (("tight", "json") if k % 2 == 0 else ("json", "tight")):
                 proc = subprocess.run([sys.executable, script, "--read", how], capture_output=True, text=True,
@@ -705,16 +706,52 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
                 m = json.loads(proc.stdout.strip().splitlines()[-1])
                 m["load1"] = os.getloadavg()[0]
                 out["reads"][how].append(m)
+                order.append((how, m["digest"]))
                 log(f"  {how}: {m['jobs']} jobs read {m['read']}, {m['wall_s']:.2f} s wall, parse+read CPU "
                     f"{m['cpu_s']:.2f} s, squeue CPU {m['slurm_cpu_s']:.2f} s, squeue RSS {m['slurm_peak_rss_mb']:.0f} MB, "
                     f"process RSS {m['peak_rss_mb']:.0f} MB, {m['bytes'] / 2**20:.1f} MB read, load {m['load1']:.1f}")
-        same = {tuple(m["digest"] for m in out["reads"][how]) for how in ("tight", "json")}
-        out["same_jobs"] = len({d for t in same for d in t}) == 1
-        log(f"queue reads at {n_pending} pending: the same jobs both ways: {out['same_jobs']}")
+        # the queue may change between two reads (a reason Slurm rewrites): compare each read with the next
+        # one of the other kind, and say where the queue itself changed (two reads of one kind differ)
+        pairs = [(a[1] == b[1]) for a, b in zip(order, order[1:], strict=False) if a[0] != b[0]]
+        changes = sum(1 for a, b in zip(order, order[1:], strict=False) if a[0] == b[0] and a[1] != b[1])
+        out.update(order=order, agreeing_pairs=sum(pairs), pairs=len(pairs), queue_changes_seen=changes)
+        log(f"queue reads at {n_pending} pending: {sum(pairs)} of {len(pairs)} adjacent tight/json pairs read the "
+            f"same jobs; the queue changed {changes} time(s) between two reads of one kind")
+        out["dry_runs"] = _dry_runs_both_ways(log)
         return out
     finally:
         for k in range(0, len(ids), 500):
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
+
+
+def _dry_runs_both_ways(log=print) -> dict:  # noqa: ANN001
+    """A dry-run round (reads and plans, writes nothing) with the tight read on and off at the same clock,
+    each twice, alternating: whether they read the same jobs and make the same plan and updates, each
+    one's estimated makespan, and whether the planner's CPU-time safety net (plan_time_s) cut its
+    search (then the plan depends on how fast this loaded machine ran, not on the read)."""
+    from msched.slurm.cli import CliClient
+
+    now = time.time()
+    got: dict = {"tight": [], "json": []}
+    state = tempfile.mkdtemp(prefix="bench-dry-")         # no store: every job planned as new
+    for k in range(4):
+        how = ("tight", "json")[k % 2]
+        cfg = Config(backend="cli", performance=str(PERF), tight_queue=how == "tight", state_dir=state)
+        reorderer = Reorderer(cfg, CliClient(cfg), None, publish=False)
+        r = reorderer.round(dry_run=True, now=now).result
+        search = dict(getattr(reorderer.policy, "last_search", None) or {})
+        got[how].append({"jobs": r.jobs, "decisions": [(d.job_id, d.priority, d.gpu_types) for d in r.plan.decisions],
+                         "updates": r.updates, "est_makespan_s": r.plan.est_makespan_end - now,
+                         "timed_out": bool(search.get("timed_out")), "evals": search.get("evals")})
+    out = {}
+    for k in range(2):
+        a, b = got["tight"][k], got["json"][k]
+        out[f"pair{k + 1}"] = {"same_jobs": a["jobs"] == b["jobs"], "same_plan": a["decisions"] == b["decisions"],
+                               "same_updates": a["updates"] == b["updates"],
+                               "est_makespan_s": [a["est_makespan_s"], b["est_makespan_s"]],
+                               "timed_out": [a["timed_out"], b["timed_out"]], "evals": [a["evals"], b["evals"]]}
+        log(f"  dry runs, pair {k + 1} (tight, json): {out[f'pair{k + 1}']}")
+    return out
 
 
 def snapshot_caches(n_pending: int = 10_000, repeats: int = 5, seed: int = 1) -> dict:

@@ -103,9 +103,9 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     _wrap_planning_core(phases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from msched.rounds.reorder import Reorderer, open_site_store
+    from msched.commands.reorder_run import _round_store
+    from msched.rounds.reorder import Reorderer
     from msched.slurm.cli import CliClient
-    from msched.store.db import Store
 
     import_cpu = time.process_time() - _CPU0
     import_wall = time.perf_counter() - _T0
@@ -113,7 +113,7 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
                         ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler")):
         phases.wrap(CliClient, attr, phase)
     cfg = _site(state, name, write_budget)._replace(tight_queue=tight)
-    store: Store = open_site_store(cfg)
+    store = _round_store(cfg)           # as `msched reorder` opens it: the light view where it can
     w0, c0 = time.perf_counter(), time.process_time()
     client = CliClient(cfg)
     out = Reorderer(cfg, client, store, publish=False).round()
@@ -121,7 +121,7 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     store.dispose()
     r = out.result
     m: dict = {"round_s": round_s, "round_cpu_s": round_cpu, "unchanged": r is None, "light": out.light,
-               "queue_read": client.last_read,
+               "queue_read": client.last_read, "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
                "setup_wall_s": import_wall, "setup_cpu_s": import_cpu}
     if r is None:
         m.update(pending=out.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)

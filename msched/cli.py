@@ -1,12 +1,17 @@
 """`msched`: the administrator's command. Subcommands live beside the code they drive and are
-imported only when invoked, so `msched --help` and each command stay quick to start."""
+imported only when invoked, so `msched --help` and each command stay quick to start.
+
+Click itself is imported only when needed: cron's `msched reorder` (with at most --config, -v,
+--backend, --objective) runs the round loop directly (msched.commands.reorder_run), so a light round
+loads neither click nor SQLAlchemy (issue 21, sixth pass). `msched.cli.cli`, the click group, is built
+on first use.
+"""
 
 from __future__ import annotations
 
-import importlib
+import functools
+import os
 import sys
-
-import click
 
 from msched import __version__
 
@@ -40,32 +45,96 @@ HELP = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+@functools.lru_cache(maxsize=1)
+def _group():  # noqa: ANN202 - the click group
+    """The click group of every subcommand (built once, on first use)."""
+    import importlib
 
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
+    import click
+
+    class LazyGroup(click.Group):
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(COMMANDS)
+
+        def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+            target = COMMANDS.get(name)
+            if target is None:
+                return None
+            module, _, attr = target.partition(":")
+            return getattr(importlib.import_module(module), attr)
+
+        def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            # list help without importing every command module
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, HELP.get(name, "")) for name in sorted(COMMANDS)])
+
+    @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="msched")
+    def cli() -> None:
+        """msched: model-similarity-based scheduling of DL training jobs on Slurm clusters with several GPU types."""
+
+    return cli
+
+
+def __getattr__(name: str):  # noqa: ANN202 - `from msched.cli import cli`
+    if name == "cli":
+        return _group()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_REORDER_OPTIONS = {"--config": "config_file", "--backend": "backend", "--objective": "objective"}
+
+
+def plain_reorder_options(args: list[str]) -> dict | None:
+    """`msched reorder`'s arguments as `reorder_run.run`'s keywords when they are only --config FILE,
+    -v/--verbose, --backend B and --objective O (each at most once, valid); None for anything else,
+    which click parses (and reports)."""
+    from msched.config import BACKENDS, OBJECTIVES
+
+    opts: dict = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-v", "--verbose"):
+            opts["verbose"] = True
+            i += 1
+            continue
+        key, eq, value = arg.partition("=")
+        if key not in _REORDER_OPTIONS or _REORDER_OPTIONS[key] in opts:
             return None
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        if not eq:
+            if i + 1 >= len(args):
+                return None
+            value = args[i + 1]
+        i += 1 if eq else 2
+        opts[_REORDER_OPTIONS[key]] = value
+    ok = (opts.get("backend", BACKENDS[0]) in BACKENDS and opts.get("objective", OBJECTIVES[0]) in OBJECTIVES
+          and opts.get("config_file", "x") and not os.path.isdir(opts.get("config_file", "")))
+    return opts if ok else None
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # list help without importing every command module
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, HELP.get(name, "")) for name in sorted(COMMANDS)])
 
+def _plain_reorder(opts: dict) -> int:
+    from msched.commands.reorder_run import CommandError, run
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="msched")
-def cli() -> None:
-    """msched: model-similarity-based scheduling of DL training jobs on Slurm clusters with several GPU types."""
+    try:
+        run(**opts)
+    except CommandError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["reorder"] and (opts := plain_reorder_options(args[1:])) is not None:
+        return _plain_reorder(opts)
+    import click
+
     try:
-        return cli.main(args=argv, prog_name="msched", standalone_mode=True) or 0
+        return _group().main(args=args, prog_name="msched", standalone_mode=True) or 0
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130

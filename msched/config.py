@@ -15,6 +15,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
+    constraint_informed_slack = 1.25       # ... this factor instead when the last round's free times say
+                                           #   some type is busy now (msched.policy.choice.submit_slack)
     write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
@@ -103,6 +105,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
+    constraint_informed_slack: float = 1.25  # msub, with a fresh round's view of busy types (choice.submit_slack)
     write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
@@ -134,6 +137,10 @@ class Config:
             raise ConfigError(f"planner {self.planner!r} is not one of optimize, greedy, cpsat")
         if not (isinstance(self.plan_time_s, int | float) and self.plan_time_s > 0):
             raise ConfigError(f"plan_time_s must be a positive number of seconds (got {self.plan_time_s!r})")
+        for key in ("constraint_slack", "constraint_informed_slack"):
+            v = getattr(self, key)
+            if not (isinstance(v, int | float) and v >= 1.0):
+                raise ConfigError(f"{key} must be a number >= 1 (got {v!r})")
         if self.metric not in METRICS:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:

@@ -150,6 +150,50 @@ def test_recurrent_steps_cost_and_the_fit_finds_it(profiles):
     assert fit(rows, both, specs)["shared"]["c_step"] == pytest.approx(0.2, rel=0.25)
 
 
+def _autoencoder_profile(items: int) -> dict:
+    """A recommender's profile (an autoencoder over `items`, 200 hidden units): one sample's input is a
+    dense vector of `items` floats."""
+    return {"params": 2 * items * 200, "flops": 4.0 * items * 200,
+            "flops_by_kind": {"linear": 4.0 * items * 200},
+            "calls_by_kind": {"dropout": 1, "linear": 2, "act_tanh": 1},
+            "bytes_by_kind": {"dropout": 4 * items, "linear": 4 * (items + 200), "act_tanh": 800},
+            "params_by_kind": {"linear": 2 * items * 200}, "input_shape": (items,)}
+
+
+def test_input_cost_is_host_side_and_the_fit_finds_it(profiles):
+    """The input term: a whole training loop (optimizer=True) builds and copies each batch on the host at
+    `c_in` ms per MB. A recommender with 20,108-item inputs at batch 4,096 (330 MB a step) is host-bound:
+    its time barely moves from V100 to H100 and doubles with the batch; the torchvision benchmark's rows
+    (input already on the GPU) have no such cost. Rows made with a known c_in give back its predictions."""
+    shipped, specs = load_cost_model(), load_specs()
+    # every machine at one host speed and software stack: the GPU alone differs
+    truth = CostModel({**shipped.data, "shared": {**shipped.shared, "c_in": 0.5}, "type_host": {}, "run_host": {},
+                       "default_host": 1.0, "run_gpu": {}, "type_run": {}})
+    rec = _autoencoder_profile(20_108)
+    v100, h100 = specs.get("v100_sxm2_16gb"), specs.get("h100_sxm")
+
+    def ms(spec, b, opt=True, model=truth):
+        return model.iteration_ms(rec, spec, "float", b, 1, optimizer=opt)
+    assert ms(v100, 4096) / ms(h100, 4096) < 1.1
+    assert ms(v100, 8192) / ms(v100, 4096) == pytest.approx(2.0, rel=0.1)
+    no_input = CostModel({**truth.data, "shared": {**truth.shared, "c_in": 0.0}})
+    assert ms(v100, 4096, opt=False) == pytest.approx(ms(v100, 4096, opt=False, model=no_input))
+    assert ms(v100, 4096) > 2 * ms(v100, 4096, model=no_input)
+    recs = {f"rec{n}": _autoencoder_profile(n) for n in (5_000, 20_000)}
+    both = {**profiles, **recs}
+    rows = [FitRow(m, t, 1, b, "float", truth.iteration_ms(both[m], specs.get(t), "float", b, 1, optimizer=True),
+                   optimizer=True)
+            for m in ("resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", *recs)
+            for t in ("titanxp", "rtx2080ti", "a100") for b in (16, 64, 1024)]
+    fitted = CostModel(fit(rows, both, specs))
+    # only c_in x each machine's host factor is identified (the host factors take the scale): the fitted
+    # model's figure for a recommender it never saw, at a batch it never saw, is what c_in = 0.5 gives
+    big = _autoencoder_profile(60_000)
+    a100 = specs.get("a100")
+    assert fitted.iteration_ms(big, a100, "float", 4096, 1, optimizer=True) == pytest.approx(
+        truth.iteration_ms(big, a100, "float", 4096, 1, optimizer=True), rel=0.1)
+
+
 def test_run_prior_leaves_a_run_factor_the_data_identify(profiles):
     """The pull of run factors toward 1 (cost_fit.RUN_PRIOR_WEIGHT) only settles what the rows leave open:
     where a run shares a generation with another (gtx1080ti beside titanxp, both Pascal), a run 1.3x slower

@@ -7,7 +7,9 @@ import pytest
 
 from msched.estimate.estimators import TagEstimator, TruthEstimator
 from msched.estimate.perf_table import PerfRow, PerfTable
+from msched.estimate.runtime import Estimate
 from msched.policy import POLICY_NAMES, UnknownPolicy, get_policy
+from msched.policy.choice import ClusterView, SubmitJob, decide_submit
 from msched.policy.fastest import rank_types
 from msched.policy.priorities import MAX_PRIORITY, SPACING, assign_priorities, changed, fewest_moves
 from msched.policy.snapshot import ClusterSnapshot, NodeState, PendingJob, RunningJob
@@ -233,6 +235,43 @@ def test_submit_choice_ors_the_types_within_slack_of_the_best_completion():
     # a100 busy for 1000 s: titanv (120) and titanxp (300) are the best two; 300 > 1.25 x 120
     assert p.submit_choice(est, {"a100": 1000.0, "titanv": 0.0, "titanxp": 0.0}, 0.0) == ("titanv",)
     assert get_policy("fifo").submit_choice(est, {}, 0.0) == ()
+
+
+def test_informed_slack_narrows_the_choice_only_when_a_type_is_busy():
+    """msched's submit choice: `slack` (1.25) while every type looks free, `informed_slack` (1.1) once the
+    round's free times show a busy type; msub's decide_submit the same, for a fresh view only."""
+    est = {"a100": 100.0, "titanv": 120.0, "rtx": 108.0, "titanxp": 300.0}
+    p = get_policy("msched", informed_slack=1.1)
+    assert get_policy("msched").informed_slack is None                       # off by default (measured)
+    assert p.submit_choice(est, dict.fromkeys(est, 0.0), 0.0) == ("a100", "rtx", "titanv")     # all free: 1.25
+    busy = {"a100": 10.0, "titanv": 0.0, "rtx": 0.0, "titanxp": 0.0}      # a100 done at 110, rtx 108, titanv 120
+    assert p.submit_choice(est, busy, 0.0) == ("rtx", "a100")                 # 120 > 1.1 x 108
+    assert get_policy("msched").submit_choice(est, busy, 0.0) == ("rtx", "a100", "titanv")
+    assert get_policy("msched-once").submit_choice(est, busy, 0.0) == ("rtx", "a100", "titanv")
+    with pytest.raises(ValueError):
+        get_policy("msched", informed_slack=0.9)
+    tag = JobTag(model="m", ref="m", iters=1)
+
+    class Est:
+        def estimates(self, job, tag):  # noqa: ANN001, ANN202
+            return {t: Estimate(v, "table") for t, v in est.items()}
+
+    # stale: a100's one GPU taken (done at 200), so 1.25 x rtx's 108 keeps titanv (a fresh view would not)
+    for fresh, want in ((True, ("rtx", "a100")), (False, ("rtx", "titanv"))):
+        view = ClusterView(free_at=busy, fresh=fresh, free_gpus=None, pending_gpus=None)
+        if not fresh:
+            view = view._replace(free_gpus={"a100": 0, "titanv": 1, "rtx": 1, "titanxp": 1},
+                                 pending_gpus={}, node_gpus={t: (1,) for t in est})
+        d = decide_submit(tag, SubmitJob(1), view, Est(), now=0.0, slack=1.25, informed_slack=1.1)
+        assert d.types == want, fresh
+
+
+def test_config_refuses_a_slack_below_one():
+    from msched.config import Config, ConfigError
+    assert Config()._checked().constraint_informed_slack == 1.25             # = constraint_slack: off
+    for key in ("constraint_slack", "constraint_informed_slack"):
+        with pytest.raises(ConfigError, match=f"{key} must be a number >= 1"):
+            Config(**{key: 0.8})._checked()
 
 
 def test_fastest_ranks_types_by_average_speed():

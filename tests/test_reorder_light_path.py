@@ -144,7 +144,8 @@ def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cl
 @pytest.mark.slurm
 def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site, settled_queue):
     """`msched reorder` in a new process (as cron runs it) after the queue settled: the round is light
-    and the process never loaded the planning core, the estimators or the heavy libraries."""
+    and the process never loaded the planning core, the estimators, the heavy libraries, SQLAlchemy or
+    click."""
     reorderer, *_ = settled_queue
     reorderer.round()
     _settle(reorderer)
@@ -162,9 +163,11 @@ def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site,
     assert proc.returncode == 0, proc.stderr
     assert "light=yes" in proc.stderr, proc.stderr
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "msched.rounds.reorder" in loaded and "sqlalchemy" in loaded        # the check sees imports
+    assert "msched.rounds.reorder" in loaded and "sqlite3" in loaded            # the check sees imports
     bad = [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(PLANNING)]
     assert not bad, bad
+    # sixth pass: the store through plain sqlite3 (msched.store.light), the command without click
+    assert not [m for m in loaded if m.split(".")[0] in ("sqlalchemy", "click")]
     with reorderer.store.read() as s:
         last = s.scalars(select(Round).order_by(Round.id.desc())).first()
     assert last.light == 1

@@ -15,12 +15,14 @@ from msched.estimate.gpu_specs import SpecTable
 from msched.util.record import record
 
 SHARED = (*(f"e_{k}" for k in COMPUTE_KINDS), *(f"a_{k}" for k in COMPUTE_KINDS),
-          *(f"a_{g}" for g in MEMORY_GROUPS), "a_w", "c_gpu", "c_host", "c_sample", "c_step", "h_replica", "phi",
+          *(f"a_{g}" for g in MEMORY_GROUPS), "a_w", "c_gpu", "c_host", "c_in", "c_step", "h_replica", "phi",
           "dp_bytes", "dp_module", "dp_fixed")
 FIXED = {"e_conv_spatial": 1.0}          # the scale the generation efficiencies are relative to
 # c_step (ms x GHz per recurrent time step, forward + backward): set before any fit from the kernels a cuDNN
 # LSTM step runs (~2 forward, ~3 backward, ~7 us each at ~1.4 GHz); only recurrent rows (Gavel's LM) move it
-INITIAL = {"phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_sample": 0.05, "c_step": 0.05, "h_replica": 0.3,
+# c_in (ms per MB of a whole loop's input, host side): set before any fit from a host copy of the batch plus a
+# pageable copy over PCIe (~10 GB/s together: 0.1 ms per MB); only rows with large inputs move it
+INITIAL = {"phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_in": 0.1, "c_step": 0.05, "h_replica": 0.3,
            "dp_bytes": 1.0, "dp_module": 0.01, "dp_fixed": 1.0}
 PRIOR_WEIGHT = 0.03   # a weak pull of log-parameters toward their start: keeps unseen ones put
 POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other generations' (log) mean:

@@ -21,8 +21,11 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   language model's step has a floor its FLOPs do not show;
 - the optimizer step (`optimizer=True`: SGD with momentum reads weights, gradients, momentum and writes
   two: ~5 x parameter bytes over bandwidth plus its launches; the torchvision benchmark has none), and
-  with it the data loader's per-sample host cost (`c_sample` ms per sample, on the host side: a whole
-  training loop loads its batches, the torchvision benchmark reuses one random tensor);
+  with it the input's host cost (`c_in` ms per MB of input, on the host side: a whole training loop
+  builds each batch in host memory and copies it to the GPU, where the torchvision benchmark reuses one
+  random tensor already there). It scales with what a sample is (a recommender's dense 20,108-item
+  vector: 80 KB; a CIFAR image: 12 KB; 35 tokens: 0.1 KB), not with the GPU: a job whose batches are
+  large is host-bound on a fast GPU;
 - several GPUs (data parallelism on one node): weights broadcast and gradients reduced over the node's
   interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth`, plus a per-module replication
   cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows used).
@@ -140,10 +143,21 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
     t["R"] = float(n - 1) * float(sum(calls.values()))
     t["N"] = float(n - 1)
     t["O"] = 5.0 * pbytes / bw if optimizer else 0.0
-    # a whole training loop (optimizer=True: Gavel's measurements) also loads each sample on the host
-    t["S"] = b if optimizer else 0.0
+    # a whole training loop (optimizer=True: Gavel's measurements) also builds each batch's input in host
+    # memory and copies it to the GPU (MB per iteration; `c_in` ms per MB, on the host side)
+    t["I"] = b * input_elements(profile) * 4.0 / 1e6 if optimizer else 0.0
     t["O_calls"] = float(sum(1 for _k, v in params_by_kind_items(profile) if v)) if optimizer else 0.0
     return t, pclass
+
+
+def input_elements(profile: object) -> float:
+    """Elements of one sample's input: the profile's own input shape (a model file's example input), else a
+    square RGB image of the profile's input size."""
+    shape = _get(profile, "input_shape") or ()
+    if shape:
+        return float(math.prod(int(d) for d in shape))
+    size = int(_get(profile, "input_size") or 224)
+    return 3.0 * size * size
 
 
 def params_by_kind_items(profile: object) -> list[tuple[str, float]]:
@@ -168,7 +182,7 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
     gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] + p.get("c_step", 0.0) * t["T"]) * gpuf
-    host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_sample", 0.0) * t["S"])
+    host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_in", 0.0) * t["I"])
     one = _smax(gpu, host)
     multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
     opt = t["O"] / ebw + p["c_host"] * t["O_calls"]

@@ -114,7 +114,8 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s, peak_memory_gb=mem)
-    decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack)
+    decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack,
+                             informed_slack=config.constraint_informed_slack)
     if packing and (settings.pack or (settings.pack is None and config.pack_partitions)):
         tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types,
                       free_at=free_at if fresh else None, estimates=decision.estimates,

@@ -13,7 +13,8 @@ for the simulator's replay of msub (`slurm_sim.compare`), so the simulator measu
   without a fresh round, the free GPUs now and the GPUs of managed jobs already pending per type.
 - `estimator`: the estimator interface (`msched.estimate.estimators`: `.estimates(job, tag)`).
 - `choose(est, free_at, now)`: the policy's rule; default `completion_choice` with `slack` (msched's):
-  the types within `slack` of the best projected completion.
+  the types within `slack` of the best projected completion (`informed_slack` instead when a fresh
+  round's free times say some type is busy: `submit_slack`).
 
 A type is considered only if it is feasible for the job's shape (`msched.policy.feasibility`) and has an
 estimate within the job's time limit. Without a fresh round, a burst of submissions would all see the
@@ -36,8 +37,13 @@ from msched.tag import JobTag
 from msched.util.record import record
 
 DEFAULT_SLACK = 1.25
-__all__ = ["DEFAULT_SLACK", "DEFAULT_UNKNOWN_RUNTIME_S", "ClusterView", "SubmitDecision", "SubmitJob",
-           "completion_choice", "decide_submit", "projected_free_at", "reference_fields"]
+# the slack when a fresh round's published free times say some type is busy now (`submit_slack`; None: the
+# same as `slack`). Off by default: 1.1 was chosen on bench_planner's tuning seeds 6-10 (online mean JCT x
+# fifo philly 0.730 -> 0.721, alibaba 0.768 -> 0.760, static and gavel unchanged) but gained nothing on
+# the held-out seeds 1-5 (philly 0.718 -> 0.718, alibaba 0.704 -> 0.706): BENCHMARKS.md, the sixth round
+DEFAULT_INFORMED_SLACK = None
+__all__ = ["DEFAULT_INFORMED_SLACK", "DEFAULT_SLACK", "DEFAULT_UNKNOWN_RUNTIME_S", "ClusterView", "SubmitDecision", "SubmitJob",
+           "completion_choice", "decide_submit", "projected_free_at", "reference_fields", "submit_slack"]
 
 
 @record
@@ -105,6 +111,16 @@ def completion_choice(est: Mapping[str, float], free_time: Mapping[str, float] |
     return tuple(sorted((t for t in types if done[t] <= horizon + 1e-9), key=lambda t: (done[t], t)))
 
 
+def submit_slack(free_at: Mapping[str, float], now: float, slack: float, informed_slack: float | None) -> float:
+    """The slack of the submit choice: `informed_slack` (None: unused) when the free times say some type
+    is busy now, else `slack`. With every type free (before any round, or a stale view), the wider slack
+    spreads a burst over the types; with a round's view of which types are taken, the narrower one keeps a
+    job off a type much slower than the one it would finish on first."""
+    if informed_slack is not None and any(f > now for f in free_at.values()):
+        return informed_slack
+    return slack
+
+
 def projected_free_at(cluster: ClusterView, est: Mapping[str, float], num_gpus: int,
                       now: float) -> dict[str, float]:
     """When the job could start on each type, without a fresh round: at once where the GPUs free now,
@@ -125,7 +141,7 @@ def projected_free_at(cluster: ClusterView, est: Mapping[str, float], num_gpus: 
 
 
 def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, *,  # noqa: ANN001
-                  now: float | None = None, slack: float = DEFAULT_SLACK,
+                  now: float | None = None, slack: float = DEFAULT_SLACK, informed_slack: float | None = None,
                   choose: Callable[[Mapping[str, float], Mapping[str, float], float], tuple[str, ...]] | None = None,
                   ) -> SubmitDecision:
     """The submit decision (module docstring): the tag to write and the GPU types to allow."""
@@ -152,7 +168,8 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
     else:
         free = projected_free_at(cluster, secs, job.num_gpus, now)
     if choose is None:
-        types = completion_choice(secs, free, now, slack)
+        types = completion_choice(secs, free, now,
+                                  submit_slack(free, now, slack, informed_slack) if cluster.fresh else slack)
     else:
         types = tuple(choose(secs, free, now))
     types = tuple(t for t in types if t in secs)

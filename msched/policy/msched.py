@@ -45,7 +45,7 @@ from msched.policy.base import (
     queue_key,
     runtime_guess,
 )
-from msched.policy.choice import completion_choice
+from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, submit_slack
 from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
@@ -151,8 +151,12 @@ class MschedPolicy(MschedOncePolicy):
     reuse_per_queue = True       # construct's sorts and candidates kept across the decodes of one queue (_QueueMemo)
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
-                 hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False, **opts):
+                 hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False,
+                 informed_slack: float | None = DEFAULT_INFORMED_SLACK, **opts):
         super().__init__(**opts)
+        if informed_slack is not None and informed_slack < 1.0:
+            raise ValueError(f"informed_slack must be >= 1 (got {informed_slack})")
+        self.informed_slack = informed_slack
         self.managed_first = managed_first
         if affinity < 0:
             raise ValueError(f"affinity must be >= 0 (got {affinity})")
@@ -164,6 +168,14 @@ class MschedPolicy(MschedOncePolicy):
             raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
         self.objective = objective
         self.starvation_age_s = starvation_age_s
+
+    def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
+                      now: float) -> tuple[str, ...]:
+        """msub's choice: the types within `slack` of the best projected completion; `informed_slack`
+        (when set; off by default, see msched.policy.choice.DEFAULT_INFORMED_SLACK) instead when the
+        round's published free times say some type is busy now (with every type free, as before any round
+        or from a stale one, a burst spreads over the wider slack)."""
+        return completion_choice(est, free_at, now, submit_slack(free_at, now, self.slack, self.informed_slack))
 
     # ------------------------------------------------------------------ order
     def length(self, job: PendingJob, types: list[str] | set[str]) -> float:

@@ -38,6 +38,7 @@ from typing import Any
 
 from msched.config import Config
 from msched.slurm.base import ACTIVE_STATES, SlurmClient, SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
+from msched.store.base import DAY_S, day_of
 from msched.util.collector import without_cyclic_gc
 from msched.util.files import write_atomically
 from msched.util.text import one_line
@@ -156,6 +157,53 @@ def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, fl
 
 
 # ------------------------------------------------------------------------------------------ reorderer
+def _settles(last: Any, now: float, key: str, value: str) -> bool:
+    """Whether a round now would decide as the last recorded round (`last`, its row) did: its `key`
+    column (state_key or queue_digest) is `value`, it wrote nothing to Slurm and changed no job's held
+    plan (the incumbent is the same), and `now` is before its plan's `stable_until`."""
+    return not (last is None or getattr(last, key) != value or last.changes or last.decision_rows or
+                (last.stable_until is not None and now >= last.stable_until))
+
+
+class _SqlaLightView:
+    """What a light round reads and writes (msched.store.light.LightStore's methods), on a SQLAlchemy
+    store: a database other than a SQLite file, or a store a caller opened itself."""
+
+    def __init__(self, store) -> None:  # noqa: ANN001 - msched.store.db.Store
+        self.store = store
+
+    def run_id(self, kind: str, name: str) -> int | None:
+        from sqlalchemy import select
+
+        from msched.store.schema import Run
+        with self.store.read() as session:
+            return session.scalar(select(Run.id).where(Run.kind == kind, Run.name == name))
+
+    def last_planned_round(self, run_id: int):  # noqa: ANN201 - a Round row, or None
+        from msched.store.queries import last_planned_round
+
+        with self.store.read() as session:
+            last = last_planned_round(session, run_id)
+            if last is not None:
+                session.expunge(last)
+        return last
+
+    def open_hold_kinds(self) -> list[str]:
+        from msched.store.holds import HoldJournal
+
+        return [e.kind for e in HoldJournal(self.store).open_entries()]
+
+    def record_unchanged_round(self, run_id: int, last: Any, now: float, pending: int, running: int,
+                               **kwargs: Any) -> int:
+        from msched.store.writes import record_unchanged_round
+
+        with self.store.write() as session:
+            return record_unchanged_round(session, run_id, last, now, pending, running, **kwargs)
+
+    def prune_due(self, run_id: int, cutoff: float) -> bool:   # noqa: ARG002 - _prune checks itself
+        return True
+
+
 def _fail(msg: str) -> ReorderError:
     return ReorderError(msg.replace("\n", " "))
 
@@ -258,7 +306,7 @@ class Reorderer:
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
         the round's one read (tests pass an older read to make jobs start between read and write)."""
-        from msched.store.db import StoreError
+        from msched.store.base import StoreError
 
         db_s = 0.0
         if not dry_run:
@@ -276,6 +324,7 @@ class Reorderer:
             light = self._light_round(digest, light_now)
             if light is not None:
                 return light
+        self._full_store()
         from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
         from msched.rounds.core import TypeLever, run_round
         from msched.store.writes import ingest_jobs
@@ -401,18 +450,17 @@ class Reorderer:
         ones for MinJobAge), so an unchanged digest means no job started or ended since the last round's
         read; the next round that reads looks back to this round's time less COMPLETION_OVERLAP_S.
         What the digest cannot see (README): a user moving text between two of their own text fields."""
-        from msched.store.writes import record_unchanged_round
-
         if digest is None or not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
             return None
         t0 = time.perf_counter()
-        rid = self._run_id if self._run_id is not None else self._existing_run_id(self.store)
+        store = self.store if getattr(self.store, "light", False) else _SqlaLightView(self.store)
+        rid = self._run_id if self._run_id is not None else store.run_id(self.run_kind, self.run_name)
         if rid is None:
             return None
-        last = self._settled_round(rid, now, "queue_digest", digest)
-        if last is None:
+        last = store.last_planned_round(rid)
+        if not _settles(last, now, "queue_digest", digest):
             return None
-        if any(e.kind != "nice" for e in self.journal.open_entries()):
+        if any(kind != "nice" for kind in store.open_hold_kinds()):
             return None                     # a hold or begin time to undo: the full round replays it
         # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
         # for --release, which a round's replay leaves alone)
@@ -424,15 +472,21 @@ class Reorderer:
             self._publish(now, free, plan_end)
         pending, running = int(last.pending or 0), int(last.running or 0)
         try:
-            with self.store.write() as session:
-                round_id = record_unchanged_round(session, rid, last, now, pending, running, queue_digest=digest,
-                                                  light=True)
+            round_id = store.record_unchanged_round(rid, last, now, pending, running, queue_digest=digest, light=True)
         except Exception as exc:  # noqa: BLE001 - nothing was written to Slurm
             raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
                         "nothing changed in Slurm") from None
-        self._prune(now, rid)
+        if store.prune_due(rid, day_of(now - float(self.config.retention_days) * DAY_S)):
+            self._full_store()
+            self._prune(now, rid)
         return RoundOutcome(None, round_id=round_id, free_time=free, unchanged=True, light=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+
+    def _full_store(self) -> None:
+        """A round that reads and plans needs the SQLAlchemy store: a light view (msched.store.light)
+        opens it on the same file (disposed with the view)."""
+        if getattr(self.store, "light", False):
+            self.store = self.store.full()
 
     def _unchanged_round(self, state_key: str, jobs: list[SlurmJob], nodes: list[SlurmNode],
                          now: float, digest: str | None = None) -> RoundOutcome | None:
@@ -470,19 +524,14 @@ class Reorderer:
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0)
 
     def _settled_round(self, run_id: int, now: float, key: str, value: str):  # noqa: ANN202 - a Round row, or None
-        """The run's last recorded round when a round now would decide as it did: its `key` column
-        (state_key or queue_digest) is `value`, it wrote nothing to Slurm and changed no job's held plan
-        (the incumbent is the same), and `now` is before its plan's `stable_until`; else None."""
+        """The run's last recorded round when a round now would decide as it did (`_settles`); else None."""
         from msched.store.queries import last_planned_round
 
         with self.store.read() as session:
             last = last_planned_round(session, run_id)
             if last is not None:
                 session.expunge(last)
-        if last is None or getattr(last, key) != value or last.changes or last.decision_rows or \
-                (last.stable_until is not None and now >= last.stable_until):
-            return None
-        return last
+        return last if _settles(last, now, key, value) else None
 
     def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
         try:
@@ -539,11 +588,7 @@ class Reorderer:
                 opened.dispose()
 
     def _existing_run_id(self, store) -> int | None:  # noqa: ANN001
-        from sqlalchemy import select
-
-        from msched.store.schema import Run
-        with store.read() as session:
-            return session.scalar(select(Run.id).where(Run.kind == self.run_kind, Run.name == self.run_name))
+        return _SqlaLightView(store).run_id(self.run_kind, self.run_name)
 
     def _prune(self, now: float, run_id: int | None = None) -> None:
         """Fold a small batch of rounds past the retention into daily aggregates (its own transaction,

@@ -32,18 +32,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from msched.store.schema import SCHEMA_VERSION, Base, Meta, Run
+from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError
+from msched.store.schema import Base, Meta, Run
 from msched.util.text import one_line
 
-BUSY_TIMEOUT_S = 30.0
+__all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "Store", "StoreError", "open_store"]
 DB_MODE = 0o640
 DIR_MODE = 0o750
 LOCK_MODE = 0o600
 _WRITE_OPTION = "msched_write"
-
-
-class StoreError(RuntimeError):
-    """The database cannot be opened or used; the message is one line naming the database."""
 
 
 def _display(url: URL) -> str:

@@ -16,15 +16,11 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from msched.store.base import DAY_S, day_of
 from msched.store.schema import Decision, Round, RoundDay
 
-DAY_S = 86400.0
+__all__ = ["DAY_S", "DEFAULT_BATCH", "day_of", "prune"]
 DEFAULT_BATCH = 500          # rounds folded per call (a few ms; 500 a minute outruns 1 a minute)
-
-
-def day_of(t: float) -> float:
-    """The epoch of 00:00 UTC of the day holding `t`."""
-    return float(int(t // DAY_S) * DAY_S)
 
 
 def prune(session: Session, run_id: int, now: float, retention_s: float, *, batch: int = DEFAULT_BATCH) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
+from msched.store.base import SCHEMA_VERSION  # noqa: F401 - stamped by msched.store.db; light.py reads it too
 
 
 class Base(DeclarativeBase):

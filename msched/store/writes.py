@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from msched.slurm.base import SlurmJob
+from msched.store.base import unchanged_round_values
 from msched.store.schema import Decision, Job, PackedPair, ReferenceModel, Round
 from msched.tag import JobTag
 
@@ -300,17 +301,11 @@ def _finite(value: float | None) -> float | None:
 
 def record_unchanged_round(session: Session, run_id: int, last: Any, now: float, pending: int, running: int, *,
                            queue_digest: str | None = None, light: bool = False) -> int:
-    """One row for a round that found Slurm as the last planned round (`last`, its row) left it, before
-    that plan's `stable_until`: it planned nothing and wrote nothing. The row carries the last plan's key
-    and time limit on, and its estimated makespan end (as seconds from now), with this round's
-    `queue_digest` and whether it was light (found the digest unchanged and read nothing more).
-    Returns the round's id."""
-    est = None if last.est_makespan_s is None else max(0.0, last.time + last.est_makespan_s - now)
-    rnd = Round(run_id=run_id, time=now, pending=pending, running=running, changes=0, skipped=0, plan_seconds=0.0,
-                est_makespan_s=est, busy_gpus=dict(last.busy_gpus or {}), total_gpus=dict(last.total_gpus or {}),
-                dry_run=0, moved=0, held_back=0, gain_makespan_s=0.0, gain_mean_end_s=0.0, decision_rows=0,
-                state_key=last.state_key, stable_until=last.stable_until, unchanged=1,
-                queue_digest=queue_digest, light=int(light))
+    """One row for a round that found Slurm as the last planned round (`last`, its row) left it
+    (msched.store.base.unchanged_round_values: the row the light round's plain-sqlite3 writer writes
+    too). Returns the round's id."""
+    rnd = Round(**unchanged_round_values(run_id, last, now, pending, running, queue_digest=queue_digest,
+                                         light=light))
     session.add(rnd)
     session.flush()
     return rnd.id
