@@ -717,10 +717,41 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
         out.update(order=order, agreeing_pairs=sum(pairs), pairs=len(pairs), queue_changes_seen=changes)
         log(f"queue reads at {n_pending} pending: {sum(pairs)} of {len(pairs)} adjacent tight/json pairs read the "
             f"same jobs; the queue changed {changes} time(s) between two reads of one kind")
+        out["dry_runs"] = _dry_runs_both_ways(log)
         return out
     finally:
         for k in range(0, len(ids), 500):
             subprocess.run(["scancel", *ids[k:k + 500]], capture_output=True, timeout=120)
+
+
+def _dry_runs_both_ways(log=print) -> dict:  # noqa: ANN001
+    """A dry-run round (reads and plans, writes nothing) with the tight read on and off at the same clock,
+    each twice, alternating: whether they read the same jobs and make the same plan and updates, each
+    one's estimated makespan, and whether the planner's CPU-time safety net (plan_time_s) cut its
+    search (then the plan depends on how fast this loaded machine ran, not on the read)."""
+    from msched.slurm.cli import CliClient
+
+    now = time.time()
+    got: dict = {"tight": [], "json": []}
+    state = tempfile.mkdtemp(prefix="bench-dry-")         # no store: every job planned as new
+    for k in range(4):
+        how = ("tight", "json")[k % 2]
+        cfg = Config(backend="cli", performance=str(PERF), tight_queue=how == "tight", state_dir=state)
+        reorderer = Reorderer(cfg, CliClient(cfg), None, publish=False)
+        r = reorderer.round(dry_run=True, now=now).result
+        search = dict(getattr(reorderer.policy, "last_search", None) or {})
+        got[how].append({"jobs": r.jobs, "decisions": [(d.job_id, d.priority, d.gpu_types) for d in r.plan.decisions],
+                         "updates": r.updates, "est_makespan_s": r.plan.est_makespan_end - now,
+                         "timed_out": bool(search.get("timed_out")), "evals": search.get("evals")})
+    out = {}
+    for k in range(2):
+        a, b = got["tight"][k], got["json"][k]
+        out[f"pair{k + 1}"] = {"same_jobs": a["jobs"] == b["jobs"], "same_plan": a["decisions"] == b["decisions"],
+                               "same_updates": a["updates"] == b["updates"],
+                               "est_makespan_s": [a["est_makespan_s"], b["est_makespan_s"]],
+                               "timed_out": [a["timed_out"], b["timed_out"]], "evals": [a["evals"], b["evals"]]}
+        log(f"  dry runs, pair {k + 1} (tight, json): {out[f'pair{k + 1}']}")
+    return out
 
 
 def snapshot_caches(n_pending: int = 10_000, repeats: int = 5, seed: int = 1) -> dict:

@@ -15,7 +15,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     backend        = "auto"                # "cli", "pyslurm" or "auto"
     cluster_name   = "local"
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
-    constraint_informed_slack = 1.1        # ... this factor instead when the last round's free times say
+    constraint_informed_slack = 1.25       # ... this factor instead when the last round's free times say
                                            #   some type is busy now (msched.policy.choice.submit_slack)
     write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
@@ -105,7 +105,7 @@ class Config:
     backend: str = "auto"
     cluster_name: str = "local"
     constraint_slack: float = 1.25
-    constraint_informed_slack: float = 1.1  # msub, with a fresh round's view of busy types (choice.submit_slack)
+    constraint_informed_slack: float = 1.25  # msub, with a fresh round's view of busy types (choice.submit_slack)
     write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)

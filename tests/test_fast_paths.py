@@ -273,7 +273,7 @@ def _plain_paths(monkeypatch) -> None:
 
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
-    monkeypatch.setattr(core._MEMO, "get", lambda job: None)
+    monkeypatch.setattr(core._JobMemo, "keep_items", False)
     monkeypatch.setattr(core._JobMemo, "reuse_running", False)
     monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)

@@ -241,12 +241,12 @@ def test_informed_slack_narrows_the_choice_only_when_a_type_is_busy():
     """msched's submit choice: `slack` (1.25) while every type looks free, `informed_slack` (1.1) once the
     round's free times show a busy type; msub's decide_submit the same, for a fresh view only."""
     est = {"a100": 100.0, "titanv": 120.0, "rtx": 108.0, "titanxp": 300.0}
-    p = get_policy("msched")
-    assert (p.slack, p.informed_slack) == (1.25, 1.1)
+    p = get_policy("msched", informed_slack=1.1)
+    assert get_policy("msched").informed_slack is None                       # off by default (measured)
     assert p.submit_choice(est, dict.fromkeys(est, 0.0), 0.0) == ("a100", "rtx", "titanv")     # all free: 1.25
     busy = {"a100": 10.0, "titanv": 0.0, "rtx": 0.0, "titanxp": 0.0}      # a100 done at 110, rtx 108, titanv 120
     assert p.submit_choice(est, busy, 0.0) == ("rtx", "a100")                 # 120 > 1.1 x 108
-    assert get_policy("msched", informed_slack=None).submit_choice(est, busy, 0.0) == ("rtx", "a100", "titanv")
+    assert get_policy("msched").submit_choice(est, busy, 0.0) == ("rtx", "a100", "titanv")
     assert get_policy("msched-once").submit_choice(est, busy, 0.0) == ("rtx", "a100", "titanv")
     with pytest.raises(ValueError):
         get_policy("msched", informed_slack=0.9)
@@ -268,7 +268,7 @@ def test_informed_slack_narrows_the_choice_only_when_a_type_is_busy():
 
 def test_config_refuses_a_slack_below_one():
     from msched.config import Config, ConfigError
-    assert Config()._checked().constraint_informed_slack == 1.1
+    assert Config()._checked().constraint_informed_slack == 1.25             # = constraint_slack: off
     for key in ("constraint_slack", "constraint_informed_slack"):
         with pytest.raises(ConfigError, match=f"{key} must be a number >= 1"):
             Config(**{key: 0.8})._checked()

@@ -37,11 +37,11 @@ from msched.tag import JobTag
 from msched.util.record import record
 
 DEFAULT_SLACK = 1.25
-# the slack when a fresh round's published free times say some type is busy now (`submit_slack`); 1.25 is
-# kept for a view where every type looks free (a burst before any round spreads over the types): measured
-# on bench_planner's tuning seeds (BENCHMARKS.md, the planner's sixth round), online mean JCT x fifo philly
-# 0.730 -> 0.721 and alibaba 0.768 -> 0.760, static and gavel unchanged
-DEFAULT_INFORMED_SLACK = 1.1
+# the slack when a fresh round's published free times say some type is busy now (`submit_slack`; None: the
+# same as `slack`). Off by default: 1.1 was chosen on bench_planner's tuning seeds 6-10 (online mean JCT x
+# fifo philly 0.730 -> 0.721, alibaba 0.768 -> 0.760, static and gavel unchanged) but gained nothing on
+# the held-out seeds 1-5 (philly 0.718 -> 0.718, alibaba 0.704 -> 0.706): BENCHMARKS.md, the sixth round
+DEFAULT_INFORMED_SLACK = None
 __all__ = ["DEFAULT_INFORMED_SLACK", "DEFAULT_SLACK", "DEFAULT_UNKNOWN_RUNTIME_S", "ClusterView", "SubmitDecision", "SubmitJob",
            "completion_choice", "decide_submit", "projected_free_at", "reference_fields", "submit_slack"]
 

@@ -172,8 +172,9 @@ class MschedPolicy(MschedOncePolicy):
     def submit_choice(self, est: Mapping[str, float], free_at: Mapping[str, float],
                       now: float) -> tuple[str, ...]:
         """msub's choice: the types within `slack` of the best projected completion; `informed_slack`
-        (when set) instead when the round's published free times say some type is busy now (with every
-        type free, as before any round or from a stale one, a burst spreads over the wider slack)."""
+        (when set; off by default, see msched.policy.choice.DEFAULT_INFORMED_SLACK) instead when the
+        round's published free times say some type is busy now (with every type free, as before any round
+        or from a stale one, a burst spreads over the wider slack)."""
         return completion_choice(est, free_at, now, submit_slack(free_at, now, self.slack, self.informed_slack))
 
     # ------------------------------------------------------------------ order

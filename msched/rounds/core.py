@@ -258,14 +258,15 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     shard_parts = shard_partitions(nodes)
     memo = _MEMO.start(estimator, gpu_type_of, (lever, tuple(
         (n.name, node_type.get(n.name), n.gpus, n.features, n.partitions, n.usable) for n in nodes)))
+    def read_item(job: SlurmJob) -> tuple:
+        return _read_job(job, estimator, canon, node_type, as_type, known, types_matching, possible, lever,
+                         shard_parts)
+
+    read = memo.read
     for job in jobs:
-        item = memo.get(job)
-        if item is None:
-            item = memo.put(job, _read_job(job, estimator, canon, node_type, as_type, known, types_matching,
-                                           possible, lever, shard_parts))
+        item, rj, changes_at = read(job, now, read_item)
         kind = item[0]
         if kind == _RUNNING:
-            rj, changes_at = memo.running(job, item, now)
             if changes is not None and changes_at is not None:
                 changes.append(changes_at)
             running.append(rj)
@@ -356,32 +357,43 @@ class _JobMemo:
     own clients build new objects every round and never hit. Entries hold their job, so an id is never
     reused while remembered; only the jobs of the last snapshot are kept."""
 
-    reuse_running = True     # a running job's RunningJob kept while its expected end holds (see `running`)
+    reuse_running = True     # a running job's RunningJob kept while its expected end holds (see `read`)
+    keep_items = True        # off: every job read anew each snapshot (tests/test_fast_paths.py)
 
     def __init__(self) -> None:
         self._context: tuple = (None, None, None)
+        # id(job) -> (job, item, kept): `item` its clock-free reading, `kept` for a running job whose view
+        # holds until its expected end, (end, changes_at, RunningJob), else None; one lookup per job
         self._last: dict[int, tuple] = {}
         self._next: dict[int, tuple] = {}
-        self._ends: dict[int, tuple] = {}          # id(job) -> (job, end, changes_at, item, RunningJob)
-        self._next_ends: dict[int, tuple] = {}
 
-    def running(self, job: SlurmJob, item: tuple, now: float) -> tuple[RunningJob, float | None]:
-        """A running job's view at `now` and when that view starts to move with the clock (`_end_of`).
-        The same job object under the same memo context gets the same RunningJob while `now` has not
-        passed its expected end: `_end_of` gives the same end for any clock up to it (the overdue
-        revision steps only once the clock passes it), and the end never depends on the clock then
-        (`_end_of`'s clock-dependent cases, no estimate and no time limit or a time limit already
-        passed, or no start time, are not kept)."""
-        hit = self._ends.get(id(job)) if self.reuse_running else None
-        if hit is not None and hit[0] is job and hit[3] is item and now <= hit[1]:
-            self._next_ends[id(job)] = hit
-            return hit[4], hit[2]
+    def read(self, job: SlurmJob, now: float, read_item: Callable[[SlurmJob], tuple]
+             ) -> tuple[tuple, RunningJob | None, float | None]:
+        """The job's reading (`_read_job`'s item, from the last snapshot when the same job object was
+        read then, else `read_item(job)`) and, for a running job, its view at `now` and when that view
+        starts to move with the clock (`_end_of`). The same running job object under the same memo
+        context gets the same RunningJob while `now` has not passed its expected end: `_end_of` gives the
+        same end for any clock up to it (the overdue revision steps only once the clock passes it), and
+        the end never depends on the clock then (`_end_of`'s clock-dependent cases, no estimate and no
+        time limit or a time limit already passed, or no start time, are not kept)."""
+        key = id(job)
+        hit = self._last.get(key) if self.keep_items else None
+        if hit is not None and hit[0] is job:
+            item, kept = hit[1], hit[2]
+        else:
+            item, kept = read_item(job), None
+        if item[0] != _RUNNING:
+            self._next[key] = (job, item, None)
+            return item, None, None
+        if kept is not None and now <= kept[0] and self.reuse_running:
+            self._next[key] = hit
+            return item, kept[2], kept[1]
         _, hosts, gtype, est = item
         end, changes_at = _end_of(job, est, now)
         rj = RunningJob(job.job_id, gtype, job.num_gpus, end, hosts)
-        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
-            self._next_ends[id(job)] = (job, end, changes_at, item, rj)
-        return rj, changes_at
+        holds = end > now and job.start_time is not None and (est is not None or job.time_limit_s)
+        self._next[key] = (job, item, (end, changes_at, rj) if holds else None)
+        return item, rj, changes_at
 
     def start(self, estimator: Estimator, gpu_type_of, static: tuple) -> _JobMemo:  # noqa: ANN001
         """Begin a snapshot; what was kept counts only under the same estimator and type names (the
@@ -389,26 +401,12 @@ class _JobMemo:
         est, canon, old = self._context
         if est is not estimator or canon is not gpu_type_of or old != static:
             self._last = {}
-            self._ends = {}
         self._context = (estimator, gpu_type_of, static)
         self._next = {}
-        self._next_ends = {}
         return self
-
-    def get(self, job: SlurmJob) -> tuple | None:
-        hit = self._last.get(id(job))
-        if hit is not None and hit[0] is job:
-            self._next[id(job)] = hit
-            return hit[1]
-        return None
-
-    def put(self, job: SlurmJob, item: tuple) -> tuple:
-        self._next[id(job)] = (job, item)
-        return item
 
     def finish(self) -> None:
         self._last, self._next = self._next, {}
-        self._ends, self._next_ends = self._next_ends, {}
 
 
 _MEMO = _JobMemo()

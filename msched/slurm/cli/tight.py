@@ -95,11 +95,18 @@ def tight_format(widths: tuple[int, ...] = NARROW) -> str:
     return ",".join(f"{name}:{w}" for (name, _, _), w in zip(TIGHT_FIELDS, widths, strict=True))
 
 
-def _number(text: str) -> int:
-    text = text.strip()
-    if not text.isascii() or not text.lstrip("-").isdigit():
-        raise _Refused
-    return int(text)
+def _number(field: bytes) -> int:
+    """A whole number squeue printed (ASCII digits, a leading minus for nice)."""
+    field = field.strip()
+    digits = field[1:] if field.startswith(b"-") else field
+    if not digits.isdigit():            # bytes.isdigit: ASCII digits only
+        raise _Refused(f"{field[:24]!r} is not a number")
+    return int(field)
+
+
+def _text(field: bytes) -> str:
+    """A field's text without its padding (trailing spaces dropped before decoding: the same text)."""
+    return field.rstrip(b" ").decode("utf-8", errors="replace")
 
 
 def _limit_s(text: str) -> float | None:
@@ -111,7 +118,7 @@ def _limit_s(text: str) -> float | None:
     parts = clock.split(":")
     if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts) or \
             (days and not (days.isascii() and days.isdigit())):
-        raise _Refused
+        raise _Refused(f"time limit {text[:24]!r}")
     secs = 0
     for p in parts:
         secs = secs * 60 + int(p)
@@ -120,15 +127,17 @@ def _limit_s(text: str) -> float | None:
 
 
 def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None],
-                widths: tuple[int, ...] = NARROW) -> tuple[list[SlurmJob], list[str]] | None:
+                widths: tuple[int, ...] = NARROW, why: list[str] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
     """(the jobs, the ids of jobs with a field that filled its width) of `squeue -h -O
     <tight_format(widths)>` output, each job as `parse_squeue` reads it from `squeue --json`; a job with
     a full field is left out (the caller reads it again wider). None when this output cannot be read
-    so (see the module docstring)."""
+    so (see the module docstring); then `why`, when given, receives the reason (one line, for the log)."""
+    why = [] if why is None else why
     import struct
 
     size = sum(widths) + 1
     if len(raw) % size or raw[size - 1::size].strip(b"\n"):
+        why.append(f"{len(raw)} bytes are not whole records of {size}")
         return None
     # which fields filled their width in some record (their last byte is not padding), all records at once
     ends, at = [], 0
@@ -137,65 +146,77 @@ def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None]
         ends.append(at - 1)
     full = [bool(raw[e::size].strip(b" ")) for e in ends]
     if full[0]:
-        return None                             # the job id itself
+        why.append("a job id filled its width")
+        return None
     record = struct.Struct("".join(f"{w}s" for w in widths) + "x")
     jobs: list[SlurmJob] = []
     cut: list[str] = []
+    tres: dict = {}
     try:
         for values in record.iter_unpack(raw):
             if any(full) and any(f and v[-1] != 0x20 for f, v in zip(full, values, strict=True)):
-                cut.append(str(_number(values[0].decode("ascii", errors="replace"))))
+                cut.append(str(_number(values[0])))
                 continue
-            jobs.append(_job(values, config, node_types))
-    except _Refused:
+            jobs.append(_job(values, config, node_types, tres))
+    except _Refused as exc:
+        why.append(f"job {_text(values[0]).strip()[:12]}: {exc}")
         return None
     return jobs, cut
 
 
-def _job(values: list[bytes], config: Config, node_types: Mapping[str, str | None]) -> SlurmJob:
+def _job(values: tuple[bytes, ...], config: Config, node_types: Mapping[str, str | None], tres: dict) -> SlurmJob:
     (job_id, state, user, uid, partition, priority, submit, start, end, eligible, limit, num_nodes, num_tasks,
-     per_node_t, per_job_t, per_task_t, nodes, nice, reason, features, name, comment, admin) = (
-        v.decode("utf-8", errors="replace") for v in values)
+     per_node_t, per_job_t, per_task_t, nodes, nice, reason, features, name, comment, admin) = values
     job_number = _number(job_id)
-    state = state.strip().split(" ")[0].upper()
-    reason = reason.strip()
-    if reason not in REASONS or job_number <= 0:
-        raise _Refused
+    state = _text(state).strip().split(" ")[0].upper()
+    reason = _text(reason).strip()
+    if reason not in REASONS:
+        raise _Refused(f"its reason {reason[:60]!r} is not one of Slurm's reason names (--json names it)")
+    if job_number <= 0:
+        raise _Refused("not a job id")
     n_nodes = max(1, _number(num_nodes))
     n_tasks = _number(num_tasks) or 1
-    per_job, t_job = parse_gpu_tres(per_job_t)
-    per_node, t_node = parse_gpu_tres(per_node_t)
-    per_task, t_task = parse_gpu_tres(per_task_t)
-    shards = parse_shards(per_job_t) + parse_shards(per_node_t) * n_nodes + parse_shards(per_task_t) * n_tasks
+    (per_job, t_job), job_shards = _tres(per_job_t, tres)
+    (per_node, t_node), node_shards = _tres(per_node_t, tres)
+    (per_task, t_task), task_shards = _tres(per_task_t, tres)
+    shards = job_shards + node_shards * n_nodes + task_shards * n_tasks
     if shards and state != PENDING:
-        raise _Refused                          # its GPU index is only in --json's gres_detail
+        raise _Refused("a running shard job: which GPU it holds is only in --json's gres_detail")
     typed = t_job or t_node or t_task
-    node_list = _field(nodes) if state != PENDING else ""
+    node_list = _field(_text(nodes)) if state != PENDING else ""
     prio = _number(priority)
     return SlurmJob(
         job_id=str(job_number),
         state=state,
-        name=user_text(name),
-        user=user.strip() or str(_number(uid)),
-        partition=partition.strip(),
+        name=user_text(_text(name)),
+        user=_text(user).strip() or str(_number(uid)),
+        partition=_text(partition).strip(),
         priority=prio if 0 <= prio < 0xFFFFFFFE else 0,
-        submit_time=parse_epoch(submit) or 0.0,
-        start_time=parse_epoch(start) if state != PENDING else None,
-        end_time=parse_epoch(end) if state in FINISHED_STATES else None,
-        time_limit_s=_limit_s(limit),
+        submit_time=parse_epoch(_text(submit)) or 0.0,
+        start_time=parse_epoch(_text(start)) if state != PENDING else None,
+        end_time=parse_epoch(_text(end)) if state in FINISHED_STATES else None,
+        time_limit_s=_limit_s(_text(limit)),
         num_nodes=n_nodes,
         num_gpus=per_job + per_node * n_nodes + per_task * n_tasks,
         gpus_per_node=per_node or None,
         gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
-        features=_field(features),
-        comment=user_text(comment),
+        features=_field(_text(features)),
+        comment=user_text(_text(comment)),
         nodes=node_list,
         gpu_type=gpu_type_on(node_list, node_types),
         reason=_field(reason),
-        admin_comment=user_text(admin),
+        admin_comment=user_text(_text(admin)),
         nice=_number(nice),
-        begin_time=parse_epoch(eligible) if state == PENDING else None,
+        begin_time=parse_epoch(_text(eligible)) if state == PENDING else None,
         gpu_index=(),
         shards=shards,
     )
 
+
+def _tres(field: bytes, seen: dict) -> tuple[tuple[int, str | None], int]:
+    """((GPUs, type), shards) of a TRES field, each distinct text parsed once per read."""
+    out = seen.get(field)
+    if out is None:
+        text = _text(field)
+        out = seen[field] = (parse_gpu_tres(text), parse_shards(text))
+    return out
