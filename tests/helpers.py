@@ -120,3 +120,19 @@ def measured_rows(models: Iterable[str], types: Iterable[str], *, num_gpus: int 
                 and all(r[k] == v for k, v in keep.items())]
     header = "model,gpu_type,num_gpus,batch_size,precision,iter_ms,source"
     return "\n".join([header, *(",".join(r[c] for c in header.split(",")) for r in rows)]) + "\n"
+
+
+def assert_only_victim_text_differs(got: Mapping, base: Mapping, victim: str, comment: bytes, name: bytes) -> None:
+    """A queue read with one job's comment and name replaced by hostile bytes: that job holds exactly
+    the bytes given (as both queue reads give user text: U+FFFD for what is not UTF-8, trailing spaces
+    and `(null)` dropped) and nothing else of it moved; every other job is read as before."""
+    from msched.slurm.cli.parsers import user_text
+
+    for jid, job in got.items():
+        if jid == victim:
+            assert job.comment == user_text(comment.decode("utf-8", errors="replace"))
+            assert job.name == user_text(name.decode("utf-8", errors="replace"))
+            assert (job.state, job.priority, job.features, job.user) == (base[jid].state, base[jid].priority,
+                                                                          base[jid].features, base[jid].user)
+        else:
+            assert job == base[jid]

@@ -89,20 +89,27 @@ def wait(pred, timeout=30):
         time.sleep(0.1)
 
 
-def main() -> None:
+def submit_cases(sleep_s: int = 30) -> dict[str, str]:
+    """Submit CASES and HOSTILE (the ordinary user created first); {case name: job id}. Shared with
+    record_tight.py, which records the same queue in the tight format."""
     try:
         pwd.getpwnam(USER)
     except KeyError:
         run(["useradd", "--create-home", USER])
     ids = {}
     for name, args in CASES.items():
-        cmd = f"sleep {SLEEP.get(name, 30)}"
+        cmd = f"sleep {SLEEP.get(name, sleep_s)}"
         argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", *args, f"--wrap={cmd}"]
         ids[name] = run(argv, user=USER if name == "user-job" else None).stdout.strip().split(";")[0]
     for name, args in HOSTILE.items():
         argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", "--gres=gpu:1", "--hold", *args,
                 "--wrap=true"]
         ids[name] = run(argv, user=USER).stdout.strip().split(";")[0]
+    return ids
+
+
+def main() -> None:
+    ids = submit_cases()
     for name in ("running-a100", "running-2nodes", "cancelled", "user-job"):
         wait(lambda n=name: state(ids[n]) == "RUNNING")
     wait(lambda: state(ids["completed"]) == "COMPLETED")

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent.parent))
 sys.path.insert(0, str(HERE))
 
-from record import CASES, ENV, HOSTILE, SLEEP, USER, run, state, wait  # noqa: E402
+from record import ENV, USER, run, state, submit_cases, wait  # noqa: E402
 
 from msched.config import Config  # noqa: E402
 from msched.slurm.cli.tight import NARROW, WIDE, parse_tight, tight_format  # noqa: E402
@@ -61,21 +61,7 @@ def run_bytes(argv: list[str]) -> bytes:
 
 
 def main() -> None:
-    import pwd
-
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        run(["useradd", "--create-home", USER])
-    ids = {}
-    for name, args in CASES.items():
-        argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", *args,
-                f"--wrap=sleep {SLEEP.get(name, 300)}"]
-        ids[name] = run(argv, user=USER if name == "user-job" else None).stdout.strip().split(";")[0]
-    for name, args in HOSTILE.items():
-        argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--job-name={name}", "--gres=gpu:1", "--hold", *args,
-                "--wrap=true"]
-        ids[name] = run(argv, user=USER).stdout.strip().split(";")[0]
+    ids = submit_cases(300)
     for name, args in WIDTHS.items():
         named = [] if any(a.startswith("--job-name=") for a in args) else [f"--job-name={name}"]
         argv = ["sbatch", "--parsable", "-o", "/dev/null", *named, "--gres=gpu:1", "--hold", *args, "--wrap=true"]
