@@ -414,6 +414,30 @@ def test_pending_shard_jobs_are_planned_as_one_gpu_jobs_and_the_pairing_has_the_
     assert with_pairing(planner, [], None) == planner
 
 
+def test_a_pending_shard_job_is_planned_only_on_the_types_msub_packed_it_for():
+    """msub judged the job (its tag's `added`) on the titanxp only; the planner must not move it to the
+    other shard type, where it would meet partners no check saw (bench_packing seed 10 with the measured
+    predictor: two LM jobs packed for the V100 were sent to a P100 and shared at 0.45x). A shard job whose
+    tag names no types (msub kept every shard type) may go to either."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.core import build_snapshot
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared")),
+             SlurmNode("n2", "titanv", 4, features=("titanv", "shard"), partitions=("gpu", "shared"))]
+
+    def job(job_id: str, added: str) -> SlurmJob:
+        tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2,
+                     added=added)
+        return SlurmJob(job_id, "PENDING", partition="shared", priority=50, num_gpus=0, comment=with_tag(tag, None),
+                        reason="Priority")
+
+    snap, _ = build_snapshot([job("1", "titanxp"), job("2", "")], nodes, est, 0.0)
+    by_id = {p.job_id: p for p in snap.pending}
+    assert by_id["1"].allowed_types == ("titanxp",)
+    assert by_id["2"].allowed_types == () and {"titanxp", "titanv"} <= set(by_id["2"].est_runtime_s)
+
+
 def test_no_job_is_slowed_past_the_plans_end():
     """horizon_s: the plan ends in 10 h. A 4 h job at 0.5x (8 h) may share; a 6 h one (12 h) may not,
     and neither may a job whose queued partner would then run past the end (its 6 h solo at 0.5x)."""

@@ -326,7 +326,8 @@ def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, s
     there), (_PENDING, PendingJob, JobView) or (_LEFT_OUT,) (no GPUs, no known type, held, waiting on a
     dependency, neither pending nor running). A pending shard job is planned as a 1-GPU job
     (msched.rounds.packing.planned_shard_job); running ones are `shard_view`'s."""
-    if job.num_gpus <= 0:
+    shard = job.num_gpus <= 0
+    if shard:
         job = planned_shard_job(job, shard_parts)
         if job is None:
             return (_LEFT_OUT,)
@@ -345,6 +346,8 @@ def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, s
         if job.priority <= 0 or job.reason.startswith(("JobHeld", "Dependency")):
             return (_LEFT_OUT,)       # held or waiting on another job: not startable; never write it
         pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible, lever)
+        if shard and tag is not None and tag.added:
+            pj = _within_packed_types(pj, tag.added, canon)
         return (_PENDING, pj, view)
     return (_LEFT_OUT,)
 
@@ -515,6 +518,18 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     view = JobView(job.job_id, job.priority, job.features or "", user_part if not pinned else job.features or "",
                    msched_types if not fixed else (), True, pinned, writable, job.partition or "", job.nice)
     return pj, view
+
+
+def _within_packed_types(pj: PendingJob, added: str, canon) -> PendingJob:  # noqa: ANN001
+    """A pending shard job's types are the ones msub judged it on and packed it for (its tag's `added`):
+    on another type it would meet partners no check saw. Without this the planner moved such jobs (seen
+    in bench_packing, seed 10: two LM jobs packed for the V100 only were sent to a P100 by the planner
+    and shared one there at 0.45x solo). Kept as is when none of them is left (the round's usual view)."""
+    from dataclasses import replace
+
+    packed = [canon(t) for t in added.split("|") if t]
+    allowed = [t for t in (pj.allowed_types or packed) if t in packed]
+    return replace(pj, allowed_types=tuple(allowed)) if allowed else pj
 
 
 def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str, float]:
