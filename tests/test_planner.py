@@ -95,6 +95,23 @@ def test_objectives_rank_plans_as_documented():
         assert (loose.est_makespan_end / H, sum(ends(loose).values()) / H) == ((7.0, 20.0) if online else (6.0, 21.0))
 
 
+def test_batch_objective_chooses_what_balanced_plans_a_batch_for():
+    """`batch_objective` (default "makespan", today's rule) is what balanced plans a batch submitted
+    together for; "jct" / "balanced" give the batch the online rule's trade (7 h, 20 h on the five-job
+    instance, the figures above), and an online queue is planned by balanced's rule whatever it is."""
+    batch, online = two_gpus_five_jobs(), two_gpus_five_jobs(online=True)
+    assert get_policy("msched").batch_objective == "makespan"
+    for batch_objective, want in (("makespan", (6.0, 21.0)), ("jct", (7.0, 20.0)), ("balanced", (7.0, 20.0))):
+        p = get_policy("msched", batch_objective=batch_objective, time_box_s=120)
+        assert p.objective_for(batch) == batch_objective and p.objective_for(online) == "balanced"
+        plan = p.plan(batch)
+        assert (plan.est_makespan_end / H, sum(ends(plan).values()) / H) == want
+    # only balanced consults it: a pure objective stays pure
+    assert get_policy("msched", objective="makespan", batch_objective="jct").objective_for(batch) == "makespan"
+    with pytest.raises(ValueError, match="unknown batch_objective"):
+        get_policy("msched", batch_objective="fast")
+
+
 class StepClock:
     """A clock that moves `step` seconds each time it is read (a slow machine, deterministically)."""
 
