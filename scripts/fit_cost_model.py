@@ -6,8 +6,8 @@ Rows (msched.estimate.training_data): every row of ../shared/data/gpu-train-benc
 step, batch 12 per GPU, float/half/double, 1-4 GPUs) and the 1-GPU rows of ../shared/data/gavel/perf_table.csv
 (github.com/stanford-futuredata/gavel simulation_throughputs.json, MIT: whole training loops on
 K80/P100/V100) of ResNet-50 and of the job types shipped as model files in msched/data/gavel_models/
-(ResNet-18 on CIFAR-10, Transformer, LSTM language model, CycleGAN, recommendation, whose host-bound time
-the input term explains; A3C, bound by its Atari emulator that no profile sees, is kept out). Gavel's types are read as the spec rows its aliases name (k80,
+(ResNet-18 on CIFAR-10, Transformer, LSTM language model, CycleGAN; recommendation, bound by its input on
+the host, and A3C, bound by its Atari emulator, are kept out: training_data.NOT_FITTED). Gavel's types are read as the spec rows its aliases name (k80,
 p100 = P100 PCIe, v100 = V100 SXM2 16 GB). Profiles: msched/data/torchvision_features.json and the model
 files (profiled on the meta device, cached per user).
 

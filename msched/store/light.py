@@ -25,8 +25,6 @@ from typing import Any
 from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError, unchanged_round_values
 from msched.util.text import one_line
 
-_JSON_COLUMNS = ("busy_gpus", "total_gpus")     # schema.Round's JSON columns (SQLAlchemy: json.dumps text)
-
 
 def sqlite_file(url: str) -> Path | None:
     """The file of a plain `sqlite:///path` URL (as SQLAlchemy reads it: `sqlite:////abs`, `sqlite:///rel`);
@@ -67,6 +65,7 @@ class LightStore:
         self.config = config
         self.display_url = f"sqlite:///{path}"
         self._full = None
+        self._json_columns: set[str] = set()
         self.conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -82,11 +81,13 @@ class LightStore:
             row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None or str(row[0]) != str(SCHEMA_VERSION):
                 return False
-            have = {r[1] for r in self.conn.execute("PRAGMA table_info(rounds)")}
+            columns = {r[1]: str(r[2]).upper() for r in self.conn.execute("PRAGMA table_info(rounds)")}
             holds = {r[1] for r in self.conn.execute("PRAGMA table_info(holds)")}
         except sqlite3.Error:
             return False
-        return set(self._round_columns()) <= have and {"kind", "closed_at"} <= holds
+        # the JSON columns as SQLAlchemy declared them in the file (its JSON type: json.dumps text)
+        self._json_columns = {name for name, kind in columns.items() if kind == "JSON"}
+        return set(self._round_columns()) <= set(columns) and {"kind", "closed_at"} <= holds
 
     @staticmethod
     def _round_columns() -> list[str]:
@@ -152,7 +153,7 @@ class LightStore:
         if row is None:
             return None
         values = dict(zip((d[0] for d in cur.description), row, strict=True))
-        for col in _JSON_COLUMNS:
+        for col in self._json_columns:
             values[col] = json.loads(values[col]) if values.get(col) is not None else None
         return SimpleNamespace(**values)
 
@@ -163,7 +164,7 @@ class LightStore:
     def record_unchanged_round(self, run_id: int, last: Any, now: float, pending: int, running: int, *,
                                queue_digest: str | None = None, light: bool = False) -> int:
         values = unchanged_round_values(run_id, last, now, pending, running, queue_digest=queue_digest, light=light)
-        for col in _JSON_COLUMNS:
+        for col in self._json_columns & set(values):
             values[col] = json.dumps(values[col])
         cols = list(values)
         with self.write() as cur:

@@ -319,9 +319,11 @@ class CliClient(SlurmClient):
                 raise SlurmUnavailable(f"squeue: {message}")
             log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)
             return None
-        out = parse_tight(proc.stdout, self.config, self._node_types, widths)
+        why: list[str] = []
+        out = parse_tight(proc.stdout, self.config, self._node_types, widths, why)
         if out is None:
-            log.info("queue: squeue -O printed what the tight read refuses: read by squeue --json")
+            log.info("queue: the tight read cannot read this queue (%s): read by squeue --json",
+                     _one_line("; ".join(why) or "no reason"))
         return out
 
     def queue_digest(self, setup: str = "") -> str | None:

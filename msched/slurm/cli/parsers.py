@@ -1,7 +1,8 @@
 """Parsers of what squeue, sinfo and failed Slurm commands print (the command-line backend's reads).
 
-- The queue is read as `squeue --json` (parse_squeue): every user-controlled string arrives as its own
-  escaped JSON string, so no comment, job name or feature can forge a field or a row (issue 13).
+- The queue is read by fixed widths (msched.slurm.cli.tight) or, where that cannot read it, as
+  `squeue --json` (parse_squeue): every user-controlled string arrives as its own escaped JSON string,
+  so no comment, job name or feature can forge a field or a row (issue 13). Both give the same jobs.
 - sinfo is read with `-O field:SEP,...` (an empty width and a suffix: each field unpadded, untruncated,
   followed by SEP); its fields are the administrator's (node names, GRES, features), not users'.
   SLURM_TIME_FORMAT=%s makes every timestamp epoch seconds, so no time zone guessing.

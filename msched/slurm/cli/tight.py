@@ -100,7 +100,7 @@ def _number(field: bytes) -> int:
     field = field.strip()
     digits = field[1:] if field.startswith(b"-") else field
     if not digits.isdigit():            # bytes.isdigit: ASCII digits only
-        raise _Refused
+        raise _Refused(f"{field[:24]!r} is not a number")
     return int(field)
 
 
@@ -118,7 +118,7 @@ def _limit_s(text: str) -> float | None:
     parts = clock.split(":")
     if not 1 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts) or \
             (days and not (days.isascii() and days.isdigit())):
-        raise _Refused
+        raise _Refused(f"time limit {text[:24]!r}")
     secs = 0
     for p in parts:
         secs = secs * 60 + int(p)
@@ -127,15 +127,17 @@ def _limit_s(text: str) -> float | None:
 
 
 def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None],
-                widths: tuple[int, ...] = NARROW) -> tuple[list[SlurmJob], list[str]] | None:
+                widths: tuple[int, ...] = NARROW, why: list[str] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
     """(the jobs, the ids of jobs with a field that filled its width) of `squeue -h -O
     <tight_format(widths)>` output, each job as `parse_squeue` reads it from `squeue --json`; a job with
     a full field is left out (the caller reads it again wider). None when this output cannot be read
-    so (see the module docstring)."""
+    so (see the module docstring); then `why`, when given, receives the reason (one line, for the log)."""
+    why = [] if why is None else why
     import struct
 
     size = sum(widths) + 1
     if len(raw) % size or raw[size - 1::size].strip(b"\n"):
+        why.append(f"{len(raw)} bytes are not whole records of {size}")
         return None
     # which fields filled their width in some record (their last byte is not padding), all records at once
     ends, at = [], 0
@@ -144,7 +146,8 @@ def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None]
         ends.append(at - 1)
     full = [bool(raw[e::size].strip(b" ")) for e in ends]
     if full[0]:
-        return None                             # the job id itself
+        why.append("a job id filled its width")
+        return None
     record = struct.Struct("".join(f"{w}s" for w in widths) + "x")
     jobs: list[SlurmJob] = []
     cut: list[str] = []
@@ -155,7 +158,8 @@ def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None]
                 cut.append(str(_number(values[0])))
                 continue
             jobs.append(_job(values, config, node_types, tres))
-    except _Refused:
+    except _Refused as exc:
+        why.append(f"job {_text(values[0]).strip()[:12]}: {exc}")
         return None
     return jobs, cut
 
@@ -166,8 +170,10 @@ def _job(values: tuple[bytes, ...], config: Config, node_types: Mapping[str, str
     job_number = _number(job_id)
     state = _text(state).strip().split(" ")[0].upper()
     reason = _text(reason).strip()
-    if reason not in REASONS or job_number <= 0:
-        raise _Refused
+    if reason not in REASONS:
+        raise _Refused(f"its reason {reason[:60]!r} is not one of Slurm's reason names (--json names it)")
+    if job_number <= 0:
+        raise _Refused("not a job id")
     n_nodes = max(1, _number(num_nodes))
     n_tasks = _number(num_tasks) or 1
     (per_job, t_job), job_shards = _tres(per_job_t, tres)
@@ -175,7 +181,7 @@ def _job(values: tuple[bytes, ...], config: Config, node_types: Mapping[str, str
     (per_task, t_task), task_shards = _tres(per_task_t, tres)
     shards = job_shards + node_shards * n_nodes + task_shards * n_tasks
     if shards and state != PENDING:
-        raise _Refused                          # its GPU index is only in --json's gres_detail
+        raise _Refused("a running shard job: which GPU it holds is only in --json's gres_detail")
     typed = t_job or t_node or t_task
     node_list = _field(_text(nodes)) if state != PENDING else ""
     prio = _number(priority)
