@@ -12,6 +12,7 @@ MSCHED_MODEL in the environment) and untagged otherwise.
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from helpers import VENV_BIN
@@ -47,8 +48,12 @@ MODES = {"setup": {}, "env": {"MSCHED_MODEL": "resnet50"}, "unnamed": {}}
 
 def _run_client(user, cluster, tmp_name: str, extra_env: dict[str, str], path_prefix: str = "",
                 modes: tuple[str, ...] = tuple(MODES)) -> dict:
-    """Every mode's jobs from one client process per mode, as the user; returns {mode: answer}."""
-    folder = user.home / tmp_name
+    """Every mode's jobs from one client process per mode, as the user; returns {mode: answer}.
+
+    The folder is new for every call: submitit takes a job as done when `<id>_0_result.pkl` exists, and
+    job ids restart with each dev cluster, so a folder left by an earlier cluster (another checkout's,
+    the same user's home) would hand this run an old job's result."""
+    folder = user.home / f"{tmp_name}-{uuid.uuid4().hex[:12]}"
     user.run(["mkdir", "-p", str(folder)], check=True)
     client = folder / "client.py"
     user.run(["tee", str(client)], input=CLIENT, check=True)
@@ -61,6 +66,7 @@ def _run_client(user, cluster, tmp_name: str, extra_env: dict[str, str], path_pr
         proc = user.run([str(VENV_BIN / "python"), str(client), str(folder), mode], full, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    user.run(["rm", "-rf", str(folder)], check=True)
     return out
 
 
