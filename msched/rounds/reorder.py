@@ -525,12 +525,7 @@ class Reorderer:
 
     def _settled_round(self, run_id: int, now: float, key: str, value: str):  # noqa: ANN202 - a Round row, or None
         """The run's last recorded round when a round now would decide as it did (`_settles`); else None."""
-        from msched.store.queries import last_planned_round
-
-        with self.store.read() as session:
-            last = last_planned_round(session, run_id)
-            if last is not None:
-                session.expunge(last)
+        last = _SqlaLightView(self.store).last_planned_round(run_id)
         return last if _settles(last, now, key, value) else None
 
     def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:

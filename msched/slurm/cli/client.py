@@ -312,15 +312,12 @@ class CliClient(SlurmClient):
         return jobs
 
     def _tight_read(self, selection: list[str], widths: tuple[int, ...]) -> tuple[list[SlurmJob], list[str]] | None:
-        proc = self._raw(["squeue", "-h", *selection, "-O", tight_format(widths)], self._env())
-        if proc.returncode != 0 or proc.stderr.strip():
-            message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
-            if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
-                raise SlurmUnavailable(f"squeue: {message}")
+        stdout, message = self._clean_read(["squeue", "-h", *selection, "-O", tight_format(widths)])
+        if stdout is None:
             log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)
             return None
         why: list[str] = []
-        out = parse_tight(proc.stdout, self.config, self._node_types, widths, why)
+        out = parse_tight(stdout, self.config, self._node_types, widths, why)
         if out is None:
             log.info("queue: the tight read cannot read this queue (%s): read by squeue --json",
                      _one_line("; ".join(why) or "no reason"))
@@ -341,15 +338,25 @@ class CliClient(SlurmClient):
         h.update(setup.encode())
         for argv in (["squeue", "-h", "-t", "all", "-S", "i", "-O", self._format(DIGEST_JOB_FIELDS)],
                      ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]):
-            proc = self._raw(argv, self._env())
-            if proc.returncode != 0 or proc.stderr.strip():
-                message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
-                if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
-                    raise SlurmUnavailable(f"{os.path.basename(argv[0])}: {message}")
+            stdout, _ = self._clean_read(argv)
+            if stdout is None:
                 return None
-            h.update(b"\x1e%d\x1e" % len(proc.stdout))
-            h.update(proc.stdout)
+            h.update(b"\x1e%d\x1e" % len(stdout))
+            h.update(stdout)
         return h.hexdigest()
+
+    def _clean_read(self, argv: list[str]) -> tuple[bytes | None, str]:
+        """(standard output, "") of a read-only command that exited 0 and printed nothing on stderr, else
+        (None, its one-line error): squeue -O names an unknown field on stderr and still exits 0, so a
+        read that must be whole treats any error text as a failed read. An unreachable controller raises
+        SlurmUnavailable, as every read does."""
+        proc = self._raw(argv, self._env())
+        if proc.returncode == 0 and not proc.stderr.strip():
+            return proc.stdout, ""
+        message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
+        if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
+            raise SlurmUnavailable(f"{os.path.basename(argv[0])}: {message}")
+        return None, message
 
     def _refresh_node_types(self) -> None:
         self._node_types = {n.name: n.gpu_type for n in self.nodes()}
