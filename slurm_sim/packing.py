@@ -66,7 +66,36 @@ class GavelMemory:
         prof = self.profiles.get(model)
         if prof is None:
             return None
+        if model == "transformer":
+            prof = transformer_with_internals(prof)
         return round(peak_memory_gb(prof, batch_size or 1, "float", GAVEL_OPTIMIZERS.get(model, "sgd")).peak_gb, 3)
+
+
+TRANSFORMER_HEADS = 8           # Gavel's Transformer: d_model 512 / d_k 64
+TRANSFORMER_RESIDUALS = 30      # 6 encoder layers x 2 + 6 decoder layers x 3 residual adds
+
+
+def transformer_with_internals(profile, tokens: int | None = None) -> dict:  # noqa: ANN001 - a profile
+    """The model file's Transformer profile with what autograd keeps that no module outputs (the profile
+    records module outputs only, 4.47 GB at batch 256 where Gavel's pairs put the job near 10 GB): per
+    attention call the score tensors (q k^T, its scaling, its softmax: heads x L x L each) and the copies
+    of q, k, v and the context that its transposes make (4 x L x d), and the residual adds' outputs (L x d
+    each). `tokens`: the sentence length (None: the model file's, 30); every kept layer output scales with
+    it. Gavel's code pads a batch to its longest sentence (up to 52 tokens), but at 52 the pair check keeps
+    apart far more pairs that ran (bench_packing --memory-check; BENCHMARKS.md, packing fourth pass), so
+    the file's length stays. Pure arithmetic on the profile."""
+    from msched.estimate.memory import _get
+
+    shape = tuple(_get(profile, "input_shape") or ())
+    seq = int(shape[0]) if shape else 30
+    tokens = tokens or seq
+    by_kind = dict(_get(profile, "bytes_by_kind") or {})
+    calls = (_get(profile, "calls_by_kind") or {}).get("attention", 0)
+    width = by_kind.get("attention", 0) / calls / (seq * 4) if calls else 0     # d_model, from one call's output
+    scaled = {k: v * tokens / seq for k, v in by_kind.items()}
+    scaled["attention_internal"] = calls * 4.0 * (3 * TRANSFORMER_HEADS * tokens * tokens + 4 * tokens * width)
+    scaled["residual_add"] = TRANSFORMER_RESIDUALS * 4.0 * tokens * width
+    return {"params": _get(profile, "params"), "bytes_by_kind": scaled, "input_shape": (2 * tokens,)}
 
 
 def memory_check(memory, path: str | Path, usable_gb: Mapping[str, float]) -> dict[str, int]:  # noqa: ANN001

@@ -168,6 +168,27 @@ def test_gavel_memory_keeps_apart_the_pairs_gavel_measured_out_of_memory():
     assert mem("no-such-model", 32) is None
 
 
+def test_the_transformers_memory_counts_what_its_attention_keeps_and_gavels_fits_agree():
+    """Gavel's Transformer: the profile holds module outputs only, 4.47 GB at batch 256. Autograd also
+    keeps, per sample, in each of the 18 attention calls three score tensors (8 heads x 30 x 30 floats)
+    and four 30 x 512 copies, and 30 residual outputs of 30 x 512: by hand 18 x 4 x (3 x 8 x 900 + 4 x
+    30 x 512) + 30 x 4 x 30 x 512 = 7,822,080 bytes, 2.0 GB more at batch 256. Against Gavel's V100
+    measurements: two at 256, and one at 256 beside ResNet-50 at 64, measured 0 (out of memory) and are
+    now kept apart; one at 256 beside ResNet-50 at 32 ran, and still fits."""
+    from msched.estimate.interference import pair_fits, type_usable_gb
+    from msched.estimate.memory import peak_memory_gb
+    from slurm_sim.packing import GavelMemory
+
+    mem = GavelMemory.load()
+    raw = peak_memory_gb(mem.profiles["transformer"], 256, "float", "adam").peak_gb
+    assert mem("transformer", 256) - raw == pytest.approx(256 * 7_822_080 / 1e9, abs=0.002)
+    usable = type_usable_gb("v100")
+    assert pair_fits((raw, raw), usable) and pair_fits((raw, mem("resnet50", 64)), usable)    # the old estimate
+    assert not pair_fits((mem("transformer", 256), mem("transformer", 256)), usable)
+    assert not pair_fits((mem("transformer", 256), mem("resnet50", 64)), usable)
+    assert pair_fits((mem("transformer", 256), mem("resnet50", 32)), usable)
+
+
 def test_the_measured_predictor_answers_with_gavels_measurements():
     """bench_packing --predictor measured: the interference model's questions answered by the truth.
     By hand from the sample file (tests/test_interference.py): on a v100 ResNet-50 (b64) keeps 0.8430 of
