@@ -321,7 +321,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                               "pairs": [{**p, "a": trace_of[p["a"]].job_id, "b": trace_of[p["b"]].job_id}
                                         for p in shard_runs.pairs], "oom": len(shard_runs.oom),
                               "alone_gpu_s": shard_runs.alone_s, "shared_gpu_s": shard_runs.shared_s,
-                              "gained_gpu_s": shard_runs.gained_s}
+                              "gained_gpu_s": shard_runs.gained_s,
+                              "history": [(t, k, trace_of[j].job_id, node, gpu) for t, k, j, node, gpu in shard_runs.history]}
     return RunResult(policy_name, outcomes, metrics, rounds, skipped, calls, plan_s, wall,
                      [trace_of[j].job_id for j in unfinished])
 
