@@ -60,7 +60,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
                                          when_waiting=when_waiting, wait_share=wait_share, guard=guard,
-                                         memory=memory))
+                                         memory=memory, reasons=(reasons := {}), packed_types=(types_of := {})))
     trace = list(w.jobs)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
@@ -75,7 +75,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
         rng = random.Random(seed)
         moved = [replace(j, submit_time=max(0.0, j.submit_time + rng.uniform(-jitter_s, jitter_s))) for j in trace]
         pack = replay(moved, "msched", base, bound=bound)
-        info = {"shard_jobs": 0, "pairs": [], "oom": 0}
+        info = {"shard_jobs": 0, "pairs": [], "oom": 0, "history": []}
     tags = {o.job_id: o for o in pack.outcomes}
     pairs = info["pairs"]
     # the predictor's error on the pairs that ran: msub's prediction (the joiner's tag) vs Gavel's measurement
@@ -123,9 +123,93 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
                                                               * plain.metrics["makespan_s"])
                              if plain is not None and plain.metrics.get("makespan_s") else None),
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
+            "reasons": reasons,
+            "lone": lone_time(info["history"], trace, [n.gpu_type for n in cluster.nodes], types_of, truth_pairs),
+            "lone_starts": lone_starts(info["history"], [n.gpu_type for n in cluster.nodes], types_of),
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "_": len(tags)}
+
+
+LONE_KINDS = ("good partner pending", "partner pending, not good", "partner pending, no fit",
+              "shard jobs pending, other types", "another shard GPU of its type alone", "no shard job pending")
+
+
+def lone_time(history: list, trace: list, node_types: list[str], types_of: dict, truth_pairs: PairTruth) -> dict:
+    """Where shard GPUs ran one job alone (GPU seconds), by what else was there at the time, first match
+    of LONE_KINDS: a pending shard job that may land on the GPU's type and that Gavel measured as a good
+    partner of the lone job (combined >= 1.0, each >= 0.5x), a pending one that pairs badly or does not
+    fit, pending shard jobs of other types only, another GPU of the type with a shard job alone (two
+    lone jobs that could share), none of these. Post hoc from the run's start/join/end history."""
+    by_id = {j.job_id: j for j in trace}
+    start = {j: t for t, k, j, _n, _g in history if k in ("start", "join")}
+    lone: dict[tuple[int, int], tuple[str, float]] = {}     # (node, gpu) -> (the job alone, since)
+    on_gpu: dict[tuple[int, int], list[str]] = {}
+    out = dict.fromkeys(LONE_KINDS, 0.0)
+
+    def account(t0: float, t1: float) -> None:
+        if t1 <= t0 or not lone:
+            return
+        cuts = sorted({t0, t1, *(by_id[j].submit_time for j in start if t0 < by_id[j].submit_time < t1),
+                       *(s for s in start.values() if t0 < s < t1)})
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            mid = (a + b) / 2
+            pending = [j for j, s in start.items() if by_id[j].submit_time <= mid < s]
+            for (node, _gpu), (job, _since) in lone.items():
+                gtype = node_types[node]
+                mine = (by_id[job].model, by_id[job].batch_size)
+                here = [p for p in pending if gtype in types_of.get(p, ())]
+                fits = [truth_pairs.pair(mine, (by_id[p].model, by_id[p].batch_size), gtype) for p in here]
+                if any(fa + fb >= 1.0 and min(fa, fb) >= MIN_OWN_SPEED for fa, fb in fits):
+                    kind = LONE_KINDS[0]
+                elif any(fa > 0 for fa, _ in fits):
+                    kind = LONE_KINDS[1]
+                elif here:
+                    kind = LONE_KINDS[2]
+                elif pending:
+                    kind = LONE_KINDS[3]
+                elif sum(node_types[n] == gtype for n, _g in lone) > 1:
+                    kind = LONE_KINDS[4]
+                else:
+                    kind = LONE_KINDS[5]
+                out[kind] += b - a
+
+    last = 0.0
+    for t, kind, job, node, gpu in sorted(history, key=lambda h: (h[0], h[1] != "end")):
+        account(last, t)
+        last = t
+        key = (node, gpu)
+        if kind == "end":
+            on_gpu[key].remove(job)
+            lone.pop(key, None)
+            if on_gpu[key]:
+                lone[key] = (on_gpu[key][0], t)
+        else:
+            on_gpu.setdefault(key, []).append(job)
+            if len(on_gpu[key]) == 1:
+                lone[key] = (job, t)
+            else:
+                lone.pop(key, None)
+    return out
+
+
+def lone_starts(history: list, node_types: list[str], types_of: dict) -> dict:
+    """How shard jobs that started on a GPU of their own stood (counts): with no shard GPU of a type they
+    may use running one job alone ("no open shard"), or beside such an open shard they did not join
+    ("open shard of its type"): the simulator's main pass joins an open shard first, its backfill pass
+    does not (it places a job on a free GPU only). Post hoc from the run's history."""
+    on_gpu: dict[tuple[int, int], list[str]] = {}
+    out = {"no open shard": 0, "open shard of its type": 0}
+    for _t, kind, job, node, gpu in sorted(history, key=lambda h: (h[0], h[1] != "end")):
+        key = (node, gpu)
+        if kind == "start":
+            open_types = {node_types[n] for (n, _g), jobs in on_gpu.items() if len(jobs) == 1}
+            out["open shard of its type" if open_types & set(types_of.get(job, ())) else "no open shard"] += 1
+        if kind == "end":
+            on_gpu[key].remove(job)
+        else:
+            on_gpu.setdefault(key, []).append(job)
+    return out
 
 
 def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemory
@@ -224,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                          "good pairs (combined > 1.2, each >= 0.5x) are rejected, and exit")
     ap.add_argument("--memory-check", action="store_true",
                     help="print the pair memory check against Gavel's measured pairs (ran / out of memory) and exit")
+    ap.add_argument("--why", action="store_true",
+                    help="print why opted-in 1-GPU jobs were not packed and what shard GPUs running one job "
+                         "alone had pending beside them (summed over the seeds)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -280,6 +367,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{seed:4d} | {hours} {_fmt(_ratio(ms['packed'], ms['msched'])):>6} | {_fmt(jct):>9} | "
               f"{r['shard_jobs']:5d} {r['pairs']:5d} "
               f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} {gain:>6} | {_tail(r['tail'])}")
+    if args.why:
+        reasons: dict[str, int] = {}
+        lone = dict.fromkeys(LONE_KINDS, 0.0)
+        for r in rows:
+            for k, v in r["reasons"].items():
+                reasons[k] = reasons.get(k, 0) + v
+            for k, v in r["lone"].items():
+                lone[k] += v
+        print("opted-in 1-GPU jobs at submit, packed or why not (the first type's reason): "
+              + "; ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
+        starts = {k: sum(r["lone_starts"][k] for r in rows) for k in rows[0]["lone_starts"]} if rows else {}
+        print("shard jobs that started on a GPU of their own: " + "; ".join(f"{k} {v}" for k, v in starts.items()))
+        total = sum(lone.values())
+        print(f"shard-GPU time alone ({total / H:.0f} GPU h), by what else was there: "
+              + "; ".join(f"{k} {v / total:.0%}" for k, v in lone.items() if total))
     ratio = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["msched"]["makespan_s"])) is not None]
     jct = [x for r in rows if (x := _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])) is not None]
     vs_fifo = [x for r in rows if (x := _ratio(r["packed"]["makespan_s"], r["fifo"]["makespan_s"])) is not None]

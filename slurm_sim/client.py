@@ -96,7 +96,7 @@ class SimClient(SlurmClient):
         wanted = set(states)
         out = []
         if wanted & set(ACTIVE_STATES):
-            out.extend(view(j) for j in self.sim.active.values() if j.state in wanted)
+            out = [j.view if j.view is not None else view(j) for j in self.sim.active.values() if j.state in wanted]
         if wanted - set(ACTIVE_STATES):
             out.extend(view(j) for j in self.sim.finished if j.state in wanted)
         return out

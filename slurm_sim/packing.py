@@ -66,7 +66,36 @@ class GavelMemory:
         prof = self.profiles.get(model)
         if prof is None:
             return None
+        if model == "transformer":
+            prof = transformer_with_internals(prof)
         return round(peak_memory_gb(prof, batch_size or 1, "float", GAVEL_OPTIMIZERS.get(model, "sgd")).peak_gb, 3)
+
+
+TRANSFORMER_HEADS = 8           # Gavel's Transformer: d_model 512 / d_k 64
+TRANSFORMER_RESIDUALS = 30      # 6 encoder layers x 2 + 6 decoder layers x 3 residual adds
+
+
+def transformer_with_internals(profile, tokens: int | None = None) -> dict:  # noqa: ANN001 - a profile
+    """The model file's Transformer profile with what autograd keeps that no module outputs (the profile
+    records module outputs only, 4.47 GB at batch 256 where Gavel's pairs put the job near 10 GB): per
+    attention call the score tensors (q k^T, its scaling, its softmax: heads x L x L each) and the copies
+    of q, k, v and the context that its transposes make (4 x L x d), and the residual adds' outputs (L x d
+    each). `tokens`: the sentence length (None: the model file's, 30); every kept layer output scales with
+    it. Gavel's code pads a batch to its longest sentence (up to 52 tokens), but at 52 the pair check keeps
+    apart far more pairs that ran (bench_packing --memory-check; BENCHMARKS.md, packing fourth pass), so
+    the file's length stays. Pure arithmetic on the profile."""
+    from msched.estimate.memory import _get
+
+    shape = tuple(_get(profile, "input_shape") or ())
+    seq = int(shape[0]) if shape else 30
+    tokens = tokens or seq
+    by_kind = dict(_get(profile, "bytes_by_kind") or {})
+    calls = (_get(profile, "calls_by_kind") or {}).get("attention", 0)
+    width = by_kind.get("attention", 0) / calls / (seq * 4) if calls else 0     # d_model, from one call's output
+    scaled = {k: v * tokens / seq for k, v in by_kind.items()}
+    scaled["attention_internal"] = calls * 4.0 * (3 * TRANSFORMER_HEADS * tokens * tokens + 4 * tokens * width)
+    scaled["residual_add"] = TRANSFORMER_RESIDUALS * 4.0 * tokens * width
+    return {"params": _get(profile, "params"), "bytes_by_kind": scaled, "input_shape": (2 * tokens,)}
 
 
 def memory_check(memory, path: str | Path, usable_gb: Mapping[str, float]) -> dict[str, int]:  # noqa: ANN001
@@ -194,6 +223,7 @@ class ShardRuns:
     shared_s: float = 0.0                # GPU seconds of shared GPUs (two jobs on one)
     gained_s: float = 0.0                # work sharing added: sum over shared time of (combined speed - 1),
                                          # in solo seconds on the type it ran on (negative: sharing lost work)
+    history: list[tuple] = field(default_factory=list)   # (time, "start"|"join"|"end", job, node, gpu)
     sim: object = None
 
     def attach(self, sim) -> ShardRuns:  # noqa: ANN001 - a slurm_sim.simulator.Simulator
@@ -223,6 +253,25 @@ class ShardRuns:
                     return c, (n,)
         return None
 
+    def backfill_slot(self, job, now: float) -> tuple[int, tuple[int, ...]] | None:  # noqa: ANN001
+        """For the backfill pass: an open shard the pending shard job may join now, as `open_slot`, but only
+        beside a job whose time limit ends no earlier than the joiner's would, so that the GPU is held no
+        longer by limits than the reservations already count (a join takes no free GPU, so it delays none).
+        Slurm's backfill fills a GPU's open shard as its main pass does; the simulator's backfill places
+        jobs on free GPUs only, and shard jobs it started stood beside open shards of their type
+        (bench_packing --why). None when there is none (`chosen` cleared)."""
+        sim = self.sim
+        if job.held or job.waiting_on or not job.classes or job.begin_time > now:
+            return None
+        slot = self.open_slot(job, frozenset())
+        if slot is None:
+            return None
+        partner = sim.jobs[self.chosen[2]]
+        if now + sim.limit_in(job, slot[0]) > partner.start_time + sim.effective_limit(partner):
+            self.chosen = None
+            return None
+        return slot
+
     def start(self, job, node: int, runtime: float, now: float) -> tuple[bool, float]:  # noqa: ANN001
         """(whether the job joined a partner's GPU, its end time); the partner's end is moved."""
         run = _Run(remaining=runtime, since=now, node=node)
@@ -237,10 +286,12 @@ class ShardRuns:
             slot.append(job.job_id)
             self.open_slots[node] = slot
             run.due = min(now + runtime, cap)
+            self.history.append((now, "start", job.job_id, node, run.gpu))
             return False, run.due
         slot.remove(partner_id)
         other = self.runs[partner_id]
         run.gpu = other.gpu
+        self.history.append((now, "join", job.job_id, node, run.gpu))
         self._catch_up(other, now)
         partner = self.sim.jobs[partner_id]
         fa, fb = self.truth.pair((job.model, job.batch_size), (partner.model, partner.batch_size),
@@ -262,6 +313,7 @@ class ShardRuns:
         """(whether the GPU is free now, whether the job's work is done); its partner runs alone."""
         run = self.runs.pop(job.job_id)
         self._catch_up(run, now)
+        self.history.append((now, "end", job.job_id, run.node, run.gpu))
         done = run.remaining <= 1e-6 * max(1.0, run.since)
         slot = self.open_slots.get(run.node, [])
         if job.job_id in slot:
@@ -335,6 +387,9 @@ class SimPacking:
     guard: str = "bound"                 # config `pack_guard`: msub's and the round's packing guard
     memory: object = None                # (model, batch) -> predicted peak GB (GavelMemory); None: msched's
                                          # peak_gb (shipped torchvision models only)
+    reasons: dict | None = None          # when given: why each opted-in 1-GPU job was or was not packed
+                                         # (`verdict_kind` of its first type's reason) -> count
+    packed_types: dict | None = None     # when given: job id -> the GPU types a packed job may land on
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -344,20 +399,21 @@ class SimPacking:
         """(decision, partition, shards): the trace job as msub would submit it (`free_at`, `plan_end`:
         the free times per GPU type and the plan's last end msub reads, as the round published them)."""
         from msched.estimate.interference import load_model, peak_gb, speeds_from_tag, type_usable_gb
-        from msched.msub.packing import reference_mix
+        from msched.msub.packing import may_meet, reference_mix
         from msched.policy.packing import solo_runtime_s, submit_verdict
 
         if tj.num_gpus != 1 or tj.gpu_type or not shard_types or not _opted_in(tj.job_id, self.packable_share):
             return decision, tj.partition, 0
+        note = self._note
         types = [t for t in decision.types if t in shard_types] or ([] if decision.types else list(shard_types))
         if not types:
-            return decision, tj.partition, 0
+            return note("no shard type chosen for it", decision, tj)
         if self.only_when_busy and any(sim.free[n] > 0 for n, t in enumerate(sim.node_type) if t in types):
-            return decision, tj.partition, 0
+            return note("a GPU is free", decision, tj)
         tag = decision.tag
         mine = speeds_from_tag(tag, times)
         if mine is None:
-            return decision, tj.partition, 0
+            return note("no speeds", decision, tj)
         from msched.msub.packing import MAX_PARTNERS
 
         queued = []
@@ -366,18 +422,20 @@ class SimPacking:
                 t = sim.job_view(j).tag
                 s = speeds_from_tag(t, times) if t is not None else None
                 if s is None or len(queued) >= MAX_PARTNERS:
-                    return decision, tj.partition, 0       # one it cannot check: not packed (msub's rule)
+                    return note("a queued shard job it cannot check", decision, tj)   # msub's rule
                 queued.append((s, t))
         model = load_model()
         slower = model.slower_for(self.guard)
         peak = self.memory or peak_gb
         my_peak = peak(tag.model, tag.bs)
-        kept = []                                    # as msub: judged on each type it may land on
+        kept, why = [], []                           # as msub: judged on each type it may land on
         for gpu_type in types:
-            if any(gpu_type not in s.iter_ms for s, _ in queued):
+            here = [(s, t) for s, t in queued if may_meet(t, gpu_type)]      # as msub: those it may meet there
+            if any(gpu_type not in s.iter_ms for s, _ in here):
+                why.append("a queued shard job without an estimate")
                 continue
             partners = [(s, t.mem if t.mem is not None else peak(t.model, t.bs), solo_runtime_s(s, t.iters, gpu_type))
-                        for s, t in queued]     # as msub: the tag's memory first
+                        for s, t in here]       # as msub: the tag's memory first
             where = f"{len(partners)} shard jobs in the queue"
             every = bool(partners)
             if not partners:
@@ -397,12 +455,38 @@ class SimPacking:
                                            **({} if self.wait_share is None else {"wait_share": self.wait_share}))
             if value is not None:
                 kept.append((gpu_type, value, f"{reason} with {where}"))
+            else:
+                why.append(verdict_kind(reason) + (" (queue)" if every else " (reference mix)"))
         if not kept:
-            return decision, tj.partition, 0
+            return note(why[0], decision, tj)
+        note("packed", decision, tj)
+        if self.packed_types is not None:
+            self.packed_types[tj.job_id] = tuple(t for t, _, _ in kept)
         ok = [t for t, _, _ in kept]
         packed = tag._replace(pack=round(kept[0][1], 3), added="|".join(ok), mem=my_peak if self.memory else tag.mem,
                               why=f"packed on {'|'.join(ok)}: {kept[0][2]}")
         return decision._replace(tag=packed, types=tuple(ok)), SHARD_PARTITION, 1
+
+
+    def _note(self, reason: str, decision, tj):  # noqa: ANN001, ANN202
+        """Count why a job was (not) packed in `reasons`; (decision, partition, 0): not packed."""
+        if self.reasons is not None:
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        return decision, tj.partition, 0
+
+
+VERDICT_KINDS = (("waits", "would not wait (a GPU free for it)"), ("slowed to", "would run past the plan's end"),
+                 ("a queued shard job beside it would run past", "a partner would run past the plan's end"),
+                 ("one job predicted below", "guard: a job below 0.5x"), ("too big", "memory"),
+                 ("predicted combined", "combined below the threshold"), ("no estimate", "no estimate"),
+                 ("no partner", "no partner to predict against"))
+
+
+def verdict_kind(reason: str) -> str:
+    """submit_verdict's reason, as a kind (the bench's count of why jobs were not packed)."""
+    if "is not its best shard type" in reason:
+        return "not its best shard type"
+    return next((kind for prefix, kind in VERDICT_KINDS if reason.startswith(prefix)), reason)
 
 
 def _opted_in(job_id: str, share: float) -> bool:

@@ -67,6 +67,49 @@ def test_a_built_timeline_holds_each_gpu_free_time_in_order(data):
         assert free == sorted([now] * node.gpus_free + ends + [now + 3600.0] * rest)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data):
+    """`timeline._shifted` (SHIFT_BASE): a round's base timeline derived from the last round's, with only
+    the nodes whose free GPUs or jobs changed rebuilt and the others moved to the new clock, holds the
+    free times a fresh build gives, round after round: jobs end and start (some as new objects equal to
+    the old), GPUs go busy with no job to explain them, the clock stands still or jumps past ends, now
+    and then a job on two nodes (built anew then)."""
+    import msched.policy.timeline as timeline
+
+    draw = data.draw
+    nodes, running = _cluster(draw)
+    now = 100.0
+    timeline._BASE.clear()
+    for step in range(draw(st.integers(1, 6))):
+        shared = Timeline(now, tuple(nodes), tuple(running))
+        fresh = Timeline(now, list(nodes), list(running))
+        assert shared.free == fresh.free and shared.free_at() == fresh.free_at()
+        for t in TYPES:
+            for g in (1, 2, 4, 8):
+                assert shared.start_time(t, g) == fresh.start_time(t, g)
+        now += draw(st.sampled_from((0.0, 1.0, 60.0, 3000.0)))
+        kept = []
+        for r in running:
+            fate = draw(st.integers(0, 5))
+            if fate == 0 and len(r.nodes) == 1:                  # ends: its GPUs free
+                k = next(k for k, n in enumerate(nodes) if n.name == r.nodes[0])
+                n = nodes[k]
+                nodes[k] = NodeState(n.name, n.gpu_type, n.gpus, min(n.gpus, n.gpus_free + r.num_gpus))
+            else:
+                kept.append(dataclasses.replace(r) if fate == 1 else r)
+        running = kept
+        for k, n in enumerate(nodes):
+            if n.gpus_free and draw(st.booleans()):
+                g = draw(st.integers(1, n.gpus_free))
+                if draw(st.integers(0, 4)):
+                    running.append(RunningJob(f"s{step}.{k}", n.gpu_type, g, now + draw(st.integers(0, 5000)),
+                                              (n.name,)))
+                nodes[k] = NodeState(n.name, n.gpu_type, n.gpus, n.gpus_free - g)   # some with no job
+        if len(nodes) > 1 and draw(st.integers(0, 9)) == 0:
+            running.append(RunningJob("wide", nodes[0].gpu_type, 1, now + 10.0, (nodes[0].name, nodes[1].name)))
+
+
 @st.composite
 def bookings(draw):
     nodes, running = _cluster(draw)
@@ -154,6 +197,26 @@ def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
     reread = build_snapshot(jobs, nodes, est, c.now() + 1.0)[0]
     assert all(a is b for a, b in zip(build_snapshot(jobs, nodes, est, c.now() + 2.0)[0].running, reread.running,
                                       strict=True))
+    # the node memo (`_NodeMemo.keep`): nodes read from the same objects, from changed ones (a job started,
+    # a node's features or partitions changed) and with the memo off give the same snapshot
+    core._NodeMemo.keep = False
+    try:
+        unkept = build_snapshot(jobs, nodes, est, c.now())
+    finally:
+        core._NodeMemo.keep = True
+    assert unkept == first
+    moved = [dataclasses.replace(nodes[0], gpus_alloc=0), dataclasses.replace(nodes[1], features=("x",)),
+             *nodes[2:]]
+    moved[-1] = dataclasses.replace(moved[-1], partitions=("other",))
+    freed = [dataclasses.replace(nodes[0], gpus_alloc=0), *nodes[1:]]        # free GPUs only: the partial path
+    for changed_nodes in (moved, freed, nodes, freed):
+        kept_read = build_snapshot(jobs, changed_nodes, est, c.now())
+        core._NodeMemo.keep = False
+        try:
+            assert build_snapshot(jobs, changed_nodes, est, c.now()) == kept_read
+        finally:
+            core._NodeMemo.keep = True
+        assert (kept_read[0].nodes != first[0].nodes) == (changed_nodes is not nodes)
     pending = first[0].pending[0].job_id
     c.set_priority(pending, 7)
     changed = build_snapshot(c.jobs(), nodes, est, c.now())[0]
@@ -272,8 +335,12 @@ def _plain_paths(monkeypatch) -> None:
         return t
 
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
+    monkeypatch.setattr(timeline, "SHIFT_BASE", False)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._JobMemo, "keep_items", False)
+    monkeypatch.setattr(core._NodeMemo, "keep", False)
+    monkeypatch.setattr(core._JobMemo, "inline", False)
+    monkeypatch.setattr(base.PossibleTypes, "keep", False)
     monkeypatch.setattr(core._JobMemo, "reuse_running", False)
     monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)

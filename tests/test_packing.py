@@ -122,6 +122,40 @@ def test_a_packed_job_keeps_only_the_shard_types_where_it_was_judged_a_good_pair
     assert any("not packed: one job predicted below 0.5x solo" in w for w in warnings), warnings
 
 
+def test_a_queued_shard_job_packed_for_another_type_is_no_partner_to_check(tmp_path, monkeypatch):
+    """Against the queue every shard job it may meet must be a good partner, but a shard job packed for
+    the a100 only (its tag's `added`: the round keeps it there) never meets a job on a titanxp: there the
+    job is judged against the reference mix, on the a100 against that job. Before pack9 one bad partner on
+    any type refused every type."""
+    import msched.msub.packing as msub_packing
+
+    class BadBesideTheBig:
+        """Pairs holding the batch-256 job crawl (0.35x), every other pair pays (0.75x each)."""
+
+        def own_speed(self, a, b, t):  # noqa: ANN001, ANN201
+            return 0.35 if 256 in (a.batch_size, b.batch_size) else 0.75
+
+        slower_speed = own_speed
+
+        def combined_throughput(self, a, b, t):  # noqa: ANN001, ANN201
+            return 2 * self.own_speed(a, b, t)
+
+        def slower_for(self, guard):  # noqa: ANN001, ANN201
+            return self.slower_speed
+
+    _site(tmp_path, monkeypatch)
+    monkeypatch.setattr(msub_packing, "load_model", BadBesideTheBig)
+    big = JobTag(model="resnet50", ref="resnet50", bs=256, pack=1.2, added="a100")
+    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big], 0))
+    argv, tag, _ = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
+    assert tag.added == "titanxp" and argv[-1] == "--constraint=titanxp", tag
+    assert "reference mix" in tag.why
+    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big._replace(added="")], 0))
+    argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
+    assert tag.pack is None and "--gres=shard:1" not in argv        # packed for any type: met anywhere
+    assert any("beside a queued shard job" in w for w in warnings), warnings
+
+
 def test_the_site_default_packs_its_partitions_and_no_pack_opts_out(tmp_path, monkeypatch):
     _site(tmp_path, monkeypatch, 'pack_partitions = ["gpu"]\n')
     argv, tag, _ = _submit(["-p", "gpu", "--gres=gpu:1"], "#!/bin/sh\n#MSCHED --model=resnet18 --batch-size=32\n",

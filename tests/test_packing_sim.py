@@ -168,6 +168,27 @@ def test_gavel_memory_keeps_apart_the_pairs_gavel_measured_out_of_memory():
     assert mem("no-such-model", 32) is None
 
 
+def test_the_transformers_memory_counts_what_its_attention_keeps_and_gavels_fits_agree():
+    """Gavel's Transformer: the profile holds module outputs only, 4.47 GB at batch 256. Autograd also
+    keeps, per sample, in each of the 18 attention calls three score tensors (8 heads x 30 x 30 floats)
+    and four 30 x 512 copies, and 30 residual outputs of 30 x 512: by hand 18 x 4 x (3 x 8 x 900 + 4 x
+    30 x 512) + 30 x 4 x 30 x 512 = 7,822,080 bytes, 2.0 GB more at batch 256. Against Gavel's V100
+    measurements: two at 256, and one at 256 beside ResNet-50 at 64, measured 0 (out of memory) and are
+    now kept apart; one at 256 beside ResNet-50 at 32 ran, and still fits."""
+    from msched.estimate.interference import pair_fits, type_usable_gb
+    from msched.estimate.memory import peak_memory_gb
+    from slurm_sim.packing import GavelMemory
+
+    mem = GavelMemory.load()
+    raw = peak_memory_gb(mem.profiles["transformer"], 256, "float", "adam").peak_gb
+    assert mem("transformer", 256) - raw == pytest.approx(256 * 7_822_080 / 1e9, abs=0.002)
+    usable = type_usable_gb("v100")
+    assert pair_fits((raw, raw), usable) and pair_fits((raw, mem("resnet50", 64)), usable)    # the old estimate
+    assert not pair_fits((mem("transformer", 256), mem("transformer", 256)), usable)
+    assert not pair_fits((mem("transformer", 256), mem("resnet50", 64)), usable)
+    assert pair_fits((mem("transformer", 256), mem("resnet50", 32)), usable)
+
+
 def test_the_measured_predictor_answers_with_gavels_measurements():
     """bench_packing --predictor measured: the interference model's questions answered by the truth.
     By hand from the sample file (tests/test_interference.py): on a v100 ResNet-50 (b64) keeps 0.8430 of
@@ -186,3 +207,82 @@ def test_the_measured_predictor_answers_with_gavels_measurements():
     assert oracle.combined_throughput(r18, r50, "v100") == pytest.approx(1.3457, abs=1e-3)
     assert oracle.slower_for("bound")(r50, r18, "v100") == pytest.approx(0.5027, abs=1e-3)
     assert oracle.combined_throughput(r18, r50, "a100") == 0.0
+
+
+def test_the_lone_time_says_what_was_pending_beside_a_gpu_running_one_job():
+    """bench_packing --why, post hoc from the run's start/join/end history: a runs alone 0-20 s, b (a
+    good partner by the test's own truth: 0.6x each) joins at 20 s, and after b ends a runs alone to its
+    end; nothing else is pending, so all of a's lone time is "no shard job pending". Told that b arrived
+    at 10 s (the trace, not the run), 10 s of it had a good partner pending; told that b was packed for
+    another type, those 10 s had only shard jobs of other types pending."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_packing as bp
+
+    from slurm_sim.trace import TraceJob
+
+    sim, runs = _sim({(R18, R18, "v100"): (0.6, 0.6)})
+    a = _submit(sim, "resnet18", 32, 1000)          # 100 s alone
+    sim.run_until(20.0)
+    b = _submit(sim, "resnet18", 32, 200)           # 20 s alone: 20/0.6 s beside a
+    sim.run()
+    kinds = [(round(t, 3), k, j) for t, k, j, _n, _g in runs.history]
+    end_b = 20.0 + 20.0 / 0.6
+    assert kinds == [(0.0, "start", a), (20.0, "join", b), (round(end_b, 3), "end", b),
+                     (round(sim.jobs[a].end_time, 3), "end", a)]
+    trace = [TraceJob(a, 0.0, "u", "resnet18", 1, 32, 1000), TraceJob(b, 20.0, "u", "resnet18", 1, 32, 200)]
+    lone = bp.lone_time(runs.history, trace, ["v100"], {a: ("v100",), b: ("v100",)}, runs.truth)
+    alone_s = 20.0 + (sim.jobs[a].end_time - end_b)
+    assert lone["no shard job pending"] == pytest.approx(alone_s)
+    assert sum(lone.values()) == pytest.approx(alone_s)
+    # b submitted at 10 s but started at 20 s: those 10 s a good partner (0.6 + 0.6 >= 1.0) was pending
+    trace[1] = TraceJob(b, 10.0, "u", "resnet18", 1, 32, 200)
+    lone = bp.lone_time(runs.history, trace, ["v100"], {a: ("v100",), b: ("v100",)}, runs.truth)
+    assert lone["good partner pending"] == pytest.approx(10.0)
+    assert lone["no shard job pending"] == pytest.approx(alone_s - 10.0)
+    # packed for another type only: pending, but not a partner there
+    lone = bp.lone_time(runs.history, trace, ["v100"], {a: ("v100",), b: ("p100",)}, runs.truth)
+    assert lone["shard jobs pending, other types"] == pytest.approx(10.0)
+
+
+def test_lone_starts_tells_a_start_beside_an_open_shard_of_its_type():
+    """bench_packing --why: a starts alone on GPU 0; b starts on GPU 1 of the same v100 node while a's
+    shard beside it is open (what the simulator's backfill pass does); c joins b; d starts after a ended.
+    Only b started beside an open shard of a type it may use. Packed for the p100 only, b would not have."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_packing as bp
+
+    history = [(0.0, "start", "a", 0, 0), (5.0, "start", "b", 0, 1), (6.0, "join", "c", 0, 1),
+               (9.0, "end", "a", 0, 0), (9.0, "start", "d", 0, 0)]
+    types = {j: ("v100",) for j in "abcd"}
+    assert bp.lone_starts(history, ["v100"], types) == {"no open shard": 2, "open shard of its type": 1}
+    types["b"] = ("p100",)
+    assert bp.lone_starts(history, ["v100"], types) == {"no open shard": 3, "open shard of its type": 0}
+
+
+@pytest.mark.parametrize(("limit_b", "joins"), [(100.0, True), (300.0, False)])
+def test_backfill_fills_an_open_shard_whose_limits_hold_the_gpu_no_longer(limit_b, joins):
+    """One node, 2 GPUs: shard job a alone on GPU 0 (limit 200 s), a gpu job on GPU 1, then a 2-GPU job
+    that cannot start blocks the main pass in the node's partitions, so the shard job b behind it is left
+    to backfill. Backfill joins b to a's open shard (as Slurm fills a GPU's shards) when b's limit ends
+    no later than a's (the GPU is then held no longer than the reservations count); with a longer limit
+    b waits, since a join could delay the 2-GPU job."""
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0),
+                       PerfRow("resnet18", "v100", 2, 32, "float", 60.0)])
+    sim = Simulator(with_shard_nodes(parse_cluster("v100:2x1")), truth)
+    ShardRuns(PairTruth({(R18, R18, "v100"): (0.6, 0.6)})).attach(sim)
+    a = _submit(sim, "resnet18", 32, 1000, time_limit_s=200.0)
+    sim.submit(num_gpus=1, model="resnet18", iterations=1000, batch_size=32, time_limit_s=200.0)
+    sim.run_until(10.0)
+    big = sim.submit(num_gpus=2, model="resnet18", iterations=1000, batch_size=32, time_limit_s=100.0)
+    b = _submit(sim, "resnet18", 32, 100, time_limit_s=limit_b)
+    sim.run_until(10.0)
+    assert sim.jobs[big].state == "PENDING"
+    assert (sim.jobs[b].state == "RUNNING") == joins
+    if joins:
+        assert sim.jobs[b].nodes == sim.jobs[a].nodes and sim.packing.pairs[-1]["b"] == b

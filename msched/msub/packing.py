@@ -98,6 +98,14 @@ def queued_partners(config, sbatch: str) -> tuple[list, int]:  # noqa: ANN001
     return tags, unknown
 
 
+def may_meet(tag, gpu_type: str) -> bool:  # noqa: ANN001 - a JobTag
+    """Whether a queued shard job may share a GPU of `gpu_type`: its tag's `added` (the shard types msub
+    packed it for, which the round keeps it to) names the type, or names none (any shard type). A
+    shard job packed for the P100 only never meets a job on a V100, so it is no partner to check there."""
+    added = getattr(tag, "added", "") or ""
+    return not added or gpu_type in added.split("|")
+
+
 def reference_mix(perf, gpu_type: str) -> list[tuple[str, int, JobSpeeds]]:  # noqa: ANN001 - a PerfTable
     """(model, batch, speeds) of every model measured at one GPU on `gpu_type`, at its batch sizes there."""
     out = []
@@ -165,10 +173,11 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
             if guard == "bound" and gpu_type in mine.iter_ms and not model.is_seen(mine, gpu_type):
                 refused.append(f"outside the interference model's data on {gpu_type} (pack_guard bound)")
                 continue
-            others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in partners
+            here = [p for p in partners if may_meet(p, gpu_type)]     # the shard jobs it may meet on the type
+            others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in here
                       if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
-            if len(others) < len(partners):      # one it may meet has no estimate here: no pair is vouched for
-                refused.append(f"{len(partners) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
+            if len(others) < len(here):          # one it may meet has no estimate here: no pair is vouched for
+                refused.append(f"{len(here) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
                 continue
             where = f"{len(others)} shard jobs in the queue"
             every = bool(others)

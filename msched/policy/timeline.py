@@ -280,15 +280,144 @@ def _est_end(job: RunningJob) -> float:
 
 
 _BASE: list = []        # [(nodes, running, now, unknown_busy_s, pristine Timeline)]: the last one built
+SHIFT_BASE = True       # a new base derived from the last one (`_shifted`); off: built anew (tests/test_fast_paths.py)
 
 
 def _shared_base(now: float, nodes: tuple, running: tuple, unknown_busy_s: float) -> Timeline:
-    """The pristine timeline of these exact tuples (identity: a snapshot's are immutable), built once."""
+    """The pristine timeline of these exact tuples (identity: a snapshot's are immutable), built once; a
+    later snapshot's is derived from the last one where it can (`_shifted`: the next round of the
+    simulator changes a few nodes and moves the clock)."""
     if _BASE:
         n, r, t, u, base = _BASE[0]
         if n is nodes and r is running and t == now and u == unknown_busy_s and base._pristine:
             return base
+        if SHIFT_BASE and u == unknown_busy_s and now >= t:
+            shifted = _shifted(base, n, r, now, nodes, running, unknown_busy_s)
+            if shifted is not None:
+                _BASE[:] = [(nodes, running, now, unknown_busy_s, shifted)]
+                return shifted
     base = Timeline.__new__(Timeline)
     base._build(now, nodes, running, unknown_busy_s)
     _BASE[:] = [(nodes, running, now, unknown_busy_s, base)]
     return base
+
+
+def _single_node(job: RunningJob, index: dict[str, int]) -> int | None:
+    """The one node a running job holds, as `_build` spreads it (None: several, or none it knows)."""
+    where = [index[n] for n in job.nodes if n in index]
+    return where[0] if len(where) == 1 else None
+
+
+def _node_free(now: float, node: NodeState, jobs: list[RunningJob], unknown_busy_s: float) -> tuple[list[float], int]:
+    """One node's sorted free times as `_build` makes them when every job it holds runs on it alone: its
+    free GPUs at now, its running jobs' GPUs at their ends (earliest end first, while busy GPUs are left
+    to explain), the rest an hour from now; and that rest's count."""
+    g = node.gpus
+    f = node.gpus_free
+    f = 0 if f < 0 else g if f > g else f
+    busy = g - f
+    out = [now] * f
+    for job in sorted(jobs, key=_est_end):
+        take = min(busy, job.num_gpus)
+        out.extend([max(now, job.est_end)] * take)
+        busy -= take
+    if busy:
+        out.extend([now + unknown_busy_s] * busy)
+    out.sort()
+    return out, busy
+
+
+def _increments(base: Timeline, nodes: tuple, running: tuple, unknown_busy_s: float) -> tuple | None:
+    """What `_shifted` needs of a base built from (nodes, running): per running job (by identity) its node,
+    per node its count of unexplained busy GPUs; None where `_build` did something else (a node skipped,
+    a job on several nodes or on none it knows, a name twice)."""
+    inc = getattr(base, "_inc", None)
+    if inc is not None:
+        return inc
+    if len(base.names) != len(nodes) or len(set(base.names)) != len(nodes):
+        return None
+    index = {name: i for i, name in enumerate(base.names)}
+    on: dict[int, tuple[RunningJob, int]] = {}
+    jobs: list[list[RunningJob]] = [[] for _ in nodes]
+    for job in running:
+        i = _single_node(job, index)
+        if i is None or id(job) in on:
+            return None
+        on[id(job)] = (job, i)
+        jobs[i].append(job)
+    rest = [_node_free(base.now, nodes[i], jobs[i], unknown_busy_s)[1] for i in range(len(nodes))]
+    base._inc = (index, on, rest)
+    return base._inc
+
+
+def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float, nodes: tuple, running: tuple,
+             unknown_busy_s: float) -> Timeline | None:
+    """The base timeline of (now, nodes, running) derived from `prev` (a base of an earlier clock): the same
+    free lists as `_build` gives (tests/test_fast_paths.py), with only the nodes whose free GPUs or jobs
+    changed (or that hold GPUs no job explains, booked from the clock) rebuilt, and every other node's
+    list moved to the new clock (its times before now become now). None where it cannot tell (the node
+    list changed in anything but free GPUs; a job on several nodes): `_build` then."""
+    if len(nodes) != len(prev_nodes):
+        return None
+    inc = _increments(prev, prev_nodes, prev_running, unknown_busy_s)
+    if inc is None:
+        return None
+    index, on, rest = inc
+    changed = {i for i, r in enumerate(rest) if r}
+    for i, (a, b) in enumerate(zip(prev_nodes, nodes, strict=True)):
+        if a is b:
+            continue
+        if a.name != b.name or a.gpu_type != b.gpu_type or a.gpus != b.gpus:
+            return None
+        if a.gpus_free != b.gpus_free:
+            changed.add(i)
+    # `on` holds every job it names, so no new object can have the id of one of them: ids tell them apart
+    ids = set(map(id, running))
+    if len(ids) != len(running):
+        return None                                  # the same job object twice
+    keys = on.keys()
+    ended = keys - ids
+    started = ids - keys
+    new_on = on
+    if ended or started:
+        new_on = dict(on)
+        for k in ended:
+            changed.add(new_on.pop(k)[1])
+        for job in running:
+            k = id(job)
+            if k in started:
+                i = _single_node(job, index)
+                if i is None:
+                    return None
+                new_on[k] = (job, i)
+                changed.add(i)
+    jobs: dict[int, list[RunningJob]] = {i: [] for i in changed}
+    if changed:
+        for job, i in new_on.values():
+            if i in changed:
+                jobs[i].append(job)
+    free = []
+    new_rest = list(rest)
+    for i, f in enumerate(prev.free):
+        if i in changed:
+            f, new_rest[i] = _node_free(now, nodes[i], jobs[i], unknown_busy_s)
+        elif f and f[0] < now:
+            k = bisect.bisect_left(f, now)
+            f = [now] * k + f[k:]
+        else:
+            f = list(f)
+        free.append(f)
+    t = Timeline.__new__(Timeline)
+    t.now, t.names, t.types, t.by_type, t.size, t.max_node = now, prev.names, prev.types, prev.by_type, prev.size, \
+        prev.max_node
+    t.free = free
+    t.version = [0] * len(free)
+    t._heaps = {}
+    t._heaps_of = defaultdict(dict)
+    t._top = defaultdict(dict)
+    t._owned = set(range(len(free)))
+    t._pristine = True
+    t._origin = None
+    t._dirty = {}
+    t._inc = (index, new_on, new_rest)
+    return t

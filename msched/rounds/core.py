@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ class RoundResult:
     views: dict[str, JobView] = field(default_factory=dict)
     snapshot_seconds: float = 0.0
     free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
+    submit_price: dict[str, float] = field(default_factory=dict)  # published for msub (msched.policy.price)
     stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
     new_plan: Plan | None = None          # the policy's own plan; `plan` is what the round holds (settle)
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
@@ -186,19 +188,8 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     (`_TypeNames`: a queue of 10,000 jobs holds a few dozen distinct constraints) and the feasible types
     of each (constraint, partitions, job shape, memory) (`possible`)."""
     canon = _canon(gpu_type_of)
-    node_states = []
-    node_type: dict[str, str] = {}
-    for n in nodes:
-        if not n.gpu_type or n.gpus <= 0:
-            continue
-        t = canon(n.gpu_type)
-        node_type[n.name] = t
-        if n.usable:
-            node_states.append(NodeState(n.name, t, n.gpus, n.gpus_free))
-    known = {ns.gpu_type for ns in node_states} | set(node_type.values())
-    usable_feats = [(canon(n.gpu_type), n.features) for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
-    usable_nodes = [(canon(n.gpu_type), n.gpus, n.features, n.partitions)
-                    for n in nodes if n.gpu_type and n.gpus > 0 and n.usable]
+    node_states, (node_type, known, usable_feats, usable_nodes, static, shard_parts, shards_per_gpu) = \
+        _NODES.read(nodes, canon)
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
     feasible_cache: dict[tuple, tuple[str, ...]] | None = {} if caches else None
@@ -255,15 +246,25 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     running: list[RunningJob] = []
     pending: list[PendingJob] = []
     views: dict[str, JobView] = {}
-    shard_parts = shard_partitions(nodes)
-    memo = _MEMO.start(estimator, gpu_type_of, (lever, tuple(
-        (n.name, node_type.get(n.name), n.gpus, n.features, n.partitions, n.usable) for n in nodes)))
+    memo = _MEMO.start(estimator, gpu_type_of, (lever, static))
     def read_item(job: SlurmJob) -> tuple:
         return _read_job(job, estimator, canon, node_type, as_type, known, types_matching, possible, lever,
                          shard_parts)
 
     read = memo.read
+    # a running job whose kept view holds (`_JobMemo.read`'s first case), inline: most jobs of a round
+    last, kept_next = (memo._last, memo._next) if memo.keep_items and memo.reuse_running and _JobMemo.inline \
+        else ({}, None)
     for job in jobs:
+        hit = last.get(id(job))
+        if hit is not None and hit[0] is job:
+            kept = hit[2]
+            if kept is not None and now <= kept[0]:
+                kept_next[id(job)] = hit
+                if changes is not None and kept[1] is not None:
+                    changes.append(kept[1])
+                running.append(kept[2])
+                continue
         item, rj, changes_at = read(job, now, read_item)
         kind = item[0]
         if kind == _RUNNING:
@@ -280,10 +281,85 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             views[job.job_id] = view
     memo.finish()
     node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
-                                                     {n.name: n.shards_per_gpu for n in nodes if n.shards_per_gpu})
+                                                     shards_per_gpu)
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
+
+
+class _NodeMemo:
+    """What a snapshot reads of the nodes alone, kept from one snapshot to the next: per node object its
+    static reading (name, canonical type, GPUs, features, partitions, usable) and its `NodeState`, and
+    what the whole static reading gives (each node's type, the known types, the usable nodes' features
+    and shapes, the shard partitions, shards per GPU). The simulator hands back the same `SlurmNode` object
+    until the node changes (its free GPUs, mostly), and a node's static reading rarely changes, so a round
+    reads a handful of nodes instead of all; Slurm's own clients build new objects every round and read
+    every node as before. Views are frozen, so an object's reading never changes (the nodes last read are
+    held and matched by position and identity). `keep` off: every node read anew (tests/test_fast_paths.py)."""
+
+    keep = True
+
+    def __init__(self) -> None:
+        self._canon: Callable | None = None
+        self._nodes: list[SlurmNode] = []          # the nodes last read, in order (held: compared by identity)
+        self._hits: list[tuple] = []               # per node (static entry, NodeState or None)
+        self._states: list[NodeState] = []
+        self._static: tuple | None = None
+        self._derived: tuple = ()
+
+    def read(self, nodes: Sequence[SlurmNode], canon: Callable[[str], str]) -> tuple[list[NodeState], tuple]:
+        """(the usable GPU nodes' states, (node_type, known, usable_feats, usable_nodes, static,
+        shard_parts, shards_per_gpu)); `static` is the memo context of the job readings (`_JobMemo.start`).
+        Nodes are matched by position and identity: the nodes of the last read that are the same objects
+        keep their reading; when every other node's static reading is unchanged too, the rest is kept."""
+        last = self._nodes
+        if self.keep and canon is self._canon and len(nodes) == len(last):
+            hits = self._hits
+            moved = [i for i, same in enumerate(map(operator.is_, nodes, last)) if not same]
+            if moved:
+                hits = list(hits)
+                for i in moved:
+                    hit = self._hit(nodes[i], canon)
+                    if hit[0] != hits[i][0] or (hit[1] is None) != (hits[i][1] is None):
+                        break                      # a static change: read all
+                    hits[i] = hit
+                else:
+                    self._nodes, self._hits = list(nodes), hits
+                    self._states = [h[1] for h in hits if h[1] is not None]
+                    return list(self._states), self._derived
+            else:
+                return list(self._states), self._derived
+        hits = [self._hit(n, canon) for n in nodes]
+        static = tuple(h[0] for h in hits)
+        if not self.keep or static != self._static:
+            self._static, self._derived = static, self._derive(static, nodes)
+        self._canon = canon
+        self._nodes, self._hits = (list(nodes), hits) if self.keep else ([], [])
+        self._states = [h[1] for h in hits if h[1] is not None]
+        return list(self._states), self._derived
+
+    @staticmethod
+    def _hit(n: SlurmNode, canon: Callable[[str], str]) -> tuple:
+        has_gpus = bool(n.gpu_type) and n.gpus > 0
+        t = canon(n.gpu_type) if has_gpus else None
+        usable = n.usable
+        return ((n.name, t, n.gpus, n.features, n.partitions, usable, n.shards_per_gpu),
+                NodeState(n.name, t, n.gpus, n.gpus_free) if has_gpus and usable else None)
+
+    @staticmethod
+    def _derive(static: tuple, nodes: Sequence[SlurmNode]) -> tuple:
+        node_type = {name: t for name, t, *_ in static if t is not None}
+        usable = [e for e in static if e[1] is not None and e[5]]
+        known = {e[1] for e in usable} | set(node_type.values())
+        usable_feats = [(e[1], e[3]) for e in usable]
+        usable_nodes = [(e[1], e[2], e[3], e[4]) for e in usable]
+        memo_static = tuple((name, node_type.get(name), gpus, feats, parts, ok)
+                            for name, _, gpus, feats, parts, ok, _ in static)
+        shards_per_gpu = {e[0]: e[6] for e in static if e[6]}
+        return node_type, known, usable_feats, usable_nodes, memo_static, shard_partitions(nodes), shards_per_gpu
+
+
+_NODES = _NodeMemo()
 
 
 _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
@@ -361,6 +437,7 @@ class _JobMemo:
     reused while remembered; only the jobs of the last snapshot are kept."""
 
     reuse_running = True     # a running job's RunningJob kept while its expected end holds (see `read`)
+    inline = True            # build_snapshot takes that case itself, without a call (off: through `read`)
     keep_items = True        # off: every job read anew each snapshot (tests/test_fast_paths.py)
 
     def __init__(self) -> None:
@@ -687,6 +764,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                          stable_until=(now if waiting else min(changes, default=float("inf")))
                          if snap.pending else float("inf"))
     report.held_back += waiting
+    result.submit_price = policy_prices(policy, jobs, estimator, now, snap.gpu_types, gpu_type_of)
     if not dry_run and updates:
         if journal is not None and priority_lever == "nice":
             from msched.rounds.holds import record_nice_originals
@@ -718,6 +796,20 @@ def _begin_time_lever(client: SlurmClient, result: RoundResult, jobs: Sequence[S
         return
     result.begin_times, skipped = apply_begin_times(client, changes, journal)
     result.update_calls += len(result.begin_times) + len(skipped)
+
+
+def policy_prices(policy, jobs: Sequence[SlurmJob], estimator: Estimator, now: float, gpu_types: Sequence[str],  # noqa: ANN001
+                  gpu_type_of: Callable[[str], str] | None = None) -> dict[str, float]:
+    """The submit prices the round publishes for msub (`msched.policy.price.round_prices`) when the
+    policy sets a `price_quantile` (off by default: {})."""
+    quantile = getattr(policy, "price_quantile", None)
+    if quantile is None:
+        return {}
+    from msched.policy.price import DEFAULT_WINDOW_S, round_prices
+
+    return round_prices(jobs, estimator, now, gpu_types, quantile,
+                        getattr(policy, "price_window_s", None) or DEFAULT_WINDOW_S, canon=gpu_type_of,
+                        measure=getattr(policy, "price_measure", "saving"))
 
 
 def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:
