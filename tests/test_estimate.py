@@ -104,6 +104,38 @@ def test_cost_model_follows_the_hardware(profiles):
     assert ms("a100_sxm4_40gb", n=4) > ms("a100_sxm4_40gb", n=1)
 
 
+def test_link_factor_scales_the_all_reduce_and_the_host_factor_the_replication(profiles):
+    """A measured machine's link factor is its interconnect's: it scales the bytes all-reduced across its GPUs
+    and nothing else; replicating the modules and the per-GPU fixed cost (nn.DataParallel's host-side work)
+    follow its host factor. VGG-16 (138 M parameters, few modules) is all-reduce-bound, SqueezeNet (1.2 M) is
+    replication-bound: a faster interconnect helps the first a lot and the second hardly at all."""
+    from msched.estimate.cost_model import terms
+
+    base, specs = load_cost_model(), load_specs()
+    spec = specs.require("a100_pcie_40gb")
+
+    def extra(model, *, host=1.0, link=1.0):   # ms the 4th GPU's share of data parallelism adds over 1 GPU
+        data = dict(base.data, type_host={spec.gpu_type: host}, type_link={f"{spec.gpu_type}:4": link})
+        cm = CostModel(data)
+        return (cm.iteration_ms(profiles[model], spec, "float", 12, 4)
+                - cm.iteration_ms(profiles[model], spec, "float", 12, 1))
+
+    t_vgg, _ = terms(profiles["vgg16"], spec, "float", 12, 4)
+    all_reduce = base.shared["dp_bytes"] * t_vgg["P"]
+    assert all_reduce > 0
+    # the link factor moves exactly the all-reduce part (the rest of the multi-GPU term is untouched)
+    assert extra("vgg16", link=1.0) - extra("vgg16", link=0.1) == pytest.approx(0.9 * all_reduce, rel=1e-6)
+    t_sq, _ = terms(profiles["squeezenet1_0"], spec, "float", 12, 4)
+    sq_reduce = base.shared["dp_bytes"] * t_sq["P"]
+    assert extra("squeezenet1_0", link=1.0) - extra("squeezenet1_0", link=0.1) == pytest.approx(0.9 * sq_reduce,
+                                                                                              rel=1e-6)
+    assert sq_reduce < 0.02 * all_reduce
+    # a slower host makes the replication slower whatever the interconnect
+    replication = base.shared["dp_module"] * t_sq["R"] + base.shared["dp_fixed"] * t_sq["N"]
+    assert replication > 0
+    assert extra("squeezenet1_0", host=2.0, link=0.0) > extra("squeezenet1_0", host=1.0, link=0.0) + 0.9 * replication
+
+
 def test_fit_recovers_known_parameters(profiles):
     """Rows made by a known parameter set (the shipped one) on a subset: the fit from a neutral start
     reproduces them closely on models it did not see."""

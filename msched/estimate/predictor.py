@@ -55,7 +55,8 @@ MAX_REFERENCE_RANK = 3
 SHAPE_CAP: float | None = 0.1
 # how much of the reference's log residual the type-shape part carries (1: the reference's measured level,
 # scaled; less: the level partly the cost model's own, the type-to-type shape still the reference's).
-# Chosen with the three above (bench_estimate.py --nested, NESTED_GRID's fourth element)
+# Tried with the three above (bench_estimate.py --nested --nested-residual-weights 1,0.75,0.5): 0.75 has the
+# lower error on the family hold-out but loses best-type accuracy nested (BENCHMARKS.md, predict9): 1 kept
 SHAPE_RESIDUAL_WEIGHT = 1.0
 DEFAULT_BATCH_SIZE = 12   # the shipped measurements' per-GPU batch, for a job that does not say
 
