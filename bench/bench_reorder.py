@@ -408,7 +408,8 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
 
 
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
-                write_budget: int | None = None, own_process: bool = False, tight: bool = True) -> dict | None:
+                write_budget: int | None = None, own_process: bool = False, tight: bool = True,
+                profile_dir: Path | None = None, events: int = 2) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, four rounds on the unchanged queue (the later ones light once it settled),
@@ -419,13 +420,18 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     round runs in a new Python process (bench/round_phases.py under `-X importtime`), as cron runs
     `msched reorder`: its wall time is the whole process's (start and imports included), its CPU time
     and peak RSS the process's own, beside the Slurm commands' CPU and peak RSS, and the round's phases.
-    `tight`: config tight_queue (the queue read by fixed-width `squeue -O`; False: `squeue --json`)."""
+    `tight`: config tight_queue (the queue read by fixed-width `squeue -O`; False: `squeue --json`).
+    `profile_dir` (with `own_process`): each round's process sampled by py-spy (on-CPU stacks, 250 Hz,
+    collapsed: `round-<k>.txt`; `bench/round_phases.py --stacks FILE` sums them by phase). `events`: how many
+    times `ends` running jobs end (2 by default)."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
     if why:
         log(f"real cluster: skipped ({why})")
         return None
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
     cfg = site(tmp, f"settle-{n_pending}", tight_queue=tight,
                **({} if write_budget is None else {"write_budget": write_budget}))
     client = CliClient(cfg)
@@ -481,16 +487,20 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         def measured_apart(label: str) -> dict:
             from round_phases import import_seconds
 
+            argv = [sys.executable, "-X", "importtime", str(Path(__file__).with_name("round_phases.py")),
+                    str(tmp), f"settle-{n_pending}", str(write_budget or 0), "tight" if tight else "json"]
+            if profile_dir is not None:     # sampled, on-CPU only: the phases' shares without cProfile's overhead
+                spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+                argv = [spy, "record", "-r", "250", "-f", "raw", "-o",
+                        str(profile_dir / f"round-{len(out['rounds']) + 1:02d}.txt"), "--", *argv]
             c0, s0 = sdiag_updates()
             w0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-X", "importtime", str(Path(__file__).with_name("round_phases.py")),
-                                   str(tmp), f"settle-{n_pending}", str(write_budget or 0), "tight" if tight else "json"],
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
             wall = time.perf_counter() - w0
             c1, s1 = sdiag_updates()
             if proc.returncode != 0:
                 raise RuntimeError(f"the round's process failed: {proc.stderr.strip().splitlines()[-1:]}")
-            m = json.loads(proc.stdout.strip().splitlines()[-1])
+            m = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
             m.update(label=label, writes=c1 - c0, controller_s=s1 - s0, wall_s=wall, load1=os.getloadavg()[0],
                      import_s=import_seconds(proc.stderr))
             out["rounds"].append(m)
@@ -522,7 +532,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         measured("round 1 (the burst)")
         for k in range(2, 6):
             measured(f"round {k} (nothing changed)")
-        for event in range(2):
+        for event in range(events):
             end_some(event)
             measured(f"after {ends} running jobs end (event {event + 1})")
             measured("again (nothing changed)")
@@ -703,7 +713,7 @@ def queue_reads(n_pending: int, seed: int = 0, repeats: int = 5, log=print) -> d
                                       timeout=600)
                 if proc.returncode != 0:
                     raise RuntimeError(proc.stderr.strip().splitlines()[-1:])
-                m = json.loads(proc.stdout.strip().splitlines()[-1])
+                m = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
                 m["load1"] = os.getloadavg()[0]
                 out["reads"][how].append(m)
                 order.append((how, m["digest"]))
@@ -798,6 +808,9 @@ def main() -> None:
                          "at these queue lengths (e.g. 1000,5000)")
     ap.add_argument("--budget", type=int, default=None,
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
+    ap.add_argument("--events", type=int, default=2, help="the settle scenario's events (4 running jobs end)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="with --settle --own-process: py-spy's samples of each round in DIR (round-<k>.txt)")
     ap.add_argument("--own-process", action="store_true",
                     help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
     ap.add_argument("--online-churn", default="", metavar="JOBS,GAP_S",
@@ -846,7 +859,8 @@ def main() -> None:
             for n in sizes:
                 res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
                                "real": real_settle(n, Path(d), args.seed, write_budget=args.budget,
-                                                   own_process=args.own_process, tight=args.queue_read == "tight")
+                                                   own_process=args.own_process, tight=args.queue_read == "tight",
+                                                   profile_dir=args.profile, events=args.events)
                                if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))

@@ -2,6 +2,8 @@
 Slurm's own commands cost beside it (issue 21, fifth pass).
 
     python bench/round_phases.py STATE_DIR NAME [BUDGET]      # prints one JSON line
+    ROUND_PHASES_PROFILE=FILE python bench/round_phases.py ...  # and a CPU-time cProfile of the round in FILE
+    python bench/round_phases.py --stacks FILE...   # py-spy's collapsed stacks (bench_reorder --profile) by phase
 
 Run it in a fresh process with `python -X importtime` (bench_reorder.py --own-process does): the import
 time is then Python's own measure (the sum of every module's self time on stderr), whatever the round
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import resource
 import sys
 import time
@@ -41,6 +44,7 @@ class Phases:
 
     def __init__(self) -> None:
         self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}             # this process's CPU (user + system) in the phase
         self.child_cpu: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
@@ -50,11 +54,12 @@ class Phases:
         @functools.wraps(fn)
         def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             c0 = _children()[0]
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.wall[phase] = self.wall.get(phase, 0.0) + time.perf_counter() - t0
+                self.cpu[phase] = self.cpu.get(phase, 0.0) + time.process_time() - p0
                 self.child_cpu[phase] = self.child_cpu.get(phase, 0.0) + _children()[0] - c0
                 self.calls[phase] = self.calls.get(phase, 0) + 1
 
@@ -80,6 +85,8 @@ def _wrap_planning_core(phases: Phases) -> None:
                 exec_module(module)
                 phases.wrap(module, "build_snapshot", "snapshot")
                 phases.wrap(module, "settle", "settle")
+                for attr in ("diff_plan", "deferred", "packing_round", "within_budget", "incumbent_after"):
+                    phases.wrap(module, attr, "diff")
                 plan_of = {}
 
                 def run_round(client, policy, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -110,13 +117,30 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     import_cpu = time.process_time() - _CPU0
     import_wall = time.perf_counter() - _T0
     for attr, phase in (("queue_digest", "digest"), ("_queue", "squeue"), ("nodes", "sinfo"),
-                        ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler")):
-        phases.wrap(CliClient, attr, phase)
+                        ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler"),
+                        ("read_digest", "read digest")):
+        if hasattr(CliClient, attr):
+            phases.wrap(CliClient, attr, phase)
+    # the store's part (`store` below is its wall, RoundOutcome.db_seconds), in CPU: opening SQLAlchemy,
+    # the incumbent, recording (completions included) and pruning; the state key is hashed beside it
+    for attr, phase in (("_full_store", "store: open"), ("_incumbent", "store: incumbent"),
+                        ("_record", "store: record"), ("_prune", "store: prune"), ("_state_key", "state key"),
+                        ("_light_round", "light check")):
+        if hasattr(Reorderer, attr):
+            phases.wrap(Reorderer, attr, phase)
     cfg = _site(state, name, write_budget)._replace(tight_queue=tight)
     store = _round_store(cfg)           # as `msched reorder` opens it: the light view where it can
     w0, c0 = time.perf_counter(), time.process_time()
     client = CliClient(cfg)
-    out = Reorderer(cfg, client, store, publish=False).round()
+    profile_to = os.environ.get("ROUND_PHASES_PROFILE")
+    if profile_to:          # a CPU-time profile of the round (cProfile's timer: this process's CPU)
+        import cProfile
+
+        prof = cProfile.Profile(time.process_time)
+        out = prof.runcall(Reorderer(cfg, client, store, publish=False).round)
+        prof.dump_stats(profile_to)
+    else:
+        out = Reorderer(cfg, client, store, publish=False).round()
     round_s, round_cpu = time.perf_counter() - w0, time.process_time() - c0
     store.dispose()
     r = out.result
@@ -135,6 +159,7 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     child_cpu, child_rss = _children()
     m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=ru.ru_maxrss / 1024, slurm_cpu_s=child_cpu,
              slurm_peak_rss_mb=child_rss, phases={k: round(v, 4) for k, v in phases.wall.items()},
+             phase_cpu={k: round(v, 4) for k, v in phases.cpu.items()},
              phase_slurm_cpu={k: round(v, 4) for k, v in phases.child_cpu.items()}, phase_calls=phases.calls,
              modules=len(sys.modules),
              planning_core_loaded=any(k.startswith(("msched.policy", "msched.rounds.core")) for k in sys.modules))
@@ -189,7 +214,46 @@ def read_once(how: str) -> dict:
             "digest": hashlib.sha256(repr(jobs).encode()).hexdigest()}
 
 
+# py-spy's collapsed stacks (bench_reorder --profile) summed by phase: a sample counts for the first
+# (outermost) of these functions on its stack, else for "imports" when the stack is importing, else "other"
+STACK_PHASES: tuple[tuple[str, str], ...] = (
+    ("queue_digest (", "digest"), ("scheduler (", "scheduler"), ("_tight_queue (", "squeue"),
+    ("parse_squeue (", "squeue"), ("finished_jobs (", "finished"), ("nodes (", "sinfo"),
+    ("build_snapshot (", "snapshot"), ("plan (", "planner"), ("settle (", "settle"),
+    ("update_jobs (", "writes"), ("check_integrity (", "store"), ("_full_store (", "store"),
+    ("ingest_jobs (", "store"), ("_incumbent (", "store"), ("_record (", "store"), ("_prune (", "store"),
+    ("_state_key (", "state key"), ("diff_plan (", "diff"), ("deferred (", "diff"),
+    ("packing_round (", "packing"), ("incumbent_after (", "diff"), ("_find_and_load (", "imports"),
+)
+
+
+def stacks_by_phase(path: Path, top: int = 25) -> dict:
+    """{"phases": {phase: samples}, "self": [(function, samples)]} of a py-spy raw (collapsed) file."""
+    phases: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        # py-spy names a method Class.method: match the function's own name
+        names = [f.split(" (", 1)[0].rsplit(".", 1)[-1] + " (" for f in frames]
+        phase = next((ph for f in names for key, ph in STACK_PHASES if f == key), "other")
+        phases[phase] = phases.get(phase, 0) + n
+        leaf = frames[-1] if frames else "?"
+        own[leaf] = own.get(leaf, 0) + n
+    return {"samples": total, "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
+            "self": sorted(own.items(), key=lambda kv: -kv[1])[:top]}
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--stacks":
+        for f in sys.argv[2:]:
+            print(f, json.dumps(stacks_by_phase(Path(f)), indent=1))
+        sys.exit(0)
     if sys.argv[1] == "--read":
         print(json.dumps(read_once(sys.argv[2])))
         sys.exit(0)

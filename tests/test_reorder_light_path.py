@@ -142,6 +142,32 @@ def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cl
 
 
 @pytest.mark.slurm
+def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settled_queue):
+    """A round whose last planned round wrote (or the first round) cannot be light, so it runs no digest
+    squeue: it records the digest of its own tight read (CliClient.read_digest), which is the digest the
+    light round's squeue gives of the same queue (so the round after a settled one is light). A round
+    that could be light reads the digest first, as before."""
+    reorderer, *_ = settled_queue
+    client = reorderer.client
+    calls: list[str] = []
+    digest_squeue = client.queue_digest
+    client.queue_digest = lambda setup="": calls.append(setup) or digest_squeue(setup)
+    first = reorderer.round()
+    assert first.result is not None and first.result.update_calls > 0
+    assert calls == [] and client.last_read == "tight"
+    outcomes = [reorderer.round()]
+    while outcomes[-1].result is not None and outcomes[-1].result.update_calls and len(outcomes) < 6:
+        assert calls == []                  # after a round that wrote: no digest squeue
+        outcomes.append(reorderer.round())
+    assert calls == []                      # the settled round's last planned round wrote
+    light = reorderer.round()               # the digest squeue, equal to the settled round's own
+    assert light.light and len(calls) == 1
+    client.jobs()
+    client.nodes()
+    assert reorderer._read_digest() == reorderer._queue_digest() is not None
+
+
+@pytest.mark.slurm
 def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site, settled_queue):
     """`msched reorder` in a new process (as cron runs it) after the queue settled: the round is light
     and the process never loaded the planning core, the estimators, the heavy libraries, SQLAlchemy or

@@ -39,6 +39,33 @@ def _by_id(jobs):  # noqa: ANN001, ANN202
     return sorted(jobs, key=lambda j: int(j.job_id))
 
 
+def test_recorded_tight_reads_give_the_digest_squeues_lines():
+    """The digest of a round's own read (CliClient.read_digest): each job's line made from the tight
+    read's records is the line the light round's digest squeue (`-S i -O <DIGEST_JOB_FIELDS>`, recorded
+    at the same moment) prints for it, byte for byte: hostile names and comments, Slurm's longest (from
+    the wide read), a UTF-8 character cut by the narrow width, a dependency. The two jobs whose text
+    ends in spaces (the tight read's padding hides them) are the only ones that differ, and they differ
+    (a digest that differs only makes the next round read the queue)."""
+    lines: list[tuple[int, bytes]] = []
+    first = parse_tight(NARROW_RAW, Config(), NODE_TYPES, NARROW, None, lines)
+    second = parse_tight(WIDE_RAW, Config(), NODE_TYPES, WIDE, None, lines)
+    assert first is not None and second is not None
+    assert len(lines) == len(first[0]) + len(second[0])
+    mine = dict(sorted(lines))
+    theirs = (DATA / "squeue_digest.bin").read_bytes()
+    ids = CASES["ids"]
+    assert b"".join(mine.values()) != theirs
+    # the two values that end in spaces, as submitted (record_tight.py), put back: then byte for byte
+    for name, value in (("comment-trailing-spaces", b"msched:v1;model=resnet50 note"),
+                        ("admin-comment", b"msched:v1;model=vgg16 stamped")):
+        job = int(ids[name])
+        pad = b"   " if name == "comment-trailing-spaces" else b"  "
+        assert mine[job].count(b"\x1f" + value + b"\x1f") == 1
+        mine[job] = mine[job].replace(b"\x1f" + value + b"\x1f", b"\x1f" + value + pad + b"\x1f")
+    assert b"".join(mine.values()) == theirs
+    assert b"\x1fafterok:" + ids["no-limit"].encode() + b"(unfulfilled)\x1f\n" in mine[int(ids["dependency"])]
+
+
 def test_recorded_widths_are_the_ones_the_client_asks_for():
     assert (tuple(CASES["narrow"]), tuple(CASES["wide"])) == (NARROW, WIDE)
     assert len(NARROW_RAW) % RECORD_BYTES == 0

@@ -160,6 +160,7 @@ class RoundResult:
     views: dict[str, JobView] = field(default_factory=dict)
     snapshot_seconds: float = 0.0
     free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
+    submit_price: dict[str, float] = field(default_factory=dict)  # published for msub (msched.policy.price)
     stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
     new_plan: Plan | None = None          # the policy's own plan; `plan` is what the round holds (settle)
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
@@ -763,6 +764,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                          stable_until=(now if waiting else min(changes, default=float("inf")))
                          if snap.pending else float("inf"))
     report.held_back += waiting
+    result.submit_price = policy_prices(policy, jobs, estimator, now, snap.gpu_types, gpu_type_of)
     if not dry_run and updates:
         if journal is not None and priority_lever == "nice":
             from msched.rounds.holds import record_nice_originals
@@ -794,6 +796,20 @@ def _begin_time_lever(client: SlurmClient, result: RoundResult, jobs: Sequence[S
         return
     result.begin_times, skipped = apply_begin_times(client, changes, journal)
     result.update_calls += len(result.begin_times) + len(skipped)
+
+
+def policy_prices(policy, jobs: Sequence[SlurmJob], estimator: Estimator, now: float, gpu_types: Sequence[str],  # noqa: ANN001
+                  gpu_type_of: Callable[[str], str] | None = None) -> dict[str, float]:
+    """The submit prices the round publishes for msub (`msched.policy.price.round_prices`) when the
+    policy sets a `price_quantile` (off by default: {})."""
+    quantile = getattr(policy, "price_quantile", None)
+    if quantile is None:
+        return {}
+    from msched.policy.price import DEFAULT_WINDOW_S, round_prices
+
+    return round_prices(jobs, estimator, now, gpu_types, quantile,
+                        getattr(policy, "price_window_s", None) or DEFAULT_WINDOW_S, canon=gpu_type_of,
+                        measure=getattr(policy, "price_measure", "saving"))
 
 
 def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:

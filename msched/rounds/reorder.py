@@ -141,15 +141,20 @@ def open_site_store(config: Config):  # noqa: ANN201
 
 # ------------------------------------------------------------------------------------------ free time
 def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, float],
-                      plan_end: float | None = None) -> None:
+                      plan_end: float | None = None, price: dict | None = None) -> None:
     """Write `{"time": now, "free_at": {type: epoch}, "plan_end": epoch}` for msub: temp file + rename,
     so a reader sees the old file or the new one, never half of one. `plan_end` (the plan's estimated
-    last end; packing does not slow a job past it) is left out when unknown."""
+    last end; packing does not slow a job past it) is left out when unknown. `price` (config
+    `submit_price`: `{"price": {type: value}, "price_measure": "saving"|"ratio"}`, msched.policy.price)
+    is added when the round set prices."""
     path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
     if plan_end is not None:
         data["plan_end"] = float(plan_end)
+    if price and price.get("price"):
+        data["price"] = {t: float(v) for t, v in sorted(price["price"].items())}
+        data["price_measure"] = str(price.get("price_measure", "saving"))
     write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=FREE_TIME_MODE)
     if not os.stat(path.parent).st_mode & 0o001:
         log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
@@ -159,9 +164,15 @@ def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, fl
 # ------------------------------------------------------------------------------------------ reorderer
 def _settles(last: Any, now: float, key: str, value: str) -> bool:
     """Whether a round now would decide as the last recorded round (`last`, its row) did: its `key`
-    column (state_key or queue_digest) is `value`, it wrote nothing to Slurm and changed no job's held
-    plan (the incumbent is the same), and `now` is before its plan's `stable_until`."""
-    return not (last is None or getattr(last, key) != value or last.changes or last.decision_rows or
+    column (state_key or queue_digest) is `value`, and `_could_settle`."""
+    return _could_settle(last, now) and getattr(last, key) == value
+
+
+def _could_settle(last: Any, now: float) -> bool:
+    """Whether the last recorded round (`last`, its row) left the incumbent as it found it, so that a
+    round now that reads the same Slurm would decide as it did: it wrote nothing to Slurm, changed no
+    job's held plan, and `now` is before its plan's `stable_until`."""
+    return not (last is None or last.changes or last.decision_rows or
                 (last.stable_until is not None and now >= last.stable_until))
 
 
@@ -268,7 +279,8 @@ class Reorderer:
                 backfill = True
             self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
                                           managed_first=self.config.managed_first,
-                                          time_box_s=self.config.plan_time_s, planner=self.config.planner)
+                                          time_box_s=self.config.plan_time_s, planner=self.config.planner,
+                                          **self.config.price_options)
         return self._policy
 
     @property
@@ -318,12 +330,13 @@ class Reorderer:
                 raise _fail(f"{exc}; nothing changed in Slurm") from None
             db_s += time.perf_counter() - t0
         digest = None
-        if not dry_run and jobs is None and nodes is None and self.skip_unchanged:
-            light_now = self.client.now() if now is None else now
-            digest = self._queue_digest()
-            light = self._light_round(digest, light_now)
+        own_read = not dry_run and jobs is None and nodes is None and self.skip_unchanged
+        if own_read:
+            light, digest = self._light_round(self.client.now() if now is None else now)
             if light is not None:
                 return light
+            if digest is None and not self.client.digest_of_read:
+                digest = self._queue_digest()   # for the next round's light check: read before the queue
         self._full_store()
         from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
         from msched.rounds.core import TypeLever, run_round
@@ -336,6 +349,11 @@ class Reorderer:
             nodes = read_nodes if nodes is None else nodes
             if not dry_run and given is None and self.replay_journal(jobs):
                 jobs = self.read()[0]       # released jobs have their priority back: plan with it
+        if own_read:
+            # the digest of this round's own read where the backend can tell it (the tight read): the one
+            # the next round's light check compares with, without a second squeue; else the digest read
+            # before it (a change between the two only makes the next round read the queue)
+            digest = self._read_digest() or digest
         if now is None:
             now = self.client.now()
         state_key = None
@@ -381,7 +399,9 @@ class Reorderer:
         if dry_run:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
-            self._publish(now, free, getattr(result.plan, "est_makespan_end", None))
+            self._publish(now, free, getattr(result.plan, "est_makespan_end", None),
+                          {"price": result.submit_price,
+                           "price_measure": getattr(self.policy, "price_measure", "saving")})
         try:
             round_id, done, record_s = self._record(result, jobs, now, state_key=state_key, queue_digest=digest)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
@@ -417,10 +437,10 @@ class Reorderer:
                       getattr(policy, "backfill", None), self._tables()))
         return slurm_state_key(jobs, nodes, setup)
 
-    def _queue_digest(self) -> str | None:
-        """`SlurmClient.queue_digest` with the round's setup: this msched, the configuration, the
-        objective, the policy's name, the tables and Slurm's scheduler settings, all read without the
-        planning core (the policy itself is built only when a round plans). None: no cheap read here."""
+    def _digest_setup(self) -> str | None:
+        """What the queue digest is hashed with: this msched, the configuration, the objective, the
+        policy's name, the tables and Slurm's scheduler settings, all read without the planning core
+        (the policy itself is built only when a round plans). None: the scheduler cannot be read."""
         from msched import __version__
 
         try:
@@ -430,7 +450,13 @@ class Reorderer:
         except SlurmError:
             return None             # the round reads Slurm whole and says what failed
         name = getattr(self._policy, "name", "") if self._policy is not None else "msched"
-        setup = repr((__version__, repr(self.config), self.objective, name, scheduler, self._tables()))
+        return repr((__version__, repr(self.config), self.objective, name, scheduler, self._tables()))
+
+    def _queue_digest(self) -> str | None:
+        """`SlurmClient.queue_digest` with the round's setup (`_digest_setup`). None: no cheap read here."""
+        setup = self._digest_setup()
+        if setup is None:
+            return None
         try:
             return self.client.queue_digest(setup)
         except SlurmUnavailable as exc:
@@ -438,38 +464,49 @@ class Reorderer:
         except SlurmError:
             return None
 
-    def _light_round(self, digest: str | None, now: float) -> RoundOutcome | None:
-        """The light round: Slurm's queue digest (`digest`) is the last round's, that round wrote nothing
-        and changed no job's held plan (so the incumbent is the same), the clock is before its plan's
-        `stable_until`, no hold or begin time is open in the journal and the begin-time lever is off.
-        Then this round has the last one's inputs and would decide the same (as `_unchanged_round`), and
-        it knows so without reading the queue: one summary row (light), the free time published again
-        (clamped to now), a batch of pruning. None when the round must read Slurm.
+    def _read_digest(self) -> str | None:
+        """`SlurmClient.read_digest` (the digest of the round's own read) with the round's setup."""
+        setup = self._digest_setup()
+        return None if setup is None else self.client.read_digest(setup)
+
+    def _light_round(self, now: float) -> tuple[RoundOutcome | None, str | None]:
+        """The light round: Slurm's queue digest is the last round's, that round wrote nothing and changed
+        no job's held plan (so the incumbent is the same), the clock is before its plan's `stable_until`,
+        no hold or begin time is open in the journal and the begin-time lever is off. Then this round has
+        the last one's inputs and would decide the same (as `_unchanged_round`), and it knows so without
+        reading the queue: one summary row (light), the free time published again (clamped to now), a
+        batch of pruning. Returns (that round's outcome, its digest), or (None, the digest read or None)
+        when the round must read Slurm. The digest (`SlurmClient.queue_digest`, one squeue and one sinfo)
+        is read only when the store says a light round is possible: otherwise the round reads the queue
+        anyway and takes the digest from that read (`SlurmClient.read_digest`), one squeue instead of two.
 
         Completions are not read: the digest covers every job Slurm remembers (squeue -t all, finished
         ones for MinJobAge), so an unchanged digest means no job started or ended since the last round's
         read; the next round that reads looks back to this round's time less COMPLETION_OVERLAP_S.
         What the digest cannot see (README): a user moving text between two of their own text fields."""
-        if digest is None or not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
-            return None
+        if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
+            return None, None
         t0 = time.perf_counter()
         store = self.store if getattr(self.store, "light", False) else _SqlaLightView(self.store)
         rid = self._run_id if self._run_id is not None else store.run_id(self.run_kind, self.run_name)
         if rid is None:
-            return None
+            return None, None
         last = store.last_planned_round(rid)
-        if not _settles(last, now, "queue_digest", digest):
-            return None
+        if not _could_settle(last, now):
+            return None, None
         if any(kind != "nice" for kind in store.open_hold_kinds()):
-            return None                     # a hold or begin time to undo: the full round replays it
+            return None, None               # a hold or begin time to undo: the full round replays it
         # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
         # for --release, which a round's replay leaves alone)
-        published = self._published_free_time(now) if self.publish else ({}, None)
+        digest = self._queue_digest()
+        if digest is None or last.queue_digest != digest:
+            return None, digest
+        published = self._published_free_time(now) if self.publish else ({}, None, None)
         if published is None:
-            return None
-        free, plan_end = published
+            return None, digest
+        free, plan_end, price = published
         if self.publish:
-            self._publish(now, free, plan_end)
+            self._publish(now, free, plan_end, price)
         pending, running = int(last.pending or 0), int(last.running or 0)
         try:
             round_id = store.record_unchanged_round(rid, last, now, pending, running, queue_digest=digest, light=True)
@@ -480,7 +517,7 @@ class Reorderer:
             self._full_store()
             self._prune(now, rid)
         return RoundOutcome(None, round_id=round_id, free_time=free, unchanged=True, light=True,
-                            pending=pending, running=running, db_seconds=time.perf_counter() - t0)
+                            pending=pending, running=running, db_seconds=time.perf_counter() - t0), digest
 
     def _full_store(self) -> None:
         """A round that reads and plans needs the SQLAlchemy store: a light view (msched.store.light)
@@ -504,12 +541,12 @@ class Reorderer:
         last = self._settled_round(self.run_id(nodes), now, "state_key", state_key)
         if last is None:
             return None
-        published = self._published_free_time(now) if self.publish else ({}, None)
+        published = self._published_free_time(now) if self.publish else ({}, None, None)
         if published is None:
             return None                     # no free-time file to carry on: plan, and publish it
-        free, plan_end = published
+        free, plan_end, price = published
         if self.publish:
-            self._publish(now, free, plan_end)
+            self._publish(now, free, plan_end, price)
         gpu_jobs = [j for j in jobs if j.num_gpus > 0]
         pending = sum(1 for j in gpu_jobs if j.is_pending)
         running = sum(1 for j in gpu_jobs if j.is_running)
@@ -528,21 +565,22 @@ class Reorderer:
         last = _SqlaLightView(self.store).last_planned_round(run_id)
         return last if _settles(last, now, key, value) else None
 
-    def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
+    def _publish(self, now: float, free: dict[str, float], plan_end: float | None, price: dict | None = None) -> None:
         try:
-            publish_free_time(self.config.free_time_path, now, free, plan_end)
+            publish_free_time(self.config.free_time_path, now, free, plan_end, price)
         except OSError as exc:
             log.warning("cannot publish %s: %s (msub treats all types as free)",
                         self.config.free_time_path, exc.strerror)
 
-    def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None] | None:
-        """The free time the last round published, each type clamped to now, and its plan end (carried
-        on unchanged: packing judges by it); None when there is no readable file."""
+    def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None, dict] | None:
+        """The free time the last round published, each type clamped to now, its plan end and its submit
+        prices (carried on unchanged: packing and msub judge by them); None when there is no readable file."""
         try:
             data = json.loads(Path(self.config.free_time_path).read_text())
             free = {str(t): max(float(v), now) for t, v in dict(data["free_at"]).items()}
             end = data.get("plan_end")
-            return free, (float(end) if end is not None else None)
+            price = {"price": dict(data.get("price") or {}), "price_measure": data.get("price_measure", "saving")}
+            return free, (float(end) if end is not None else None), price
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -674,11 +712,12 @@ class Reorderer:
 
 
 def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
-                   managed_first: bool = False, time_box_s: float = 2.0, planner: str = "optimize"):  # noqa: ANN201
+                   managed_first: bool = False, time_box_s: float = 2.0, planner: str = "optimize",
+                   **price):  # noqa: ANN003, ANN201 - price: config.price_options
     from msched.rounds.core import round_policy
 
     return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
-                        managed_first=managed_first, time_box_s=time_box_s, planner=planner)
+                        managed_first=managed_first, time_box_s=time_box_s, planner=planner, **price)
 
 
 def default_estimator(config: Config):  # noqa: ANN201

@@ -359,6 +359,15 @@ class SlurmClient(abc.ABC):
         every round reads the queue whole); this default."""
         return None
 
+    # whether `read_digest` can give the digest of a read (the round then reads no digest beside it)
+    digest_of_read = False
+
+    def read_digest(self, setup: str = "") -> str | None:
+        """The digest `queue_digest` would give now, of the last `jobs()` and `nodes()` reads themselves
+        (a round that reads the queue anyway need not run the digest's read too). None where the backend
+        cannot tell it from them; this default."""
+        return None
+
     def scheduler(self) -> SchedulerSettings:
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
         simulator answers from its own settings). This default is Slurm's default: sched/backfill."""

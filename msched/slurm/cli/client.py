@@ -99,6 +99,18 @@ log = logging.getLogger(__name__)
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 
 
+def _digest(setup: str, outputs: Iterable[bytes]) -> str:
+    """The queue digest: `setup`, then each command's output with its length."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    h.update(setup.encode())
+    for stdout in outputs:
+        h.update(b"\x1e%d\x1e" % len(stdout))
+        h.update(stdout)
+    return h.hexdigest()
+
+
 def die_with_parent(parent: int) -> Callable[[], None]:
     """A preexec_fn (run in the child between fork and exec) asking Linux to SIGKILL the child when the
     round that started it dies (prctl PR_SET_PDEATHSIG). A round killed with SIGKILL cannot clean up,
@@ -144,6 +156,10 @@ class CliClient(SlurmClient):
         self._slurm_config: dict[str, str] | None = None
         self._last_queue: tuple[float, list[SlurmJob]] | None = None    # (monotonic time, every job read)
         self.last_read = ""                     # how the last queue read read it: "tight" or "json"
+        # the last queue read's lines as the digest's squeue prints them, and the last sinfo's output
+        # (`read_digest`); None where that read cannot give them (--json, an error printed)
+        self._read_lines: bytes | None = None
+        self._read_sinfo: bytes | None = None
 
     # -- running commands ---------------------------------------------------------------------------
     def _cmd(self, name: str) -> str:
@@ -282,6 +298,7 @@ class CliClient(SlurmClient):
     def _queue(self) -> list[SlurmJob]:
         """Every job Slurm remembers, in job id order: the tight read (msched.slurm.cli.tight) where the
         configuration has it on and it can read this queue, else `squeue --json`. `last_read` says which."""
+        self._read_lines = None
         jobs = self._tight_queue() if self.config.tight_queue else None
         self.last_read = "tight" if jobs is not None else "json"
         if jobs is None:
@@ -298,26 +315,31 @@ class CliClient(SlurmClient):
         """The queue by `squeue -h -t all -O <fixed widths>` (msched.slurm.cli.tight), the jobs with a
         field longer than its width read again wider by id; None where that cannot read it (the caller
         reads --json). An unreachable controller raises SlurmUnavailable as every read does."""
-        first = self._tight_read(["-t", "all"], NARROW)
+        lines: list[tuple[int, bytes]] = []
+        first = self._tight_read(["-t", "all"], NARROW, lines)
         if first is None:
             return None
         jobs, cut = first
         if cut:
-            again = self._tight_read(["-t", "all", "-j", ",".join(cut)], WIDE) if len(cut) <= REREAD_MAX else None
+            again = self._tight_read(["-t", "all", "-j", ",".join(cut)], WIDE, lines) \
+                if len(cut) <= REREAD_MAX else None
             if again is None or again[1] or sorted(j.job_id for j in again[0]) != sorted(cut):
                 log.info("queue: %d jobs with text longer than the tight read's widths: read by squeue --json",
                          len(cut))
                 return None
             jobs.extend(again[0])
+        lines.sort()                        # the digest's squeue sorts by job id (-S i)
+        self._read_lines = b"".join([line for _, line in lines])
         return jobs
 
-    def _tight_read(self, selection: list[str], widths: tuple[int, ...]) -> tuple[list[SlurmJob], list[str]] | None:
+    def _tight_read(self, selection: list[str], widths: tuple[int, ...],
+                    lines: list[tuple[int, bytes]] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
         stdout, message = self._clean_read(["squeue", "-h", *selection, "-O", tight_format(widths)])
         if stdout is None:
             log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)
             return None
         why: list[str] = []
-        out = parse_tight(stdout, self.config, self._node_types, widths, why)
+        out = parse_tight(stdout, self.config, self._node_types, widths, why, lines)
         if out is None:
             log.info("queue: the tight read cannot read this queue (%s): read by squeue --json",
                      _one_line("; ".join(why) or "no reason"))
@@ -332,18 +354,29 @@ class CliClient(SlurmClient):
         SlurmUnavailable as every read does. A user can forge nothing with it: a comment holding the
         separator or a newline only changes the bytes hashed (what it cannot tell apart is a user
         moving text between two of their own text fields; the README says so)."""
-        import hashlib
-
-        h = hashlib.blake2b(digest_size=16)
-        h.update(setup.encode())
+        outputs = []
         for argv in (["squeue", "-h", "-t", "all", "-S", "i", "-O", self._format(DIGEST_JOB_FIELDS)],
                      ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]):
             stdout, _ = self._clean_read(argv)
             if stdout is None:
                 return None
-            h.update(b"\x1e%d\x1e" % len(stdout))
-            h.update(stdout)
-        return h.hexdigest()
+            outputs.append(stdout)
+        return _digest(setup, outputs)
+
+    @property
+    def digest_of_read(self) -> bool:       # the tight read's records give the digest's lines
+        return bool(self.config.tight_queue)
+
+    def read_digest(self, setup: str = "") -> str | None:
+        """`SlurmClient.read_digest`: the digest `queue_digest` would give of the last `jobs()` and
+        `nodes()` reads, from their own bytes: the tight read's records give each job's line of the
+        digest's squeue (`msched.slurm.cli.tight.digest_line`, sorted by job id as -S i does), and the
+        sinfo is the same command. None when the queue was read by --json or either command printed
+        an error. A round that reads the queue anyway records this instead of running the digest's squeue
+        as well; a later light round compares its own `queue_digest` with it."""
+        if self._read_lines is None or self._read_sinfo is None:
+            return None
+        return _digest(setup, [self._read_lines, self._read_sinfo])
 
     def _clean_read(self, argv: list[str]) -> tuple[bytes | None, str]:
         """(standard output, "") of a read-only command that exited 0 and printed nothing on stderr, else
@@ -362,7 +395,15 @@ class CliClient(SlurmClient):
         self._node_types = {n.name: n.gpu_type for n in self.nodes()}
 
     def nodes(self) -> list[SlurmNode]:
-        out = self._run(["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)])
+        argv = ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]
+        proc = self._raw(argv, self._env())
+        err = proc.stderr.decode("utf-8", errors="replace")
+        if proc.returncode != 0:        # as `_run`
+            message = _one_line(err or proc.stdout.decode("utf-8", errors="replace"))
+            raise classify_error(message)(f"{os.path.basename(self._cmd(argv[0]))}: {message}")
+        self._read_sinfo = proc.stdout if not err.strip() else None
+        # as `_run` reads it (text mode: invalid UTF-8 replaced, universal newlines)
+        out = proc.stdout.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         nodes = parse_sinfo(out, self.config)
         self._node_types = {n.name: n.gpu_type for n in nodes}
         return nodes

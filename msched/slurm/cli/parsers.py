@@ -35,10 +35,12 @@ NODE_FIELDS = ("NodeList", "StateComplete", "Gres", "GresUsed", "Features", "Par
 # job_from_json turns into a SlurmJob, less those Slurm rewrites by itself while nothing happens: the
 # reason, and a pending job's expected start and end (backfill's estimates). A running job's start and
 # a finished job's end do not move; a job that starts or ends changes its state. Held jobs show as
-# priority 0 (Reason is left out), jobs waiting on another by their Dependency.
-DIGEST_JOB_FIELDS = ("JobID", "StateCompact", "Name", "UserName", "Partition", "PriorityLong", "SubmitTime",
+# priority 0 (Reason is left out), jobs waiting on another by their Dependency. Each is a field of the
+# tight read (msched.slurm.cli.tight), in its order: a round that reads the queue tightly has the same
+# bytes in hand and hashes them without a second squeue (CliClient.read_digest).
+DIGEST_JOB_FIELDS = ("JobID", "State", "UserName", "Partition", "PriorityLong", "SubmitTime", "EligibleTime",
                      "TimeLimit", "NumNodes", "NumTasks", "tres-per-node", "tres-per-job", "tres-per-task",
-                     "Feature", "Comment", "NodeList", "Dependency", "admin_comment", "Nice", "EligibleTime")
+                     "NodeList", "Nice", "Feature", "Name", "Comment", "admin_comment", "Dependency")
 
 _EMPTY = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
 

@@ -27,11 +27,21 @@ field's trailing spaces (padding), and the literal text `(null)` (squeue's print
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 
 from msched.config import Config
 from msched.slurm.base import FINISHED_STATES, PENDING, SlurmJob
-from msched.slurm.cli.parsers import _field, gpu_type_on, parse_epoch, parse_gpu_tres, parse_shards, user_text
+from msched.slurm.cli.parsers import (
+    DIGEST_JOB_FIELDS,
+    SEP,
+    _field,
+    gpu_type_on,
+    parse_epoch,
+    parse_gpu_tres,
+    parse_shards,
+    user_text,
+)
 from msched.tag import TAG_MAX_LEN
 
 # (squeue -O field, width in bytes, width when read again). Text a user types: Name, Comment, Feature
@@ -62,11 +72,16 @@ TIGHT_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("Name", 96, 4096),
     ("Comment", 512, 4 * TAG_MAX_LEN),
     ("admin_comment", 256, 4 * TAG_MAX_LEN),
+    ("Dependency", 64, 4096),       # not parsed: read for the queue's digest (DIGEST_JOB_FIELDS)
 )
 NARROW = tuple(w for _, w, _ in TIGHT_FIELDS)
 WIDE = tuple(w for _, _, w in TIGHT_FIELDS)
 RECORD_BYTES = sum(NARROW) + 1          # one record of the first read: its fields and a newline
 REREAD_MAX = 200            # jobs read again at WIDE widths at most; more: the round reads --json
+# the digest's fields (DIGEST_JOB_FIELDS) among a record's, in the digest's order
+_DIGEST_PICK = operator.itemgetter(*(tuple(f for f, _, _ in TIGHT_FIELDS).index(name) for name in DIGEST_JOB_FIELDS))
+_SEP = SEP.encode()
+_DIGEST_END = _SEP + b"\n"
 
 # Slurm 22.05's job reason names (job_reason_string, src/common/slurm_protocol_defs.c) that a round can
 # meet; another text in the Reason column is the controller's description, which --json does not print.
@@ -127,11 +142,16 @@ def _limit_s(text: str) -> float | None:
 
 
 def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None],
-                widths: tuple[int, ...] = NARROW, why: list[str] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
+                widths: tuple[int, ...] = NARROW, why: list[str] | None = None,
+                digest: list[tuple[int, bytes]] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
     """(the jobs, the ids of jobs with a field that filled its width) of `squeue -h -O
     <tight_format(widths)>` output, each job as `parse_squeue` reads it from `squeue --json`; a job with
     a full field is left out (the caller reads it again wider). None when this output cannot be read
-    so (see the module docstring); then `why`, when given, receives the reason (one line, for the log)."""
+    so (see the module docstring); then `why`, when given, receives the reason (one line, for the log).
+
+    `digest`, when given, receives (job id, line) for each job read: the line `squeue -h -O
+    <DIGEST_JOB_FIELDS, each Field:SEP>` prints for it (`digest_line`), so that the caller can hash the
+    queue as CliClient.queue_digest reads it without running that squeue too."""
     why = [] if why is None else why
     import struct
 
@@ -158,15 +178,26 @@ def parse_tight(raw: bytes, config: Config, node_types: Mapping[str, str | None]
                 cut.append(str(_number(values[0])))
                 continue
             jobs.append(_job(values, config, node_types, tres))
+            if digest is not None:
+                digest.append((int(jobs[-1].job_id), digest_line(values)))
     except _Refused as exc:
         why.append(f"job {_text(values[0]).strip()[:12]}: {exc}")
         return None
     return jobs, cut
 
 
+def digest_line(values: tuple[bytes, ...]) -> bytes:
+    """A record's line as `squeue -h -O <DIGEST_JOB_FIELDS, each Field:SEP>` prints it: each field's value
+    (`_print_str` with no width prints it whole) followed by SEP, then a newline. The tight read pads a
+    value with spaces, so a value that itself ends in spaces comes back without them: its line then
+    differs from squeue's, which only makes the next round read the queue (never the other way: equal
+    lines are equal values)."""
+    return _SEP.join([v.rstrip(b" ") for v in _DIGEST_PICK(values)]) + _DIGEST_END
+
+
 def _job(values: tuple[bytes, ...], config: Config, node_types: Mapping[str, str | None], tres: dict) -> SlurmJob:
     (job_id, state, user, uid, partition, priority, submit, start, end, eligible, limit, num_nodes, num_tasks,
-     per_node_t, per_job_t, per_task_t, nodes, nice, reason, features, name, comment, admin) = values
+     per_node_t, per_job_t, per_task_t, nodes, nice, reason, features, name, comment, admin, _dependency) = values
     job_number = _number(job_id)
     state = _text(state).strip().split(" ")[0].upper()
     reason = _text(reason).strip()

@@ -11,6 +11,7 @@ nice, no time limit, a root-set admin comment. Then reads, back to back, until t
 - squeue_tight.bin: CliClient's first read (`squeue -h -t all -O <NARROW>`, raw bytes);
 - squeue_tight_wide.bin: its second read of the jobs the first cut (`-j <ids> -O <WIDE>`);
 - squeue_tight.json: `squeue --json` at the same moment;
+- squeue_digest.bin: the light round's digest squeue (`-S i -O <DIGEST_JOB_FIELDS>`) at the same moment;
 - tight_cases.json: the job ids and the cut ones.
 """
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(HERE))
 from record import ENV, USER, run, state, submit_cases, wait  # noqa: E402
 
 from msched.config import Config  # noqa: E402
+from msched.slurm.cli.parsers import DIGEST_JOB_FIELDS, SEP  # noqa: E402
 from msched.slurm.cli.tight import NARROW, WIDE, parse_tight, tight_format  # noqa: E402
 
 WIDTHS = {
@@ -44,7 +46,7 @@ WIDTHS = {
 }
 
 
-def reads() -> tuple[bytes, bytes, bytes, list[str]]:
+def reads() -> tuple[bytes, bytes, bytes, list[str], bytes]:
     config = Config()
     narrow = run_bytes(["squeue", "-h", "-t", "all", "-O", tight_format(NARROW)])
     first = parse_tight(narrow, config, {})
@@ -53,7 +55,9 @@ def reads() -> tuple[bytes, bytes, bytes, list[str]]:
     wide = run_bytes(["squeue", "-h", "-t", "all", "-j", ",".join(cut), "-O", tight_format(WIDE)]) if cut else b""
     doc = subprocess.run(["squeue", "--json"], capture_output=True, check=True,
                          env={k: v for k, v in ENV.items() if k != "SLURM_TIME_FORMAT"}).stdout
-    return narrow, wide, doc, cut
+    digest = run_bytes(["squeue", "-h", "-t", "all", "-S", "i", "-O",
+                        ",".join(f"{f}:{SEP}" for f in DIGEST_JOB_FIELDS)])
+    return narrow, wide, doc, cut, digest
 
 
 def run_bytes(argv: list[str]) -> bytes:
@@ -67,6 +71,8 @@ def main() -> None:
         argv = ["sbatch", "--parsable", "-o", "/dev/null", *named, "--gres=gpu:1", "--hold", *args, "--wrap=true"]
         ids[name] = run(argv, user=None if name in ("nice-negative", "admin-comment") else USER).stdout.strip()
     run(["scontrol", "update", f"jobid={ids['admin-comment']}", "AdminComment=msched:v1;model=vgg16 stamped  "])
+    ids["dependency"] = run(["sbatch", "--parsable", "-o", "/dev/null", "--job-name=dependency", "--gres=gpu:1",
+                             f"--dependency=afterok:{ids['no-limit']}", "--wrap=true"], user=USER).stdout.strip()
     for name in ("running-a100", "running-2nodes", "cancelled", "user-job"):
         wait(lambda n=name: state(ids[n]) == "RUNNING")
     wait(lambda: state(ids["completed"]) == "COMPLETED")
@@ -80,7 +86,8 @@ def main() -> None:
         last = now
     else:
         raise SystemExit("the queue kept changing between reads")
-    narrow, wide, doc, cut = now
+    narrow, wide, doc, cut, digest = now
+    (HERE / "squeue_digest.bin").write_bytes(digest)
     (HERE / "squeue_tight.bin").write_bytes(narrow)
     (HERE / "squeue_tight_wide.bin").write_bytes(wide)
     (HERE / "squeue_tight.json").write_bytes(doc)
