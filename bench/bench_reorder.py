@@ -409,7 +409,7 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
 
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
                 write_budget: int | None = None, own_process: bool = False, tight: bool = True,
-                profile_dir: Path | None = None) -> dict | None:
+                profile_dir: Path | None = None, events: int = 2) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, four rounds on the unchanged queue (the later ones light once it settled),
@@ -422,7 +422,8 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     and peak RSS the process's own, beside the Slurm commands' CPU and peak RSS, and the round's phases.
     `tight`: config tight_queue (the queue read by fixed-width `squeue -O`; False: `squeue --json`).
     `profile_dir` (with `own_process`): each round's process sampled by py-spy (on-CPU stacks, 250 Hz,
-    collapsed: `round-<k>.txt`; `bench/round_phases.py --stacks FILE` sums them by phase)."""
+    collapsed: `round-<k>.txt`; `bench/round_phases.py --stacks FILE` sums them by phase). `events`: how many
+    times `ends` running jobs end (2 by default)."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
@@ -531,7 +532,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         measured("round 1 (the burst)")
         for k in range(2, 6):
             measured(f"round {k} (nothing changed)")
-        for event in range(2):
+        for event in range(events):
             end_some(event)
             measured(f"after {ends} running jobs end (event {event + 1})")
             measured("again (nothing changed)")
@@ -807,6 +808,7 @@ def main() -> None:
                          "at these queue lengths (e.g. 1000,5000)")
     ap.add_argument("--budget", type=int, default=None,
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
+    ap.add_argument("--events", type=int, default=2, help="the settle scenario's events (4 running jobs end)")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="with --settle --own-process: py-spy's samples of each round in DIR (round-<k>.txt)")
     ap.add_argument("--own-process", action="store_true",
@@ -858,7 +860,7 @@ def main() -> None:
                 res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
                                "real": real_settle(n, Path(d), args.seed, write_budget=args.budget,
                                                    own_process=args.own_process, tight=args.queue_read == "tight",
-                                                   profile_dir=args.profile)
+                                                   profile_dir=args.profile, events=args.events)
                                if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))

@@ -239,7 +239,9 @@ def stacks_by_phase(path: Path, top: int = 25) -> dict:
         n = int(count)
         total += n
         frames = stack.split(";")
-        phase = next((ph for f in frames for key, ph in STACK_PHASES if f.startswith(key)), "other")
+        # py-spy names a method Class.method: match the function's own name
+        names = [f.split(" (", 1)[0].rsplit(".", 1)[-1] + " (" for f in frames]
+        phase = next((ph for f in names for key, ph in STACK_PHASES if f == key), "other")
         phases[phase] = phases.get(phase, 0) + n
         leaf = frames[-1] if frames else "?"
         own[leaf] = own.get(leaf, 0) + n
