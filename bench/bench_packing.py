@@ -125,6 +125,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
             "reasons": reasons,
             "lone": lone_time(info["history"], trace, [n.gpu_type for n in cluster.nodes], types_of, truth_pairs),
+            "lone_starts": lone_starts(info["history"], [n.gpu_type for n in cluster.nodes], types_of),
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "_": len(tags)}
@@ -189,6 +190,25 @@ def lone_time(history: list, trace: list, node_types: list[str], types_of: dict,
                 lone[key] = (job, t)
             else:
                 lone.pop(key, None)
+    return out
+
+
+def lone_starts(history: list, node_types: list[str], types_of: dict) -> dict:
+    """How shard jobs that started on a GPU of their own stood (counts): with no shard GPU of a type they
+    may use running one job alone ("no open shard"), or beside such an open shard they did not join
+    ("open shard of its type"): the simulator's main pass joins an open shard first, its backfill pass
+    does not (it places a job on a free GPU only). Post hoc from the run's history."""
+    on_gpu: dict[tuple[int, int], list[str]] = {}
+    out = {"no open shard": 0, "open shard of its type": 0}
+    for _t, kind, job, node, gpu in sorted(history, key=lambda h: (h[0], h[1] != "end")):
+        key = (node, gpu)
+        if kind == "start":
+            open_types = {node_types[n] for (n, _g), jobs in on_gpu.items() if len(jobs) == 1}
+            out["open shard of its type" if open_types & set(types_of.get(job, ())) else "no open shard"] += 1
+        if kind == "end":
+            on_gpu[key].remove(job)
+        else:
+            on_gpu.setdefault(key, []).append(job)
     return out
 
 
@@ -357,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 lone[k] += v
         print("opted-in 1-GPU jobs at submit, packed or why not (the first type's reason): "
               + "; ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
+        starts = {k: sum(r["lone_starts"][k] for r in rows) for k in rows[0]["lone_starts"]} if rows else {}
+        print("shard jobs that started on a GPU of their own: " + "; ".join(f"{k} {v}" for k, v in starts.items()))
         total = sum(lone.values())
         print(f"shard-GPU time alone ({total / H:.0f} GPU h), by what else was there: "
               + "; ".join(f"{k} {v / total:.0%}" for k, v in lone.items() if total))

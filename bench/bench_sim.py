@@ -12,7 +12,7 @@ it with the simulator's reader (truth and cluster checks on) and prints seconds 
 per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
-                                        [--load-lines N]
+                                        [--load-lines N] [--rounds-anew] [--search-work N]
 """
 
 from __future__ import annotations
@@ -130,6 +130,19 @@ def trace_load(lines: int, seed: int = 1) -> None:
 
 
 
+def rounds_anew() -> None:
+    """Switch off what a round keeps from the last one (planner10; each checked against this plain path in
+    tests/test_fast_paths.py): the same schedule, read and built anew every round."""
+    import msched.policy.base as base
+    import msched.policy.timeline as timeline
+    import msched.rounds.core as core
+
+    core._NodeMemo.keep = False
+    core._JobMemo.inline = False
+    timeline.SHIFT_BASE = False
+    base.PossibleTypes.keep = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -142,7 +155,18 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.85, help="offered load (fraction of the cluster)")
     ap.add_argument("--load-lines", type=int, default=None,
                     help="lines of the trace-load measurement [100,000; 1,000,000 with --full]; 0 skips it")
+    ap.add_argument("--rounds-anew", action="store_true",
+                    help="the round's readings kept from the last round switched off (node memo, shifted base "
+                         "timeline, inlined kept views, PossibleTypes): the plain path, for an on/off pair")
+    ap.add_argument("--search-work", type=int, default=None,
+                    help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     a = ap.parse_args()
+    if a.rounds_anew:
+        rounds_anew()
+    if a.search_work is not None:
+        import msched.policy.planner as planner
+
+        planner.SEARCH_WORK = a.search_work
     lines = a.load_lines if a.load_lines is not None else (1_000_000 if a.full else 100_000)
     if lines:
         trace_load(lines, a.seed)

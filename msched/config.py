@@ -17,6 +17,10 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     constraint_slack = 1.25                # msub: types within this factor of the best are OR-ed in
     constraint_informed_slack = 1.25       # ... this factor instead when the last round's free times say
                                            #   some type is busy now (msched.policy.choice.submit_slack)
+    constraint_free_slack = 1.25           # ... at most this factor when the best type is free now and another
+                                           #   is busy (msched.policy.choice.completion_choice)
+    submit_price   = ""                    # reorder: publish submit prices for the scarce fast types,
+                                           #   "saving:Q" or "ratio:Q" ("": off; msched.policy.price)
     write_budget   = 3000                  # reorder: Slurm updates per round at most (~0.33 ms each)
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
@@ -106,6 +110,8 @@ class Config:
     cluster_name: str = "local"
     constraint_slack: float = 1.25
     constraint_informed_slack: float = 1.25  # msub, with a fresh round's view of busy types (choice.submit_slack)
+    constraint_free_slack: float = 1.25     # msub, when the best type is free now (choice.completion_choice)
+    submit_price: str = ""                  # reorder: "saving:Q" / "ratio:Q" submit prices (msched.policy.price)
     write_budget: int = 3000                # Slurm updates per reorder round (msched.rounds.settle)
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
@@ -137,10 +143,14 @@ class Config:
             raise ConfigError(f"planner {self.planner!r} is not one of optimize, greedy, cpsat")
         if not (isinstance(self.plan_time_s, int | float) and self.plan_time_s > 0):
             raise ConfigError(f"plan_time_s must be a positive number of seconds (got {self.plan_time_s!r})")
-        for key in ("constraint_slack", "constraint_informed_slack"):
+        for key in ("constraint_slack", "constraint_informed_slack", "constraint_free_slack"):
             v = getattr(self, key)
             if not (isinstance(v, int | float) and v >= 1.0):
                 raise ConfigError(f"{key} must be a number >= 1 (got {v!r})")
+        try:
+            self.price_options   # noqa: B018 - validates submit_price
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.metric not in METRICS:
             raise ConfigError(f"metric {self.metric!r} is not one of {', '.join(METRICS)}")
         if self.backend not in BACKENDS:
@@ -192,6 +202,22 @@ class Config:
     @property
     def lock_path(self) -> str:
         return os.path.join(self.state_dir, LOCK_FILE)
+
+    @property
+    def price_options(self) -> dict:
+        """The round policy's submit-price options from `submit_price` ({} when off)."""
+        text = str(self.submit_price or "").strip()
+        if not text:
+            return {}
+        measure, _, q = text.partition(":")
+        try:
+            quantile = float(q)
+        except ValueError:
+            quantile = -1.0
+        if measure not in ("saving", "ratio") or not 0 <= quantile <= 1:
+            raise ValueError(f"submit_price {self.submit_price!r} must be \"saving:Q\" or \"ratio:Q\" with Q in [0, 1], "
+                             "or \"\" (off)")
+        return {"price_quantile": quantile, "price_measure": measure}
 
     @property
     def free_time_path(self) -> str:

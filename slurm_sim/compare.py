@@ -165,7 +165,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
            progress: Callable[[str], None] | None = None, bound=None) -> RunResult:  # noqa: ANN001
     """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`. `bound`:
     the trace's lower bound (`metrics.trace_bound`) when the caller has it already (one LP per trace)."""
-    from msched.rounds.core import round_due, run_round
+    from msched.rounds.core import policy_prices, round_due, run_round
 
     wall0 = _time.perf_counter()
     policy = make_policy(policy_name, setup)
@@ -184,6 +184,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     round_s = float(setup.round_s)
     types = setup.cluster.gpu_types
     published: dict[str, float] = {}
+    price: dict[str, float] = {}         # the round's submit prices (msched.policy.price), published beside
     published_end: float | None = None
     sim_id_of: dict[str, str] = {}
     trace_of: dict[str, TraceJob] = {}
@@ -212,7 +213,9 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
         if node_gpus is None:
             node_gpus = sizes[tj.partition] = cluster_node_gpus(setup.cluster, tj.partition)
         decision = submit_decision(tj, setup.classifier, policy, estimator,
-                                   ClusterView(node_gpus=node_gpus, free_at=free, fresh=True), sim.now,
+                                   ClusterView(node_gpus=node_gpus, free_at=free, fresh=True,
+                                               price=price or None,
+                                               price_measure=getattr(policy, "price_measure", "saving")), sim.now,
                                    claim=setup.claim_factors.get(tj.user, 1.0),
                                    shapes=shapes if CACHE_SHAPES else None)
         partition = tj.partition
@@ -253,6 +256,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
             if due and sim.pending_count() == 0:
                 last_version, stable_until = sim.version, inf   # nothing to plan: a round could change nothing
                 skipped += 1
+                if getattr(policy, "price_quantile", None) is not None:    # what the real round publishes
+                    price = policy_prices(policy, client.jobs(), estimator, sim.now, types, _canonical)
             elif due:
                 seen = sim.version       # the snapshot this round reads
                 r0 = _time.perf_counter()
@@ -269,6 +274,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 writes_per_round.append(int(getattr(result, "update_calls", 0) or 0))
                 plan_s += float(getattr(result, "plan_seconds", 0.0) or 0.0)
                 published = dict(result.free_time)
+                price = dict(result.submit_price)
                 published_end = getattr(result.plan, "est_makespan_end", None)     # packing's horizon
                 stable_until = result.stable_until
                 if recorder is not None:

@@ -253,6 +253,25 @@ class ShardRuns:
                     return c, (n,)
         return None
 
+    def backfill_slot(self, job, now: float) -> tuple[int, tuple[int, ...]] | None:  # noqa: ANN001
+        """For the backfill pass: an open shard the pending shard job may join now, as `open_slot`, but only
+        beside a job whose time limit ends no earlier than the joiner's would, so that the GPU is held no
+        longer by limits than the reservations already count (a join takes no free GPU, so it delays none).
+        Slurm's backfill fills a GPU's open shard as its main pass does; the simulator's backfill places
+        jobs on free GPUs only, and shard jobs it started stood beside open shards of their type
+        (bench_packing --why). None when there is none (`chosen` cleared)."""
+        sim = self.sim
+        if job.held or job.waiting_on or not job.classes or job.begin_time > now:
+            return None
+        slot = self.open_slot(job, frozenset())
+        if slot is None:
+            return None
+        partner = sim.jobs[self.chosen[2]]
+        if now + sim.limit_in(job, slot[0]) > partner.start_time + sim.effective_limit(partner):
+            self.chosen = None
+            return None
+        return slot
+
     def start(self, job, node: int, runtime: float, now: float) -> tuple[bool, float]:  # noqa: ANN001
         """(whether the job joined a partner's GPU, its end time); the partner's end is moved."""
         run = _Run(remaining=runtime, since=now, node=node)

@@ -656,9 +656,14 @@ class Simulator:
                     profile(n).add(end, math.inf, per_node)
         horizon = now + self.bf_window
         for _key, job_id in candidates:
-            if not self.free_total:
-                break                  # nothing can start now: further reservations would change nothing
             job = self.jobs[job_id]
+            if job.shards and job.state == PENDING and (slot := self.packing.backfill_slot(job, now)):
+                self._start(job, *slot)            # an open shard beside a shard job (slurm_sim.packing)
+                continue
+            if not self.free_total:
+                if self.packing is None:
+                    break              # nothing can start now: further reservations would change nothing
+                continue               # but a shard job further down may join an open shard
             if job.held or job.waiting_on or not job.classes or job.state != PENDING or job.begin_time > now:
                 continue
             best = None              # (start, class, nodes)

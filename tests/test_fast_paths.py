@@ -208,13 +208,15 @@ def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
     moved = [dataclasses.replace(nodes[0], gpus_alloc=0), dataclasses.replace(nodes[1], features=("x",)),
              *nodes[2:]]
     moved[-1] = dataclasses.replace(moved[-1], partitions=("other",))
-    kept_read = build_snapshot(jobs, moved, est, c.now())
-    core._NodeMemo.keep = False
-    try:
-        assert build_snapshot(jobs, moved, est, c.now()) == kept_read
-    finally:
-        core._NodeMemo.keep = True
-    assert kept_read[0].nodes != first[0].nodes
+    freed = [dataclasses.replace(nodes[0], gpus_alloc=0), *nodes[1:]]        # free GPUs only: the partial path
+    for changed_nodes in (moved, freed, nodes, freed):
+        kept_read = build_snapshot(jobs, changed_nodes, est, c.now())
+        core._NodeMemo.keep = False
+        try:
+            assert build_snapshot(jobs, changed_nodes, est, c.now()) == kept_read
+        finally:
+            core._NodeMemo.keep = True
+        assert (kept_read[0].nodes != first[0].nodes) == (changed_nodes is not nodes)
     pending = first[0].pending[0].job_id
     c.set_priority(pending, 7)
     changed = build_snapshot(c.jobs(), nodes, est, c.now())[0]
@@ -338,6 +340,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(core._JobMemo, "keep_items", False)
     monkeypatch.setattr(core._NodeMemo, "keep", False)
     monkeypatch.setattr(core._JobMemo, "inline", False)
+    monkeypatch.setattr(base.PossibleTypes, "keep", False)
     monkeypatch.setattr(core._JobMemo, "reuse_running", False)
     monkeypatch.setattr(Simulator, "_startable_now", lambda self, job: True)
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)

@@ -245,3 +245,44 @@ def test_the_lone_time_says_what_was_pending_beside_a_gpu_running_one_job():
     # packed for another type only: pending, but not a partner there
     lone = bp.lone_time(runs.history, trace, ["v100"], {a: ("v100",), b: ("p100",)}, runs.truth)
     assert lone["shard jobs pending, other types"] == pytest.approx(10.0)
+
+
+def test_lone_starts_tells_a_start_beside_an_open_shard_of_its_type():
+    """bench_packing --why: a starts alone on GPU 0; b starts on GPU 1 of the same v100 node while a's
+    shard beside it is open (what the simulator's backfill pass does); c joins b; d starts after a ended.
+    Only b started beside an open shard of a type it may use. Packed for the p100 only, b would not have."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_packing as bp
+
+    history = [(0.0, "start", "a", 0, 0), (5.0, "start", "b", 0, 1), (6.0, "join", "c", 0, 1),
+               (9.0, "end", "a", 0, 0), (9.0, "start", "d", 0, 0)]
+    types = {j: ("v100",) for j in "abcd"}
+    assert bp.lone_starts(history, ["v100"], types) == {"no open shard": 2, "open shard of its type": 1}
+    types["b"] = ("p100",)
+    assert bp.lone_starts(history, ["v100"], types) == {"no open shard": 3, "open shard of its type": 0}
+
+
+@pytest.mark.parametrize(("limit_b", "joins"), [(100.0, True), (300.0, False)])
+def test_backfill_fills_an_open_shard_whose_limits_hold_the_gpu_no_longer(limit_b, joins):
+    """One node, 2 GPUs: shard job a alone on GPU 0 (limit 200 s), a gpu job on GPU 1, then a 2-GPU job
+    that cannot start blocks the main pass in the node's partitions, so the shard job b behind it is left
+    to backfill. Backfill joins b to a's open shard (as Slurm fills a GPU's shards) when b's limit ends
+    no later than a's (the GPU is then held no longer than the reservations count); with a longer limit
+    b waits, since a join could delay the 2-GPU job."""
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0),
+                       PerfRow("resnet18", "v100", 2, 32, "float", 60.0)])
+    sim = Simulator(with_shard_nodes(parse_cluster("v100:2x1")), truth)
+    ShardRuns(PairTruth({(R18, R18, "v100"): (0.6, 0.6)})).attach(sim)
+    a = _submit(sim, "resnet18", 32, 1000, time_limit_s=200.0)
+    sim.submit(num_gpus=1, model="resnet18", iterations=1000, batch_size=32, time_limit_s=200.0)
+    sim.run_until(10.0)
+    big = sim.submit(num_gpus=2, model="resnet18", iterations=1000, batch_size=32, time_limit_s=100.0)
+    b = _submit(sim, "resnet18", 32, 100, time_limit_s=limit_b)
+    sim.run_until(10.0)
+    assert sim.jobs[big].state == "PENDING"
+    assert (sim.jobs[b].state == "RUNNING") == joins
+    if joins:
+        assert sim.jobs[b].nodes == sim.jobs[a].nodes and sim.packing.pairs[-1]["b"] == b

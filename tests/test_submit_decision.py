@@ -35,15 +35,17 @@ CLUSTERS = ("a100:8x2,titanv:4x2,rtx2080ti:2x4,titanxp:4x1",
             "a100:2x2,titanrtx:4x2,titanxp:8x1,rtx2080ti:4x2")
 
 
-def _site(tmp_path, monkeypatch, cluster_spec: str, free_at: dict[str, float], *, fresh: bool = True):
-    """A site: config, a published free-time file, msub's cached sinfo answer for the cluster."""
+def _site(tmp_path, monkeypatch, cluster_spec: str, free_at: dict[str, float], *, fresh: bool = True,
+          published: dict | None = None, conf_lines: str = ""):
+    """A site: config, a published free-time file (with `published`'s keys added), msub's cached sinfo
+    answer for the cluster."""
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
     now = time.time()
     (state / "gpu_free_time.json").write_text(json.dumps(
-        {"time": now if fresh else now - 3600, "free_at": free_at}))
+        {"time": now if fresh else now - 3600, "free_at": free_at, **(published or {})}))
     conf = tmp_path / "msched.toml"
-    conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\n')
+    conf.write_text(f'sbatch = "{SBATCH}"\nstate_dir = "{state}"\n{conf_lines}')
     cache = tmp_path / "cache"
     cache.mkdir(exist_ok=True)
     cluster = parse_cluster(cluster_spec)
@@ -116,6 +118,67 @@ def test_msub_and_the_simulator_make_the_same_decision(tmp_path, monkeypatch, cl
         constrained += bool(d.types)
         differ += len(set(d.types)) != len(types)
     assert constrained >= 20 and differ >= 20        # the grid really exercises the choice
+
+
+@pytest.mark.parametrize(("measure", "price_of"), [("saving", lambda t, k: 600.0 * (k + 1)),
+                                                   ("ratio", lambda t, k: 0.1 * (k + 1))])
+def test_msub_and_the_simulator_agree_with_submit_prices_and_free_slack(tmp_path, monkeypatch, measure, price_of):
+    """The submit price (msched.policy.price) and the free slack: msub reading the published prices and
+    `constraint_free_slack`, the simulator's replay with the policy's `free_slack` and the round's prices
+    in its view: the same tag and constraint for 80 generated jobs; and the prices change some choices."""
+    cluster_spec = CLUSTERS[0]
+    rng = random.Random(measure)
+    cluster = parse_cluster(cluster_spec)
+    now = time.time()
+    types = cluster.gpu_types
+    free_at = {t: now + (0.0 if k % 2 else 1800.0) for k, t in enumerate(types)}
+    price = {t: price_of(t, k) for k, t in enumerate(types[:2])}
+    _site(tmp_path, monkeypatch, cluster_spec, free_at, published={"price": price, "price_measure": measure},
+          conf_lines="constraint_free_slack = 1.0\n")
+    config = Config()
+    perf = PerfTable.load(config.performance)
+    classifier = Classifier(None, perf)
+    policy = get_policy("msched", slack=config.constraint_slack, free_slack=1.0)
+    estimator = TagEstimator(perf)
+    view = ClusterView(node_gpus=cluster_node_gpus(cluster), free_at=free_at, fresh=True, price=price,
+                       price_measure=measure)
+    unpriced = view._replace(price=None)
+    moved = 0
+    for j in _generated_jobs(rng, 80, types):
+        argv = [f"--model={j['model']}", f"--gpus={j['gpus']}"]
+        argv += [f"--iterations={j['iterations']}"] if j["iterations"] else []
+        argv += [f"--constraint={j['pin']}"] if j["pin"] else []
+        m_tag, m_types = _msub(argv)
+        tj = TraceJob(j["id"], 0.0, "u", j["model"], j["gpus"], None, j["iterations"], j["pin"] or None, None)
+        d = submit_decision(tj, classifier, policy, estimator, view, time.time())
+        assert m_tag is not None
+        assert (m_tag.encode(), m_types) == (JobTag(*(d.tag)).encode(), d.types), (j, argv)
+        moved += d.types != submit_decision(tj, classifier, policy, estimator, unpriced, time.time()).types
+    assert moved >= 3                                   # the prices really steer some jobs
+
+
+def test_a_corrupt_or_stale_price_is_the_choice_without_prices(tmp_path, monkeypatch):
+    """What msub reads of the root-written file is bounded: prices that are not positive finite numbers,
+    too many types, an unknown measure or a stale file leave the choice as without prices, silently."""
+    now = time.time()
+    free_at = {"a100": now, "titanv": now + 600, "rtx2080ti": now}
+    argv = ["--model=vgg16", "--iterations=200000", "--gres=gpu:1"]
+    _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1,rtx2080ti:4x1", free_at)
+    plain = _msub(argv)
+    _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1,rtx2080ti:4x1", free_at,
+          published={"price": {"a100": 1e6}, "price_measure": "saving"})
+    priced = _msub(argv)
+    assert "a100" in plain[1] and "a100" not in priced[1]       # a price no job clears keeps it off a100
+    for bad in ({"price": {"a100": "1e6"}}, {"price": {"a100": float("nan")}}, {"price": {"a100": -5.0}},
+                {"price": {"a100": 1e6}, "price_measure": "speed"}, {"price": [["a100", 1e6]]},
+                {"price": {f"t{k}": 1.0 for k in range(100)} | {"a100": 1e6}}, {"price": {"a100": True}}):
+        _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1,rtx2080ti:4x1", free_at, published=bad)
+        assert _msub(argv) == plain, bad
+    _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1,rtx2080ti:4x1", free_at, fresh=False,
+          published={"price": {"a100": 1e6}, "price_measure": "saving"})
+    stale_plain = _msub(argv)
+    _site(tmp_path, monkeypatch, "a100:4x1,titanv:4x1,rtx2080ti:4x1", free_at, fresh=False)
+    assert stale_plain == _msub(argv)
 
 
 def test_an_8_gpu_job_never_gets_a_type_of_4_gpu_nodes(tmp_path, monkeypatch):

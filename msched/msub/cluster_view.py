@@ -1,6 +1,7 @@
 """What msub knows of the cluster when it decides a submission (`msched.policy.choice.ClusterView`).
 
-- The projected free time per GPU type that the last reorder round published (`read_free_time`).
+- The projected free time per GPU type that the last reorder round published (`read_free_time`), and
+  the submit prices of the scarce fast types when the site publishes them (`read_price`).
 - The nodes: name, GPU type, GPUs, features and partitions, from one `sinfo` call remembered for ten
   minutes in the user's cache (`cluster_nodes`), so a burst of submissions pays for it once. The node
   sizes are what the feasibility rule needs (a 4-GPU job is never sent to a type of 2-GPU nodes).
@@ -57,6 +58,29 @@ def read_plan_end(config, now: float | None = None) -> float | None:  # noqa: AN
         return float(end) if end is not None and now - published <= FREE_TIME_MAX_AGE_S else None
     except (OSError, ValueError, TypeError, AttributeError):
         return None
+
+
+def read_price(config, known=None, now: float | None = None) -> tuple[dict[str, float], str]:  # noqa: ANN001
+    """The submit prices the last round published beside the free times (config `submit_price`,
+    msched.policy.price) and what they measure: ({type: value}, "saving" or "ratio"). The file is
+    root's, but msub trusts nothing in it: a missing, stale or malformed entry (too many types, a
+    value not a positive finite number, an unknown measure) gives ({}, "saving"), the choice without
+    prices, and no error. `known`: the GPU types msub knows (others are dropped)."""
+    now = time.time() if now is None else now
+    try:
+        with open(config.free_time_path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict) or now - float(data.get("time", 0)) > FREE_TIME_MAX_AGE_S:
+            return {}, "saving"
+        raw, measure = data.get("price"), data.get("price_measure", "saving")
+        if not raw or not isinstance(raw, dict) or measure not in ("saving", "ratio"):
+            return {}, "saving"                   # (no prices: msub's light path never loads the module)
+        canon = {config.canonical_gpu_type(str(k))[:64]: v for k, v in list(raw.items())[:65]}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}, "saving"
+    from msched.policy.price import clean_prices
+
+    return clean_prices(canon, known), measure
 
 
 def _run(argv: list[str]) -> str | None:

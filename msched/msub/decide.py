@@ -63,7 +63,7 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
     from msched import __version__
     from msched.estimate.estimators import TagEstimator
     from msched.estimate.runtime import times_for
-    from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time, read_plan_end
+    from msched.msub.cluster_view import cluster_nodes, queue_load, read_free_time, read_plan_end, read_price
     from msched.msub.gpu_request import gpu_request, pinned_types
     from msched.policy.choice import ClusterView, SubmitJob, decide_submit, reference_fields
     from msched.policy.feasibility import node_sizes
@@ -109,13 +109,14 @@ def plan_tag_and_types(spec: str, settings: MschedSettings, req: SbatchRequest, 
         from msched.estimate.memory import usable_by_type
 
         usable = usable_by_type(known_types, specs_for_config(config))
+    price, measure = read_price(config, known_types) if fresh else ({}, "saving")
     view = ClusterView(node_gpus=sizes, free_at=free_at or None, fresh=fresh, free_gpus=free_gpus,
-                       pending_gpus=pending, usable_gb=usable)
+                       pending_gpus=pending, usable_gb=usable, price=price or None, price_measure=measure)
     per_node_fixed = any(o in ("gres", "gpus-per-node", "gpus-per-socket") for o in gpus.options)
     job = SubmitJob(num_gpus=gpus.total, gpus_per_node=gpus.per_node if per_node_fixed else None,
                     num_nodes=max(1, req.nodes), time_limit_s=req.time_limit_s, peak_memory_gb=mem)
     decision = decide_submit(tag, job, view, TagEstimator(times_for(config, perf)), slack=config.constraint_slack,
-                             informed_slack=config.constraint_informed_slack)
+                             informed_slack=config.constraint_informed_slack, free_slack=config.constraint_free_slack)
     if packing and (settings.pack or (settings.pack is None and config.pack_partitions)):
         tag = _packed(decision.tag, settings, req, gpus, pinned, config, sbatch, nodes, warnings, decision.types,
                       free_at=free_at if fresh else None, estimates=decision.estimates,

@@ -47,12 +47,24 @@ class PossibleTypes:
     """Per job shape, the snapshot's GPU types whose nodes can hold it (`msched.policy.feasibility`),
     remembered per shape for one plan (10k jobs have a handful of shapes)."""
 
+    keep = True           # the last snapshot's sizes and answers kept while its nodes' types and sizes hold
+    _last: tuple = ((), {}, {})   # (nodes, sizes, memo)
+
     def __init__(self, snapshot: ClusterSnapshot):
+        nodes = snapshot.nodes
+        last, sizes_kept, memo = PossibleTypes._last
+        if self.keep and len(nodes) == len(last) and all(
+                a is b or (a.gpu_type == b.gpu_type and a.gpus == b.gpus) for a, b in zip(nodes, last, strict=True)):
+            self.sizes, self._memo = sizes_kept, memo
+            PossibleTypes._last = (nodes, sizes_kept, memo)
+            return
         sizes: dict[str, list[int]] = {}
-        for n in snapshot.nodes:
+        for n in nodes:
             sizes.setdefault(n.gpu_type, []).append(n.gpus)
         self.sizes = {t: tuple(sorted(v)) for t, v in sizes.items()}
         self._memo: dict[tuple, frozenset[str]] = {}
+        if self.keep:
+            PossibleTypes._last = (nodes, self.sizes, self._memo)
 
     def __call__(self, job: PendingJob) -> frozenset[str]:
         key = (job.num_gpus, job.gpus_per_node, job.num_nodes)

@@ -17,10 +17,11 @@ for the simulator's replay of msub (`slurm_sim.compare`), so the simulator measu
   round's free times say some type is busy: `submit_slack`).
 
 A type is considered only if it is feasible for the job's shape (`msched.policy.feasibility`) and has an
-estimate within the job's time limit. Without a fresh round, a burst of submissions would all see the
-same free cluster and pile onto one type; so the free time of a type is then projected from the GPUs
-free now and the managed GPUs already pending there (`projected_free_at`), and the burst spreads over
-the types within the slack.
+estimate within the job's time limit. With a fresh round's `price` (off by default: msched.policy.price),
+a priced type is considered only for a job whose saving there reaches its price. Without a fresh round,
+a burst of submissions would all see the same free cluster and pile onto one type; so the free time of a
+type is then projected from the GPUs free now and the managed GPUs already pending there
+(`projected_free_at`), and the burst spreads over the types within the slack.
 
 Kept apart from the planner (snapshot, timeline, list scheduling) because msub makes this choice on
 every submission and must not import the planner (see `msched.util.record`).
@@ -67,6 +68,9 @@ class ClusterView:
     free_gpus: Mapping[str, int] | None = None               # free GPUs now (without a fresh round)
     pending_gpus: Mapping[str, float] | None = None          # GPUs of managed jobs pending for the type
     usable_gb: Mapping[str, float] | None = None             # usable memory per GPU of each type (spec rows)
+    price: Mapping[str, float] | None = None                 # saving a job needs on a type to be allowed it
+                                                             # (msched.policy.price; fresh rounds only)
+    price_measure: str = "saving"                            # what `price` measures (price.saving)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -96,17 +100,30 @@ def reference_fields(cls: object) -> dict[str, object]:
 
 
 def completion_choice(est: Mapping[str, float], free_time: Mapping[str, float] | None,
-                      now: float | None, slack: float) -> tuple[str, ...]:
+                      now: float | None, slack: float, free_slack: float | None = None,
+                      wait_factor: float = 1.0) -> tuple[str, ...]:
     """Types within `slack` of the best projected completion (free time of the type + estimate),
     earliest first. `est` holds the job's estimated runtime on each type it may use; types missing
-    from a non-empty `free_time` are not in the cluster (unless none of `est`'s types is)."""
+    from a non-empty `free_time` are not in the cluster (unless none of `est`'s types is).
+    `free_slack` (None: `slack`): the slack at most when the best type is free now and the free times say
+    some other type is busy (a round's view: the job would start there at once, and a wider choice only
+    lets Slurm's node order put it on a slower free type; with every type free, as before any round, the
+    wider slack still spreads a burst).
+    `wait_factor`: each type's projected wait (its free time less now) is taken that many times over
+    (online, later arrivals overtake a waiting job: the measured waits run longer than projected)."""
     if not est:
         return ()
     now = time.time() if now is None else now
     free_time = free_time or {}
     types = [t for t in est if (not free_time or t in free_time)] or list(est)
-    done = {t: max(now, free_time.get(t, now)) + est[t] for t in types}
+    if wait_factor == 1.0:
+        done = {t: max(now, free_time.get(t, now)) + est[t] for t in types}
+    else:
+        done = {t: now + max(0.0, free_time.get(t, now) - now) * wait_factor + est[t] for t in types}
     best = min(done.values())
+    if free_slack is not None and any(f > now for f in free_time.values()) \
+            and any(done[t] == best and free_time.get(t, now) <= now for t in types):
+        slack = min(slack, free_slack)
     horizon = now + (best - now) * slack
     return tuple(sorted((t for t in types if done[t] <= horizon + 1e-9), key=lambda t: (done[t], t)))
 
@@ -142,6 +159,7 @@ def projected_free_at(cluster: ClusterView, est: Mapping[str, float], num_gpus: 
 
 def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, *,  # noqa: ANN001
                   now: float | None = None, slack: float = DEFAULT_SLACK, informed_slack: float | None = None,
+                  free_slack: float | None = None, wait_factor: float = 1.0,
                   choose: Callable[[Mapping[str, float], Mapping[str, float], float], tuple[str, ...]] | None = None,
                   ) -> SubmitDecision:
     """The submit decision (module docstring): the tag to write and the GPU types to allow."""
@@ -161,6 +179,10 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
         note = "no GPU type that can hold the job has an estimate within its time limit"
         return SubmitDecision(tag._replace(added="", why=note), (), {}, note)
     secs = {t: e.seconds for t, e in estimates.items()}
+    if cluster.price and cluster.fresh:             # the scarce fast types, for the jobs that gain most there
+        from msched.policy.price import priced_types
+
+        secs = priced_types(secs, cluster.price, cluster.price_measure)
     if cluster.fresh or not (cluster.free_gpus or cluster.pending_gpus):
         free = dict(cluster.free_at or {})
         if not cluster.fresh:
@@ -169,7 +191,8 @@ def decide_submit(tag: JobTag, job: SubmitJob, cluster: ClusterView, estimator, 
         free = projected_free_at(cluster, secs, job.num_gpus, now)
     if choose is None:
         types = completion_choice(secs, free, now,
-                                  submit_slack(free, now, slack, informed_slack) if cluster.fresh else slack)
+                                  submit_slack(free, now, slack, informed_slack) if cluster.fresh else slack,
+                                  free_slack if cluster.fresh else None, wait_factor if cluster.fresh else 1.0)
     else:
         types = tuple(choose(secs, free, now))
     types = tuple(t for t in types if t in secs)

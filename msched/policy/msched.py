@@ -152,8 +152,26 @@ class MschedPolicy(MschedOncePolicy):
 
     def __init__(self, *, objective: str = "makespan", starvation_age_s: float | None = None,
                  hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False,
-                 informed_slack: float | None = DEFAULT_INFORMED_SLACK, **opts):
+                 informed_slack: float | None = DEFAULT_INFORMED_SLACK, price_quantile: float | None = None,
+                 price_window_s: float | None = None, price_measure: str = "saving",
+                 free_slack: float | None = None, wait_factor: float = 1.0, **opts):
         super().__init__(**opts)
+        if price_quantile is not None and not 0 <= price_quantile <= 1:
+            raise ValueError(f"price_quantile must be in [0, 1] (got {price_quantile})")
+        self.price_quantile = price_quantile      # the round's submit prices (msched.policy.price; None: off)
+        self.price_window_s = price_window_s
+        if price_measure not in ("saving", "ratio"):
+            raise ValueError(f"price_measure must be saving or ratio (got {price_measure!r})")
+        self.price_measure = price_measure
+        if free_slack is not None and free_slack < 1.0:
+            raise ValueError(f"free_slack must be >= 1 (got {free_slack})")
+        # the slack at most when the best type is free now (choice.completion_choice); off: on the held-out
+        # seeds 1.1 moved online mean JCT by noise (philly 0.718 -> 0.718, alibaba 0.704 -> 0.700) and
+        # raised philly seed 2's makespan to fifo's (BENCHMARKS.md, jct10)
+        self.free_slack = free_slack
+        if wait_factor < 1.0:
+            raise ValueError(f"wait_factor must be >= 1 (got {wait_factor})")
+        self.wait_factor = wait_factor            # projected waits taken this many times over (completion_choice)
         if informed_slack is not None and informed_slack < 1.0:
             raise ValueError(f"informed_slack must be >= 1 (got {informed_slack})")
         self.informed_slack = informed_slack
@@ -175,7 +193,8 @@ class MschedPolicy(MschedOncePolicy):
         (when set; off by default, see msched.policy.choice.DEFAULT_INFORMED_SLACK) instead when the
         round's published free times say some type is busy now (with every type free, as before any round
         or from a stale one, a burst spreads over the wider slack)."""
-        return completion_choice(est, free_at, now, submit_slack(free_at, now, self.slack, self.informed_slack))
+        return completion_choice(est, free_at, now, submit_slack(free_at, now, self.slack, self.informed_slack),
+                                 self.free_slack, self.wait_factor)
 
     # ------------------------------------------------------------------ order
     def length(self, job: PendingJob, types: list[str] | set[str]) -> float:

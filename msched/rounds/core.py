@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ class RoundResult:
     views: dict[str, JobView] = field(default_factory=dict)
     snapshot_seconds: float = 0.0
     free_time: dict[str, float] = field(default_factory=dict)   # what is published for msub (clamped)
+    submit_price: dict[str, float] = field(default_factory=dict)  # published for msub (msched.policy.price)
     stable_until: float = float("inf")   # before then, the same Slurm state gives the same plan
     new_plan: Plan | None = None          # the policy's own plan; `plan` is what the round holds (settle)
     incumbent: Incumbent | None = None    # what msched holds each pending job to after this round
@@ -292,45 +294,57 @@ class _NodeMemo:
     and shapes, the shard partitions, shards per GPU). The simulator hands back the same `SlurmNode` object
     until the node changes (its free GPUs, mostly), and a node's static reading rarely changes, so a round
     reads a handful of nodes instead of all; Slurm's own clients build new objects every round and read
-    every node as before. Views are frozen, so an object's reading never changes; entries hold their node,
-    so an id is never reused while remembered. `keep` off: every node read anew (tests/test_fast_paths.py)."""
+    every node as before. Views are frozen, so an object's reading never changes (the nodes last read are
+    held and matched by position and identity). `keep` off: every node read anew (tests/test_fast_paths.py)."""
 
     keep = True
 
     def __init__(self) -> None:
         self._canon: Callable | None = None
-        self._per_node: dict[int, tuple] = {}      # id(node) -> (node, static entry, NodeState or None)
+        self._nodes: list[SlurmNode] = []          # the nodes last read, in order (held: compared by identity)
+        self._hits: list[tuple] = []               # per node (static entry, NodeState or None)
+        self._states: list[NodeState] = []
         self._static: tuple | None = None
         self._derived: tuple = ()
 
     def read(self, nodes: Sequence[SlurmNode], canon: Callable[[str], str]) -> tuple[list[NodeState], tuple]:
         """(the usable GPU nodes' states, (node_type, known, usable_feats, usable_nodes, static,
-        shard_parts, shards_per_gpu)); `static` is the memo context of the job readings (`_JobMemo.start`)."""
-        keep = self.keep
-        if canon is not self._canon or not keep:
-            self._per_node = {}
-        self._canon = canon
-        last = self._per_node
-        per_node: dict[int, tuple] = {}
-        states: list[NodeState] = []
-        entries = []
-        for n in nodes:
-            hit = last.get(id(n)) if keep else None
-            if hit is None or hit[0] is not n:
-                has_gpus = bool(n.gpu_type) and n.gpus > 0
-                t = canon(n.gpu_type) if has_gpus else None
-                usable = n.usable
-                hit = (n, (n.name, t, n.gpus, n.features, n.partitions, usable, n.shards_per_gpu),
-                       NodeState(n.name, t, n.gpus, n.gpus_free) if has_gpus and usable else None)
-            per_node[id(n)] = hit
-            entries.append(hit[1])
-            if hit[2] is not None:
-                states.append(hit[2])
-        self._per_node = per_node if keep else {}
-        static = tuple(entries)
-        if not keep or static != self._static:
+        shard_parts, shards_per_gpu)); `static` is the memo context of the job readings (`_JobMemo.start`).
+        Nodes are matched by position and identity: the nodes of the last read that are the same objects
+        keep their reading; when every other node's static reading is unchanged too, the rest is kept."""
+        last = self._nodes
+        if self.keep and canon is self._canon and len(nodes) == len(last):
+            hits = self._hits
+            moved = [i for i, same in enumerate(map(operator.is_, nodes, last)) if not same]
+            if moved:
+                hits = list(hits)
+                for i in moved:
+                    hit = self._hit(nodes[i], canon)
+                    if hit[0] != hits[i][0] or (hit[1] is None) != (hits[i][1] is None):
+                        break                      # a static change: read all
+                    hits[i] = hit
+                else:
+                    self._nodes, self._hits = list(nodes), hits
+                    self._states = [h[1] for h in hits if h[1] is not None]
+                    return list(self._states), self._derived
+            else:
+                return list(self._states), self._derived
+        hits = [self._hit(n, canon) for n in nodes]
+        static = tuple(h[0] for h in hits)
+        if not self.keep or static != self._static:
             self._static, self._derived = static, self._derive(static, nodes)
-        return states, self._derived
+        self._canon = canon
+        self._nodes, self._hits = (list(nodes), hits) if self.keep else ([], [])
+        self._states = [h[1] for h in hits if h[1] is not None]
+        return list(self._states), self._derived
+
+    @staticmethod
+    def _hit(n: SlurmNode, canon: Callable[[str], str]) -> tuple:
+        has_gpus = bool(n.gpu_type) and n.gpus > 0
+        t = canon(n.gpu_type) if has_gpus else None
+        usable = n.usable
+        return ((n.name, t, n.gpus, n.features, n.partitions, usable, n.shards_per_gpu),
+                NodeState(n.name, t, n.gpus, n.gpus_free) if has_gpus and usable else None)
 
     @staticmethod
     def _derive(static: tuple, nodes: Sequence[SlurmNode]) -> tuple:
@@ -750,6 +764,7 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                          stable_until=(now if waiting else min(changes, default=float("inf")))
                          if snap.pending else float("inf"))
     report.held_back += waiting
+    result.submit_price = policy_prices(policy, jobs, estimator, now, snap.gpu_types, gpu_type_of)
     if not dry_run and updates:
         if journal is not None and priority_lever == "nice":
             from msched.rounds.holds import record_nice_originals
@@ -781,6 +796,20 @@ def _begin_time_lever(client: SlurmClient, result: RoundResult, jobs: Sequence[S
         return
     result.begin_times, skipped = apply_begin_times(client, changes, journal)
     result.update_calls += len(result.begin_times) + len(skipped)
+
+
+def policy_prices(policy, jobs: Sequence[SlurmJob], estimator: Estimator, now: float, gpu_types: Sequence[str],  # noqa: ANN001
+                  gpu_type_of: Callable[[str], str] | None = None) -> dict[str, float]:
+    """The submit prices the round publishes for msub (`msched.policy.price.round_prices`) when the
+    policy sets a `price_quantile` (off by default: {})."""
+    quantile = getattr(policy, "price_quantile", None)
+    if quantile is None:
+        return {}
+    from msched.policy.price import DEFAULT_WINDOW_S, round_prices
+
+    return round_prices(jobs, estimator, now, gpu_types, quantile,
+                        getattr(policy, "price_window_s", None) or DEFAULT_WINDOW_S, canon=gpu_type_of,
+                        measure=getattr(policy, "price_measure", "saving"))
 
 
 def published_free_time(plan: Plan | None, snapshot: ClusterSnapshot) -> dict[str, float]:

@@ -141,15 +141,20 @@ def open_site_store(config: Config):  # noqa: ANN201
 
 # ------------------------------------------------------------------------------------------ free time
 def publish_free_time(path: str | os.PathLike, now: float, free_at: dict[str, float],
-                      plan_end: float | None = None) -> None:
+                      plan_end: float | None = None, price: dict | None = None) -> None:
     """Write `{"time": now, "free_at": {type: epoch}, "plan_end": epoch}` for msub: temp file + rename,
     so a reader sees the old file or the new one, never half of one. `plan_end` (the plan's estimated
-    last end; packing does not slow a job past it) is left out when unknown."""
+    last end; packing does not slow a job past it) is left out when unknown. `price` (config
+    `submit_price`: `{"price": {type: value}, "price_measure": "saving"|"ratio"}`, msched.policy.price)
+    is added when the round set prices."""
     path = Path(path)
     ensure_state_dir(path.parent)
     data = {"time": now, "free_at": {t: float(v) for t, v in sorted(free_at.items())}}
     if plan_end is not None:
         data["plan_end"] = float(plan_end)
+    if price and price.get("price"):
+        data["price"] = {t: float(v) for t, v in sorted(price["price"].items())}
+        data["price_measure"] = str(price.get("price_measure", "saving"))
     write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=FREE_TIME_MODE)
     if not os.stat(path.parent).st_mode & 0o001:
         log.warning("%s is not reachable by other users (directory mode lacks o+x): msub cannot read it",
@@ -274,7 +279,8 @@ class Reorderer:
                 backfill = True
             self._policy = default_policy(self.objective, self.config.starvation_age_s, backfill=backfill,
                                           managed_first=self.config.managed_first,
-                                          time_box_s=self.config.plan_time_s, planner=self.config.planner)
+                                          time_box_s=self.config.plan_time_s, planner=self.config.planner,
+                                          **self.config.price_options)
         return self._policy
 
     @property
@@ -394,7 +400,9 @@ class Reorderer:
         if dry_run:
             return RoundOutcome(result, free_time=free, dry_run=True)
         if self.publish:      # before recording: the plan is in Slurm now, whatever the database does next
-            self._publish(now, free, getattr(result.plan, "est_makespan_end", None))
+            self._publish(now, free, getattr(result.plan, "est_makespan_end", None),
+                          {"price": result.submit_price,
+                           "price_measure": getattr(self.policy, "price_measure", "saving")})
         try:
             round_id, done, record_s = self._record(result, jobs, now, state_key=state_key, queue_digest=digest)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
@@ -494,12 +502,12 @@ class Reorderer:
         digest = self._queue_digest()
         if digest is None or last.queue_digest != digest:
             return None, digest
-        published = self._published_free_time(now) if self.publish else ({}, None)
+        published = self._published_free_time(now) if self.publish else ({}, None, None)
         if published is None:
             return None, digest
-        free, plan_end = published
+        free, plan_end, price = published
         if self.publish:
-            self._publish(now, free, plan_end)
+            self._publish(now, free, plan_end, price)
         pending, running = int(last.pending or 0), int(last.running or 0)
         try:
             round_id = store.record_unchanged_round(rid, last, now, pending, running, queue_digest=digest, light=True)
@@ -534,12 +542,12 @@ class Reorderer:
         last = self._settled_round(self.run_id(nodes), now, "state_key", state_key)
         if last is None:
             return None
-        published = self._published_free_time(now) if self.publish else ({}, None)
+        published = self._published_free_time(now) if self.publish else ({}, None, None)
         if published is None:
             return None                     # no free-time file to carry on: plan, and publish it
-        free, plan_end = published
+        free, plan_end, price = published
         if self.publish:
-            self._publish(now, free, plan_end)
+            self._publish(now, free, plan_end, price)
         gpu_jobs = [j for j in jobs if j.num_gpus > 0]
         pending = sum(1 for j in gpu_jobs if j.is_pending)
         running = sum(1 for j in gpu_jobs if j.is_running)
@@ -558,21 +566,22 @@ class Reorderer:
         last = _SqlaLightView(self.store).last_planned_round(run_id)
         return last if _settles(last, now, key, value) else None
 
-    def _publish(self, now: float, free: dict[str, float], plan_end: float | None) -> None:
+    def _publish(self, now: float, free: dict[str, float], plan_end: float | None, price: dict | None = None) -> None:
         try:
-            publish_free_time(self.config.free_time_path, now, free, plan_end)
+            publish_free_time(self.config.free_time_path, now, free, plan_end, price)
         except OSError as exc:
             log.warning("cannot publish %s: %s (msub treats all types as free)",
                         self.config.free_time_path, exc.strerror)
 
-    def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None] | None:
-        """The free time the last round published, each type clamped to now, and its plan end (carried
-        on unchanged: packing judges by it); None when there is no readable file."""
+    def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None, dict] | None:
+        """The free time the last round published, each type clamped to now, its plan end and its submit
+        prices (carried on unchanged: packing and msub judge by them); None when there is no readable file."""
         try:
             data = json.loads(Path(self.config.free_time_path).read_text())
             free = {str(t): max(float(v), now) for t, v in dict(data["free_at"]).items()}
             end = data.get("plan_end")
-            return free, (float(end) if end is not None else None)
+            price = {"price": dict(data.get("price") or {}), "price_measure": data.get("price_measure", "saving")}
+            return free, (float(end) if end is not None else None), price
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -704,11 +713,12 @@ class Reorderer:
 
 
 def default_policy(objective: str, starvation_age_s: float = 86400.0, backfill: bool = False, *,
-                   managed_first: bool = False, time_box_s: float = 2.0, planner: str = "optimize"):  # noqa: ANN201
+                   managed_first: bool = False, time_box_s: float = 2.0, planner: str = "optimize",
+                   **price):  # noqa: ANN003, ANN201 - price: config.price_options
     from msched.rounds.core import round_policy
 
     return round_policy("msched", objective=objective, starvation_age_s=starvation_age_s, backfill=backfill,
-                        managed_first=managed_first, time_box_s=time_box_s, planner=planner)
+                        managed_first=managed_first, time_box_s=time_box_s, planner=planner, **price)
 
 
 def default_estimator(config: Config):  # noqa: ANN201
