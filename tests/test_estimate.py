@@ -224,6 +224,23 @@ def test_noisy_measurement_files_are_found_from_their_percentiles(tmp_path):
     assert noisy_measurements(tmp_path / "absent") == set()
 
 
+def test_gpu_count_growth_pairs_each_model_across_the_two_files(tmp_path):
+    """The n-1 and n GPU medians of one type, per precision and model (models in both files only)."""
+    from msched.estimate.training_data import gpu_count_growth
+
+    folder = tmp_path / "gpu-train-benchmarks"
+    folder.mkdir()
+    lines = ["gpu_type,num_gpus,precision,model,global_batch_size,runs,iter_ms_median,iter_ms_p10,iter_ms_p90,raw_file",
+             "titanxp,3,float,resnet50,36,50,100,98,105,x", "titanxp,4,float,resnet50,48,50,230,100,300,x",
+             "titanxp,3,half,resnet50,36,50,60,58,62,x", "titanxp,4,half,resnet50,48,50,66,64,70,x",
+             "titanxp,4,float,vgg16,48,50,400,300,500,x",       # no 3-GPU row: left out
+             "titanrtx,3,float,resnet50,36,50,90,88,92,x", "titanrtx,4,float,resnet50,48,50,99,97,101,x"]
+    (folder / "train_iter_ms.csv").write_text("\n".join(lines) + "\n")
+    assert gpu_count_growth(tmp_path, "titanxp", 4) == {"float": {"resnet50": (100.0, 230.0)},
+                                                         "half": {"resnet50": (60.0, 66.0)}}
+    assert gpu_count_growth(tmp_path / "absent", "titanxp", 4) == {}
+
+
 # --------------------------------------------------------------------------- predictor
 def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     prof = profiles["resnet101"]
@@ -254,6 +271,12 @@ def test_predictor_says_where_each_figure_comes_from(perf, profiles):
     p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
                 references=["resnet50"], profiles=profiles)
     assert p.iter_ms == pytest.approx(r50.iter_ms)
+    # the type-shape part carrying 3/4 of the reference's residual (`shape_residual_weight`; the same network:
+    # no shape of its own) is the cost model's level moved 3/4 of the way (in logs) to the measurement
+    p = predict(profiles["resnet50"], "titanrtx", 1, 12, "float", model="my_resnet", perf=refs_only,
+                references=["resnet50"], profiles=profiles, shape_residual_weight=0.75)
+    assert p.iter_ms == pytest.approx(p.cost_model_ms ** 0.25 * r50.iter_ms ** 0.75)
+    assert p.iter_ms != pytest.approx(r50.iter_ms)
     # several references (`shape_refs`): each corrects the cost model as above, averaged in logs, and the
     # figure names them all, most similar first
     two = PerfTable(r for r in perf.rows if r.model in ("resnet50", "resnet152"))

@@ -53,6 +53,10 @@ MAX_REFERENCE_RANK = 3
 # where they differ a lot (a memory-bound job beside a compute-bound reference), the job's own shape wins
 # beyond it. None: no cap. See `predict`'s `shape_cap`; chosen with the weights (bench_estimate.py --nested)
 SHAPE_CAP: float | None = 0.1
+# how much of the reference's log residual the type-shape part carries (1: the reference's measured level,
+# scaled; less: the level partly the cost model's own, the type-to-type shape still the reference's).
+# Chosen with the three above (bench_estimate.py --nested, NESTED_GRID's fourth element)
+SHAPE_RESIDUAL_WEIGHT = 1.0
 DEFAULT_BATCH_SIZE = 12   # the shipped measurements' per-GPU batch, for a job that does not say
 
 
@@ -78,7 +82,8 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
             cost: CostModel | None = None, optimizer: bool = False,
             correction_weight: float = CORRECTION_WEIGHT, rank_weight: float = RANK_WEIGHT,
             level_cache: dict | None = None, shape_refs: int = SHAPE_REFS,
-            shape_cap: float | None = SHAPE_CAP) -> Prediction | None:
+            shape_cap: float | None = SHAPE_CAP,
+            shape_residual_weight: float = SHAPE_RESIDUAL_WEIGHT) -> Prediction | None:
     """Iteration time (ms) of `profile` (a Profile or its dict) on `gpu_type`, or None when the type
     has neither measurements nor a spec row.
 
@@ -98,7 +103,8 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
     `shape_cap` c: the type-shape part equals log cost(job) + the reference's log residual + d, where d =
     (the job/reference cost ratio averaged over the reference's types) - (that ratio on this type): how far
     the reference's measured shape overrides the cost model's own view of how the job differs from the
-    reference on this type. d is clipped to [-c, c] (None: not clipped; 0: the residual alone)."""
+    reference on this type. d is clipped to [-c, c] (None: not clipped; 0: the residual alone).
+    `shape_residual_weight` a: the type-shape part carries a x the reference's log residual (1: all of it)."""
     specs = specs or load_specs()
     cost = cost or load_cost_model()
     spec = specs.get(gpu_type)
@@ -138,7 +144,7 @@ def predict(profile: object, gpu_type: str, num_gpus: int = 1, batch_size: int =
                     if shape_cap is not None:
                         shape = max(-shape_cap, min(shape_cap, shape))
                     log_t = (1 - rank_weight) * log_t + rank_weight * (
-                        math.log(mine) + math.log(row.iter_ms / predicted) + shape)
+                        math.log(mine) + shape_residual_weight * math.log(row.iter_ms / predicted) + shape)
                 logs.append(log_t)
                 used.append(ref)
         if logs:

@@ -128,6 +128,28 @@ def noisy_measurements(data: Path) -> set[tuple[str, int, str]]:
     return {k for k, v in spreads.items() if statistics.median(v) > NOISY_SPREAD}
 
 
+def gpu_count_growth(data: Path, gpu_type: str, num_gpus: int) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per precision and model: the median iteration time of `gpu_type`'s `num_gpus - 1` and `num_gpus` GPU
+    files (gpu-train-benchmarks/train_iter_ms.csv; models measured in both). What tells a noisy file from an
+    interconnect effect: an all-reduce's added time grows with the gradient bytes (so with the precision's
+    element size, and with each model's parameters), a throttled or shared machine's with the model's compute."""
+    import csv
+
+    path = data / "gpu-train-benchmarks" / "train_iter_ms.csv"
+    times: dict[tuple[str, int, str], float] = {}
+    if path.exists():
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                if row["gpu_type"] == gpu_type and int(row["num_gpus"]) in (num_gpus - 1, num_gpus):
+                    times[(row["precision"], int(row["num_gpus"]), row["model"])] = float(row["iter_ms_median"])
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for (prec, n, model), ms in sorted(times.items()):
+        after = times.get((prec, num_gpus, model))
+        if n == num_gpus - 1 and after:
+            out.setdefault(prec, {})[model] = (ms, after)
+    return out
+
+
 def fit_rows(rows: list[FitRow]) -> list[FitRow]:
     """The rows a fit uses: all but those of the job types bound by work no profile term sees (NOT_FITTED)."""
     return [r for r in rows if r.model not in NOT_FITTED]
