@@ -27,8 +27,10 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   vector: 80 KB; a CIFAR image: 12 KB; 35 tokens: 0.1 KB), not with the GPU: a job whose batches are
   large is host-bound on a fast GPU;
 - several GPUs (data parallelism on one node): weights broadcast and gradients reduced over the node's
-  interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth`, plus a per-module replication
-  cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows used).
+  interconnect, `2 x (n-1) x parameter bytes / interconnect bandwidth` (times the measured machine's
+  link factor: its real interconnect, an NVLink bridge the spec row does not show), plus a per-module
+  replication cost and extra host time per replica (`nn.DataParallel`, what the measured multi-GPU rows
+  used; times the machine's host factor).
 
 - the measurement run (a machine setup and its software stack: the torchvision table's main and older
   files, Gavel's cluster, a site's own rows): a GPU-time factor per run (`run_gpu`, its cuDNN and driver)
@@ -171,7 +173,7 @@ def _smax(a, b, q: float = SMOOTH_Q):
 def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9, gpuf=1.0):
     """ms per iteration from `terms` and parameters. `p` holds the shared parameters, `eff[kind]` the
     kind's generation x precision efficiency, `ebw` the generation's bandwidth efficiency, `hostf` and
-    `linkf` the measured machine's host-speed and multi-GPU factors (1 for a type known only by its spec),
+    `linkf` the measured machine's host-speed and interconnect factors (1 for a type known only by its spec),
     `gpuf` its measurement run's GPU-time factor (the run's software stack; 1 for the reference run).
     Works on floats (prediction) and numpy arrays (fitting) alike."""
     gpu = 0.0
@@ -184,7 +186,11 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
     gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] + p.get("c_step", 0.0) * t["T"]) * gpuf
     host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_in", 0.0) * t["I"])
     one = _smax(gpu, host)
-    multi = linkf * (p["dp_bytes"] * t["P"] + p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
+    # the machine's multi-GPU factor is its interconnect's: it scales the bytes all-reduced alone; replicating
+    # the modules and the per-GPU fixed cost are the host's work (nn.DataParallel's Python thread), scaled by
+    # its host factor (predict9: with one factor over all three, only VGG's rows, where the bytes dominate,
+    # told the A100 machine's fast interconnect, and VGG held out was predicted 1.45x too slow there)
+    multi = linkf * p["dp_bytes"] * t["P"] + hostf * (p["dp_module"] * t["R"] + p["dp_fixed"] * t["N"])
     opt = t["O"] / ebw + p["c_host"] * t["O_calls"]
     return one + multi + opt
 
