@@ -810,7 +810,8 @@ def main() -> None:
                     help="the settle scenario's write budget per round (default: the config's write_budget)")
     ap.add_argument("--events", type=int, default=2, help="the settle scenario's events (4 running jobs end)")
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                    help="with --settle --own-process: py-spy's samples of each round in DIR (round-<k>.txt)")
+                    help="with --settle --own-process: py-spy's samples of each round in DIR (round-<k>.txt; "
+                         "needs py-spy: pip install py-spy)")
     ap.add_argument("--own-process", action="store_true",
                     help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
     ap.add_argument("--online-churn", default="", metavar="JOBS,GAP_S",

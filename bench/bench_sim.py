@@ -12,7 +12,7 @@ it with the simulator's reader (truth and cluster checks on) and prints seconds 
 per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
-                                        [--load-lines N] [--rounds-anew]
+                                        [--load-lines N] [--rounds-anew] [--search-work N]
 """
 
 from __future__ import annotations
@@ -158,9 +158,15 @@ def main() -> None:
     ap.add_argument("--rounds-anew", action="store_true",
                     help="the round's readings kept from the last round switched off (node memo, shifted base "
                          "timeline, inlined kept views, PossibleTypes): the plain path, for an on/off pair")
+    ap.add_argument("--search-work", type=int, default=None,
+                    help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     a = ap.parse_args()
     if a.rounds_anew:
         rounds_anew()
+    if a.search_work is not None:
+        import msched.policy.planner as planner
+
+        planner.SEARCH_WORK = a.search_work
     lines = a.load_lines if a.load_lines is not None else (1_000_000 if a.full else 100_000)
     if lines:
         trace_load(lines, a.seed)

@@ -147,7 +147,7 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
     squeue: it records the digest of its own tight read (CliClient.read_digest), which is the digest the
     light round's squeue gives of the same queue (so the round after a settled one is light). A round
     that could be light reads the digest first, as before."""
-    reorderer, *_ = settled_queue
+    reorderer, _blockers, _managed, plain = settled_queue
     client = reorderer.client
     calls: list[str] = []
     digest_squeue = client.queue_digest
@@ -162,9 +162,17 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
     assert calls == []                      # the settled round's last planned round wrote
     light = reorderer.round()               # the digest squeue, equal to the settled round's own
     assert light.light and len(calls) == 1
+    client.digest_wanted = True
     client.jobs()
     client.nodes()
     assert reorderer._read_digest() == reorderer._queue_digest() is not None
+    # a change after the light round: the next round reads the digest first, then the queue (it does not
+    # build the lines of a digest it has), and records the digest it read
+    slurm_cluster.run(["scancel", plain[0]], check=True)
+    calls.clear()
+    after = reorderer.round()
+    assert not after.light and len(calls) == 1 and not client.digest_wanted
+    assert reorderer._read_digest() is None
 
 
 @pytest.mark.slurm

@@ -19,10 +19,9 @@ for the simulator's replay of msub (`slurm_sim.compare`), so the simulator measu
 A type is considered only if it is feasible for the job's shape (`msched.policy.feasibility`) and has an
 estimate within the job's time limit. With a fresh round's `price` (off by default: msched.policy.price),
 a priced type is considered only for a job whose saving there reaches its price. Without a fresh round,
-a burst of submissions would all see the
-same free cluster and pile onto one type; so the free time of a type is then projected from the GPUs
-free now and the managed GPUs already pending there (`projected_free_at`), and the burst spreads over
-the types within the slack.
+a burst of submissions would all see the same free cluster and pile onto one type; so the free time of a
+type is then projected from the GPUs free now and the managed GPUs already pending there
+(`projected_free_at`), and the burst spreads over the types within the slack.
 
 Kept apart from the planner (snapshot, timeline, list scheduling) because msub makes this choice on
 every submission and must not import the planner (see `msched.util.record`).
@@ -117,7 +116,10 @@ def completion_choice(est: Mapping[str, float], free_time: Mapping[str, float] |
     now = time.time() if now is None else now
     free_time = free_time or {}
     types = [t for t in est if (not free_time or t in free_time)] or list(est)
-    done = {t: now + max(0.0, free_time.get(t, now) - now) * wait_factor + est[t] for t in types}
+    if wait_factor == 1.0:
+        done = {t: max(now, free_time.get(t, now)) + est[t] for t in types}
+    else:
+        done = {t: now + max(0.0, free_time.get(t, now) - now) * wait_factor + est[t] for t in types}
     best = min(done.values())
     if free_slack is not None and any(f > now for f in free_time.values()) \
             and any(done[t] == best and free_time.get(t, now) <= now for t in types):

@@ -333,7 +333,8 @@ def _increments(base: Timeline, nodes: tuple, running: tuple, unknown_busy_s: fl
     a job on several nodes or on none it knows, a name twice)."""
     inc = getattr(base, "_inc", None)
     if inc is not None:
-        return inc
+        return inc or None                  # () : already found not to apply to this base
+    base._inc = ()
     if len(base.names) != len(nodes) or len(set(base.names)) != len(nodes):
         return None
     index = {name: i for i, name in enumerate(base.names)}

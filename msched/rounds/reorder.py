@@ -337,6 +337,7 @@ class Reorderer:
                 return light
             if digest is None and not self.client.digest_of_read:
                 digest = self._queue_digest()   # for the next round's light check: read before the queue
+            self.client.digest_wanted = digest is None      # else the reads need not keep it
         self._full_store()
         from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
         from msched.rounds.core import TypeLever, run_round

@@ -315,7 +315,7 @@ class CliClient(SlurmClient):
         """The queue by `squeue -h -t all -O <fixed widths>` (msched.slurm.cli.tight), the jobs with a
         field longer than its width read again wider by id; None where that cannot read it (the caller
         reads --json). An unreachable controller raises SlurmUnavailable as every read does."""
-        lines: list[tuple[int, bytes]] = []
+        lines: list[tuple[int, bytes]] | None = [] if self.digest_wanted else None
         first = self._tight_read(["-t", "all"], NARROW, lines)
         if first is None:
             return None
@@ -328,8 +328,9 @@ class CliClient(SlurmClient):
                          len(cut))
                 return None
             jobs.extend(again[0])
-        lines.sort()                        # the digest's squeue sorts by job id (-S i)
-        self._read_lines = b"".join([line for _, line in lines])
+        if lines is not None:
+            lines.sort()                    # the digest's squeue sorts by job id (-S i)
+            self._read_lines = b"".join([line for _, line in lines])
         return jobs
 
     def _tight_read(self, selection: list[str], widths: tuple[int, ...],
