@@ -502,12 +502,9 @@ class Reorderer:
         digest = self._queue_digest()
         if digest is None or last.queue_digest != digest:
             return None, digest
-        published = self._published_free_time(now) if self.publish else ({}, None, None)
-        if published is None:
+        free = self._carry_published(now)
+        if free is None:
             return None, digest
-        free, plan_end, price = published
-        if self.publish:
-            self._publish(now, free, plan_end, price)
         pending, running = int(last.pending or 0), int(last.running or 0)
         try:
             round_id = store.record_unchanged_round(rid, last, now, pending, running, queue_digest=digest, light=True)
@@ -542,12 +539,9 @@ class Reorderer:
         last = self._settled_round(self.run_id(nodes), now, "state_key", state_key)
         if last is None:
             return None
-        published = self._published_free_time(now) if self.publish else ({}, None, None)
-        if published is None:
+        free = self._carry_published(now)
+        if free is None:
             return None                     # no free-time file to carry on: plan, and publish it
-        free, plan_end, price = published
-        if self.publish:
-            self._publish(now, free, plan_end, price)
         gpu_jobs = [j for j in jobs if j.num_gpus > 0]
         pending = sum(1 for j in gpu_jobs if j.is_pending)
         running = sum(1 for j in gpu_jobs if j.is_running)
@@ -572,6 +566,17 @@ class Reorderer:
         except OSError as exc:
             log.warning("cannot publish %s: %s (msub treats all types as free)",
                         self.config.free_time_path, exc.strerror)
+
+    def _carry_published(self, now: float) -> dict[str, float] | None:
+        """A round that does not plan carries the last round's published free times, plan end and submit
+        prices on to `now` (`_published_free_time`, then `_publish` when this reorderer publishes) and
+        returns the free times; None when there is no readable file (the round must plan, and publish)."""
+        if not self.publish:
+            return {}
+        published = self._published_free_time(now)
+        if published is not None:
+            self._publish(now, *published)
+        return None if published is None else published[0]
 
     def _published_free_time(self, now: float) -> tuple[dict[str, float], float | None, dict] | None:
         """The free time the last round published, each type clamped to now, its plan end and its submit
