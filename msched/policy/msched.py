@@ -46,6 +46,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, submit_slack
+from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
@@ -160,8 +161,8 @@ class MschedPolicy(MschedOncePolicy):
             raise ValueError(f"price_quantile must be in [0, 1] (got {price_quantile})")
         self.price_quantile = price_quantile      # the round's submit prices (msched.policy.price; None: off)
         self.price_window_s = price_window_s
-        if price_measure not in ("saving", "ratio"):
-            raise ValueError(f"price_measure must be saving or ratio (got {price_measure!r})")
+        if price_measure not in PRICE_MEASURES:
+            raise ValueError(f"price_measure must be one of {', '.join(PRICE_MEASURES)} (got {price_measure!r})")
         self.price_measure = price_measure
         if free_slack is not None and free_slack < 1.0:
             raise ValueError(f"free_slack must be >= 1 (got {free_slack})")
