@@ -280,8 +280,12 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
-                                                     shards_per_gpu)
+    if not shard_parts and SKIP_SHARDLESS:
+        # no partition holds a shard node: no job is a shard job (`is_shard_job`), shard_view's answer
+        node_view, running_view, shard_gpus = tuple(node_states), tuple(running), ()
+    else:
+        node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
+                                                         shards_per_gpu)
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
@@ -338,6 +342,10 @@ class _NodeMemo:
         self._states = [h[1] for h in hits if h[1] is not None]
         return list(self._states), self._derived
 
+    def shard_parts(self) -> frozenset[str] | None:
+        """The shard partitions of the nodes last read (None: none read yet)."""
+        return self._derived[5] if self._derived else None
+
     @staticmethod
     def _hit(n: SlurmNode, canon: Callable[[str], str]) -> tuple:
         has_gpus = bool(n.gpu_type) and n.gpus > 0
@@ -360,6 +368,9 @@ class _NodeMemo:
 
 
 _NODES = _NodeMemo()
+SKIP_SHARDLESS = True    # no shard partition among the nodes: shard_view and packing_round not called (their
+                         # answer then: the nodes and running jobs as read, nothing to pair); off: called
+                         # (tests/test_fast_paths.py)
 
 
 _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
@@ -753,7 +764,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
     shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
-        if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
+        if priority_lever == "priority" and not (SKIP_SHARDLESS and not _NODES.shard_parts()) \
+        else ([], None)        # the Packing issue (explicit priorities); no shard partition: nothing to pair
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,
