@@ -310,8 +310,9 @@ def _decisions(plan) -> list:
 @given(queues(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")))
 def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, objective):
     """The msched policy's per-queue memo (`reuse_per_queue`: construct's sorts and each job's
-    candidates kept across one plan's decodes) gives the plan that recomputing them gives: random
-    snapshots with unmanaged, pinned and starving jobs, every planner and objective."""
+    candidates kept across one plan's decodes, the candidates looked at fastest first: `FASTEST_FIRST`)
+    gives the plan that recomputing them in the order given gives: random snapshots with unmanaged,
+    pinned and starving jobs, every planner and objective."""
     from msched.policy import get_policy
     from msched.policy.msched import MschedPolicy
 
@@ -353,6 +354,7 @@ def _plain_paths(monkeypatch) -> None:
     every backfill pass run."""
     import msched.policy.base as base
     import msched.policy.bound as bound
+    import msched.policy.msched as msched_policy
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
     import slurm_sim.compare as compare
@@ -389,10 +391,12 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
     monkeypatch.setattr(simulator, "KEPT_ENDS", False)
     monkeypatch.setattr(compare, "CACHE_SHAPES", False)
+    monkeypatch.setattr(compare, "KEEP_USABLE_MEMORY", False)
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
     monkeypatch.setattr(Timeline, "scan_dirty", False)
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
+    monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])
