@@ -80,6 +80,7 @@ TYPE_LEVERS = ("feature", "partition")
 PRIORITY_LEVERS = ("priority", "nice")
 PACK_GUARDS = ("bound", "mean")          # msched.estimate.interference.GUARDS (not imported: msub's light path)
 FREE_TIME_FILE = "gpu_free_time.json"
+PRICE_MEASURES = ("saving", "ratio")     # msched.policy.price.MEASURES (defined here: msub's light path)
 LOCK_FILE = "reorder.lock"
 
 
@@ -214,7 +215,7 @@ class Config:
             quantile = float(q)
         except ValueError:
             quantile = -1.0
-        if measure not in ("saving", "ratio") or not 0 <= quantile <= 1:
+        if measure not in PRICE_MEASURES or not 0 <= quantile <= 1:
             raise ValueError(f"submit_price {self.submit_price!r} must be \"saving:Q\" or \"ratio:Q\" with Q in [0, 1], "
                              "or \"\" (off)")
         return {"price_quantile": quantile, "price_measure": measure}

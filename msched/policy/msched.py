@@ -175,8 +175,20 @@ class MschedPolicy(MschedOncePolicy):
                  hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False,
                  informed_slack: float | None = DEFAULT_INFORMED_SLACK, price_quantile: float | None = None,
                  price_window_s: float | None = None, price_measure: str = "saving",
-                 free_slack: float | None = None, wait_factor: float = 1.0, **opts):
+                 free_slack: float | None = None, wait_factor: float = 1.0, wait_weight: float = 0.0,
+                 age_weight: float = 0.0, **opts):
         super().__init__(**opts)
+        if wait_weight < 0 or age_weight < 0:
+            raise ValueError(f"wait_weight and age_weight must be >= 0 (got {wait_weight}, {age_weight})")
+        # the round's plan for mean JCT (jct11; both off by default, BENCHMARKS.md "Online mean JCT, round
+        # levers"): `wait_weight` = each planned second of wait counts 1 + this in a managed job's type
+        # choice (construct) and in the plan's score (later arrivals overtake a job planned to wait, so a
+        # planned wait runs longer than planned); `age_weight` = a job's end weighs 1 + this x (its age /
+        # its length) in the plan's sum of ends, and the greedy order is by length over that weight
+        # (Smith's rule): a job that has waited long against its length is no longer overtaken by every
+        # shorter arrival (an age guard on shortest first)
+        self.wait_weight = float(wait_weight)
+        self.age_weight = float(age_weight)
         if price_quantile is not None and not 0 <= price_quantile <= 1:
             raise ValueError(f"price_quantile must be in [0, 1] (got {price_quantile})")
         self.price_quantile = price_quantile      # the round's submit prices (msched.policy.price; None: off)
@@ -287,6 +299,7 @@ class MschedPolicy(MschedOncePolicy):
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         prune = self.prune_slow_types
         miss = _MISS
+        lam = self.wait_weight
         for job in construct:
             cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
             best_t = None
@@ -307,6 +320,8 @@ class MschedPolicy(MschedOncePolicy):
                 if s0 is None:
                     continue
                 d = s0 + rt
+                if lam and by_completion:    # `wait_weight`: the planned wait counts 1 + lam times
+                    d += lam * (s0 - now)
                 done[t] = d
                 if best_t is None:
                     better = True
