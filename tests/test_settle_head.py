@@ -136,3 +136,41 @@ def test_replan_head_is_read_from_the_site_config_and_zero_plans_the_whole_queue
     path.write_text("replan_head = -1\n")
     with pytest.raises(ConfigError, match="replan_head -1 must be a number >= 0"):
         load_config(path)
+
+
+def test_a_head_plan_worse_on_the_whole_queue_keeps_the_incumbent_unless_a_job_starves(monkeypatch):
+    """The whole queue's evaluation is the check on the head's moves: when it rates the held plan worse
+    than the incumbent, the round holds the incumbent (no move), or plans the whole queue when a
+    starving job is in the head."""
+    import dataclasses
+
+    import bench_reorder as br
+
+    from msched.estimate.estimators import TagEstimator
+    from msched.policy import get_policy
+    from msched.rounds import settle as st
+    from msched.rounds.core import run_round
+
+    c, _blockers, perf = br.busy_sim(200, 3, arrival_gap_s=0.5)
+    policy = get_policy("msched", planner="greedy")
+    first = run_round(c, policy, TagEstimator(perf), incumbent=Incumbent())
+    snap, inc = first.snapshot, first.incumbent
+    head = replan_head_jobs(snap, inc, 1.0)
+    mover = next(j for j in sorted(head) if j in inc)
+
+    def moving_settle(sub, plan, incumbent, **_kw):  # noqa: ANN001, ANN202 - one move, whatever it buys
+        prio = dict(incumbent.priority)
+        prio[mover] += 10_000_000
+        decisions = [st.JobDecision(j.job_id, prio[j.job_id], tuple(incumbent.types[j.job_id]), None, None, {})
+                     for j in sub.pending if j.job_id in incumbent]
+        return st.Plan(policy="test", decisions=decisions), st.SettleReport(moved=1, placed=set(prio) & head)
+
+    monkeypatch.setattr(st, "settle", moving_settle)
+    monkeypatch.setattr(st, "_worse", lambda *_a, **_k: True)
+    held, _new, report = st.settle_head(snap, policy.plan, inc, head)
+    assert (report.moved, report.kept, report.accepted) == (0, 1, False)
+    assert {d.job_id: d.priority for d in held.decisions} == {j: inc.priority[j] for j in inc.priority}
+    assert report.makespan_held == report.makespan_incumbent
+    starving = dataclasses.replace(snap, pending=tuple(dataclasses.replace(j, submit_time=snap.now - 10 * 86400)
+                                                       if j.job_id == mover else j for j in snap.pending))
+    assert st.settle_head(starving, policy.plan, inc, head, starvation_age_s=86400.0) is None
