@@ -409,7 +409,7 @@ def _wait(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
 
 def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=print,  # noqa: ANN001
                 write_budget: int | None = None, own_process: bool = False, tight: bool = True,
-                profile_dir: Path | None = None, events: int = 2) -> dict | None:
+                profile_dir: Path | None = None, events: int = 2, alternate: Path | None = None) -> dict | None:
     """Issue 21 on the real dev cluster: every GPU held by single-GPU plain blockers, `n_pending` jobs
     behind them (`busy_queue_requests`), then rounds through the command-line backend and a SQLite store:
     the burst's first round, four rounds on the unchanged queue (the later ones light once it settled),
@@ -423,7 +423,10 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
     `tight`: config tight_queue (the queue read by fixed-width `squeue -O`; False: `squeue --json`).
     `profile_dir` (with `own_process`): each round's process sampled by py-spy (on-CPU stacks, 250 Hz,
     collapsed: `round-<k>.txt`; `bench/round_phases.py --stacks FILE` sums them by phase). `events`: how many
-    times `ends` running jobs end (2 by default)."""
+    times `ends` running jobs end (2 by default; past the blockers, running jobs of the queue end, one per node).
+    `alternate` (with `own_process`): another msched tree (its msched/ and bench/, e.g. `git archive` of an
+    older commit); every other event's rounds run its round_phases.py, so before and after are measured
+    alternately on one queue, at the same load (each round's "tree": "this" or "alternate")."""
     from msched.slurm.cli import CliClient
 
     why = slurm_available()
@@ -456,6 +459,8 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         store = open_site_store(cfg)
         reorderer = Reorderer(cfg, client, store, publish=False)
 
+        tree = {"which": "this"}
+
         def measured(label: str) -> dict:
             if own_process:
                 return measured_apart(label)
@@ -487,7 +492,8 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         def measured_apart(label: str) -> dict:
             from round_phases import import_seconds
 
-            argv = [sys.executable, "-X", "importtime", str(Path(__file__).with_name("round_phases.py")),
+            bench_dir = Path(alternate) / "bench" if tree["which"] == "alternate" else Path(__file__).parent
+            argv = [sys.executable, "-X", "importtime", str(bench_dir / "round_phases.py"),
                     str(tmp), f"settle-{n_pending}", str(write_budget or 0), "tight" if tight else "json"]
             if profile_dir is not None:     # sampled, on-CPU only: the phases' shares without cProfile's overhead
                 spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -502,7 +508,7 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
                 raise RuntimeError(f"the round's process failed: {proc.stderr.strip().splitlines()[-1:]}")
             m = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
             m.update(label=label, writes=c1 - c0, controller_s=s1 - s0, wall_s=wall, load1=os.getloadavg()[0],
-                     import_s=import_seconds(proc.stderr))
+                     import_s=import_seconds(proc.stderr), tree=tree["which"])
             out["rounds"].append(m)
             what = ("light: not read, not planned" if m["light"] else "not planned: Slurm unchanged") \
                 if m["unchanged"] else (
@@ -512,17 +518,26 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
             parts = ", ".join(f"{k} {ph[k]:.2f}" for k in ("digest", "scheduler", "squeue", "sinfo", "snapshot",
                                                           "planner", "settle", "writes", "finished", "store")
                               if k in ph)
-            log(f"  {label}: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB ({m['controller_s'] * 1000:.0f} ms "
-                f"of controller time), queue read {m.get('queue_read') or '-'}, process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
+            log(f"  {label} [{tree['which']}]: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB "
+                f"({m['controller_s'] * 1000:.0f} ms of controller time), queue read {m.get('queue_read') or '-'}, process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
                 f"{m['round_s']:.2f} s: {parts}), CPU {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB; "
                 f"Slurm commands CPU {m['slurm_cpu_s']:.2f} s, largest RSS {m['slurm_peak_rss_mb']:.0f} MB; "
                 f"{what}; load {m['load1']:.1f}")
             return m
 
         def end_some(event: int) -> None:
-            """`ends` blockers end, one per node in turn; each event a different one on each node."""
+            """`ends` blockers end, one per node in turn; each event a different one on each node. Once the
+            blockers are spent, running jobs of the queue end (the first submitted on each node in turn)."""
             per = len(blockers) // max(1, len(nodes))
-            ended = [blockers[(k * per + event) % len(blockers)] for k in range(ends)]
+            if event < per:
+                ended = [blockers[(k * per + event) % len(blockers)] for k in range(ends)]
+            else:
+                mine = set(ids)
+                on_node: dict[str, list[str]] = {}
+                for j in sorted((j for j in client.jobs() if j.is_running and j.job_id in mine),
+                                key=lambda j: int(j.job_id)):
+                    on_node.setdefault(j.nodes, []).append(j.job_id)
+                ended = [on_node[n][0] for n in sorted(on_node)][:ends]
             subprocess.run(["scancel", *ended], capture_output=True, timeout=60)
             gone = set(ended)
             _wait(lambda: not gone & {j.job_id for j in client.jobs() if j.is_running}, 60,
@@ -533,10 +548,12 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
         for k in range(2, 6):
             measured(f"round {k} (nothing changed)")
         for event in range(events):
+            tree["which"] = "alternate" if alternate is not None and own_process and event % 2 else "this"
             end_some(event)
             measured(f"after {ends} running jobs end (event {event + 1})")
             measured("again (nothing changed)")
             measured("again (nothing changed)")
+        tree["which"] = "this"
         arrival = busy_queue_requests(1, models, seed + 99, types, plain_share=0.0)[0]
         ids.append(client.submit(arrival))
         measured("after one arrival")
@@ -812,6 +829,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
                     help="with --settle --own-process: py-spy's samples of each round in DIR (round-<k>.txt; "
                          "needs py-spy: pip install py-spy)")
+    ap.add_argument("--alternate", type=Path, default=None, metavar="TREE",
+                    help="with --settle --own-process: every other event's rounds run TREE's bench/round_phases.py "
+                         "(another msched tree, e.g. an older commit's git archive): before/after on one queue")
     ap.add_argument("--own-process", action="store_true",
                     help="the settle scenario's rounds each in a new process, as cron runs `msched reorder`")
     ap.add_argument("--online-churn", default="", metavar="JOBS,GAP_S",
@@ -861,7 +881,8 @@ def main() -> None:
                 res[str(n)] = {"sim": sim_settle(n, args.seed, write_budget=args.budget) if not args.no_sim else None,
                                "real": real_settle(n, Path(d), args.seed, write_budget=args.budget,
                                                    own_process=args.own_process, tight=args.queue_read == "tight",
-                                                   profile_dir=args.profile, events=args.events)
+                                                   profile_dir=args.profile, events=args.events,
+                                                   alternate=args.alternate)
                                if not args.no_real else None}
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))

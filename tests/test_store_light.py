@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -163,3 +164,96 @@ def test_the_cron_entry_imports_neither_sqlalchemy_nor_click_before_a_round():
     loaded = json.loads(proc.stdout)
     assert "msched.store.light" in loaded and time.monotonic() - started < 60
     assert not [m for m in loaded if m.split(".")[0] in ("sqlalchemy", "click")]
+
+
+# ------------------------------------------------------------------ the full round on plain sqlite3 (eighth pass)
+def test_the_plain_views_columns_are_the_schemas():
+    from msched.store.rows import COLUMNS
+    from msched.store.schema import Base
+
+    tables = {t.name: [c.name for c in t.columns if c.name != "id"] for t in Base.metadata.sorted_tables}
+    for name, columns in COLUMNS.items():
+        if name == "holds":                      # read only: the open entries' kinds
+            assert set(columns) <= set(tables[name])
+        else:
+            assert sorted(columns) == sorted(tables[name]), name
+
+
+def _table_rows(path) -> dict[str, list[dict]]:  # noqa: ANN001
+    """Every row of every table but meta, by table (ids included); the columns that hold a wall-clock time
+    (runs.created_at, the planner's own CPU time in rounds and round_days) are dropped."""
+    conn = sqlite3.connect(str(path))
+    out = {}
+    for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'meta'"):
+        cur = conn.execute(f'SELECT * FROM "{table}" ORDER BY id' if table != "reference_models"
+                           else f'SELECT * FROM "{table}" ORDER BY name')
+        names = [d[0] for d in cur.description]
+        out[table] = [{k: v for k, v in zip(names, r, strict=True) if k not in ("created_at", "plan_seconds",
+                                                                               "max_plan_seconds")}
+                      for r in cur.fetchall()]
+    conn.close()
+    return out
+
+
+def _rounds_on(tmp_path, plain: bool):  # noqa: ANN202
+    """The same simulated rounds (the dev cluster's shape, 200 pending: a burst, rounds with nothing
+    changed, 4 running jobs ending, completions as blockers end, an arrival) recorded through the plain
+    view (`plain`) or the SQLAlchemy store, then pruned in batches of 2 as if 30 days later; returns
+    every table's rows."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_reorder as br
+
+    from msched.rounds.core import slurm_state_key
+    from msched.rounds.reorder import Reorderer
+    from msched.slurm.base import ACTIVE_STATES, FINISHED_STATES
+    from msched.store.light import LightStore
+
+    c, blockers, _perf = br.busy_sim(200, seed=3)
+    every = ACTIVE_STATES + FINISHED_STATES
+    c.queue_digest = lambda setup="": slurm_state_key(c.jobs(every), c.nodes(), setup)
+    cfg = Config(state_dir=str(tmp_path / "state"), performance=str(br.PERF), cluster_name="same", backend="cli")
+    Store(cfg.database_url).dispose()            # the SQLAlchemy store creates the file (as the first round does)
+    store = open_light_store(cfg) if plain else Store(cfg.database_url)
+    assert isinstance(store, LightStore) == plain
+    try:
+        reorderer = Reorderer(cfg, c, store, run_kind="sim", run_name="same", publish=False)
+        kinds = []
+        for step in range(9):
+            if step == 3:
+                for job_id in blockers[:4]:
+                    c.cancel(job_id)
+            if step == 5:
+                c.advance(5000.0)                    # the other blockers end, pending jobs start
+            if step == 7:
+                c.submit(br.JobRequest(name="late", num_gpus=1, time_limit_s=3600, comment=next(
+                    j.comment for j in c.jobs() if j.tag is not None), extra={"runtime_s": 600.0}))
+            c.advance(60.0)
+            out = reorderer.round()
+            kinds.append("light" if out.light else "unchanged" if out.unchanged else "planned")
+        assert isinstance(reorderer.store, LightStore) == plain      # the plain view did it all
+        rid = reorderer.run_id([])
+        later = c.now() + 30 * 86400.0
+        for _ in range(3):
+            if plain:
+                store.prune(rid, later, 14 * 86400.0, batch=2)
+            else:
+                with store.write() as s:
+                    prune(s, rid, later, 14 * 86400.0, batch=2)
+        return kinds, _table_rows(sqlite_file(cfg.database_url))
+    finally:
+        store.dispose()
+
+
+def test_a_round_recorded_either_way_leaves_the_same_rows(tmp_path):
+    import shutil
+
+    kinds, by_sqlalchemy = _rounds_on(tmp_path, plain=False)
+    shutil.rmtree(tmp_path / "state")     # the same paths: the configuration is part of the rounds' keys
+    plain_kinds, by_sqlite3 = _rounds_on(tmp_path, plain=True)
+    assert plain_kinds == kinds
+    assert {"planned", "light"} <= set(kinds), kinds          # both kinds of round were recorded
+    assert by_sqlalchemy["round_days"] and len(by_sqlalchemy["rounds"]) == 3     # 6 pruned, in 3 batches
+    assert by_sqlalchemy["decisions"] and by_sqlalchemy["reference_models"] is not None
+    assert any(j["end_time"] is not None for j in by_sqlalchemy["jobs"])        # completions recorded
+    for table in by_sqlalchemy:
+        assert by_sqlite3[table] == by_sqlalchemy[table], table

@@ -19,6 +19,7 @@ import json
 import os
 import time
 
+from msched.config import PRICE_MEASURES
 from msched.msub.gpu_request import parse_gres
 
 FREE_TIME_MAX_AGE_S = 900.0          # older published free times are ignored (reorderer down)
@@ -73,7 +74,7 @@ def read_price(config, known=None, now: float | None = None) -> tuple[dict[str, 
         if not isinstance(data, dict) or now - float(data.get("time", 0)) > FREE_TIME_MAX_AGE_S:
             return {}, "saving"
         raw, measure = data.get("price"), data.get("price_measure", "saving")
-        if not raw or not isinstance(raw, dict) or measure not in ("saving", "ratio"):
+        if not raw or not isinstance(raw, dict) or measure not in PRICE_MEASURES:
             return {}, "saving"                   # (no prices: msub's light path never loads the module)
         canon = {config.canonical_gpu_type(str(k))[:64]: v for k, v in list(raw.items())[:65]}
     except (OSError, ValueError, TypeError, AttributeError):

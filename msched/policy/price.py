@@ -27,13 +27,15 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 
+from msched.config import PRICE_MEASURES
+
 DEFAULT_WINDOW_S = 3600.0       # the recent jobs whose savings set the price
 MIN_SAMPLES = 10                # fewer recent jobs than this: no price (too little to judge by)
 MAX_PRICED_TYPES = 64           # what msub accepts of the published prices (a bounded read)
 MAX_PRICE_S = 1e8               # a published price above this (3 years) is taken as corrupt
 
 
-MEASURES = ("saving", "ratio")
+MEASURES = PRICE_MEASURES
 
 
 def saving(est: Mapping[str, float], gpu_type: str, measure: str = "saving") -> float:

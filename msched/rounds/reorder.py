@@ -95,6 +95,7 @@ class RoundOutcome:
         updates = f"would_update={len(r.updates)}" if self.dry_run else f"updates={r.update_calls}"
         st = getattr(r, "settle", None)
         buys = (f" moved={st.moved} kept={st.kept} held_back={st.held_back} buys=[{st.buys()}]"
+                + (f" replanned_head={st.head}" if getattr(st, "head", None) is not None else "")
                 if st is not None else "")
         return (f"{head} pending={len(snap.pending)} managed={managed} running={len(snap.running)} "
                 f"{updates}{buys} skipped={len(r.skipped)} new={self.new_jobs} "
@@ -176,9 +177,10 @@ def _could_settle(last: Any, now: float) -> bool:
                 (last.stable_until is not None and now >= last.stable_until))
 
 
-class _SqlaLightView:
-    """What a light round reads and writes (msched.store.light.LightStore's methods), on a SQLAlchemy
-    store: a database other than a SQLite file, or a store a caller opened itself."""
+class _SqlaView:
+    """What a round reads and writes in the store (msched.store.light.LightStore's methods), on a
+    SQLAlchemy store: a database other than a SQLite file, a file the plain view cannot vouch for, or a
+    store a caller opened itself (the simulator's `--db`, tests)."""
 
     def __init__(self, store) -> None:  # noqa: ANN001 - msched.store.db.Store
         self.store = store
@@ -190,6 +192,9 @@ class _SqlaLightView:
         with self.store.read() as session:
             return session.scalar(select(Run.id).where(Run.kind == kind, Run.name == name))
 
+    def ensure_run(self, kind: str, name: str, policy: str = "msched", gpus: dict[str, int] | None = None) -> int:
+        return self.store.run_id(kind, name, policy=policy, gpus=gpus)
+
     def last_planned_round(self, run_id: int):  # noqa: ANN201 - a Round row, or None
         from msched.store.queries import last_planned_round
 
@@ -199,10 +204,34 @@ class _SqlaLightView:
                 session.expunge(last)
         return last
 
+    def last_round_time(self, run_id: int) -> float | None:
+        from msched.store.queries import last_round_time
+
+        with self.store.read() as session:
+            return last_round_time(session, run_id)
+
     def open_hold_kinds(self) -> list[str]:
         from msched.store.holds import HoldJournal
 
         return [e.kind for e in HoldJournal(self.store).open_entries()]
+
+    def incumbent(self, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
+        from msched.store.writes import load_incumbent
+
+        with self.store.read() as session:
+            return load_incumbent(session, run_id)
+
+    def active_job_ids(self, run_id: int) -> set[str]:
+        from msched.store.writes import active_job_ids
+
+        with self.store.read() as session:
+            return active_job_ids(session, run_id)
+
+    def ingest(self, run_id: int, jobs: Sequence[SlurmJob], now: float) -> int:
+        from msched.store.writes import ingest_jobs
+
+        with self.store.write() as session:
+            return ingest_jobs(session, run_id, jobs, now)
 
     def record_unchanged_round(self, run_id: int, last: Any, now: float, pending: int, running: int,
                                **kwargs: Any) -> int:
@@ -211,7 +240,31 @@ class _SqlaLightView:
         with self.store.write() as session:
             return record_unchanged_round(session, run_id, last, now, pending, running, **kwargs)
 
-    def prune_due(self, run_id: int, cutoff: float) -> bool:   # noqa: ARG002 - _prune checks itself
+    def record(self, run_id: int, result: Any, tracked: Sequence[SlurmJob], now: float, vanished: Sequence[str], *,
+               unchanged: tuple | None = None, state_key: str | None = None,
+               queue_digest: str | None = None) -> tuple[int, int, int]:
+        from msched.store.writes import (
+            mark_vanished,
+            record_completions,
+            record_round,
+            record_unchanged_round,
+        )
+
+        with self.store.write() as session:
+            round_id = record_unchanged_round(session, run_id, unchanged[0], now, *unchanged[1:],
+                                              queue_digest=queue_digest) if unchanged \
+                else record_round(session, run_id, result, state_key=state_key, queue_digest=queue_digest)
+            done = record_completions(session, run_id, tracked, now=now)
+            lost = mark_vanished(session, run_id, vanished) if vanished else 0
+        return round_id, done, lost
+
+    def prune(self, run_id: int, now: float, retention_s: float) -> int:
+        from msched.store.retention import prune
+
+        with self.store.write() as session:
+            return prune(session, run_id, now, retention_s)
+
+    def prune_due(self, run_id: int, cutoff: float) -> bool:   # noqa: ARG002 - prune checks itself
         return True
 
 
@@ -241,11 +294,18 @@ class Reorderer:
         self.skip_unchanged = True        # a round that finds the last round's Slurm state does not plan
 
     @property
+    def _db(self):  # noqa: ANN202 - msched.store.light.LightStore, or a _SqlaView
+        """The round's reads and writes of the store: plain sqlite3 on a light view, else SQLAlchemy's."""
+        return self.store if getattr(self.store, "light", False) else _SqlaView(self.store)
+
+    @property
     def journal(self):  # noqa: ANN201 - msched.store.holds.HoldJournal, or None without a store
+        """The hold journal (SQLAlchemy's: a light view opens the SQLAlchemy store for it)."""
         if self.store is None:
             return None
         from msched.store.holds import HoldJournal
 
+        self._full_store()
         return HoldJournal(self.store)
 
     def replay_journal(self, jobs: list[SlurmJob] | None = None) -> list[str]:
@@ -254,11 +314,10 @@ class Reorderer:
         open entry; returns the job ids released."""
         from msched.rounds.holds import replay
 
-        journal = self.journal
-        if journal is None or not journal.open_entries():
+        if self.store is None or not self._db.open_hold_kinds():
             return []
         try:
-            released = replay(self.client, journal, jobs=jobs)
+            released = replay(self.client, self.journal, jobs=jobs)
             if released:
                 log.info("released %d job(s) an interrupted round left held", len(released))
             return released
@@ -306,7 +365,7 @@ class Reorderer:
             for n in nodes:
                 if n.gpu_type:
                     gpus[n.gpu_type] = gpus.get(n.gpu_type, 0) + n.gpus
-            self._run_id = self.store.run_id(self.run_kind, self.run_name, policy=self.policy.name, gpus=gpus)
+            self._run_id = self._db.ensure_run(self.run_kind, self.run_name, policy=self.policy.name, gpus=gpus)
         return self._run_id
 
     # ---------------------------------------------------------------- a round
@@ -338,10 +397,8 @@ class Reorderer:
             if digest is None and not self.client.digest_of_read:
                 digest = self._queue_digest()   # for the next round's light check: read before the queue
             self.client.digest_wanted = digest is None      # else the reads need not keep it
-        self._full_store()
         from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
         from msched.rounds.core import TypeLever, run_round
-        from msched.store.writes import ingest_jobs
 
         if jobs is None or nodes is None:
             given = jobs
@@ -369,9 +426,7 @@ class Reorderer:
         if not dry_run:
             t0 = time.perf_counter()
             try:
-                rid = self.run_id(nodes)
-                with self.store.write() as session:
-                    new = ingest_jobs(session, rid, jobs, now)
+                new = self._db.ingest(self.run_id(nodes), jobs, now)
             except Exception as exc:  # noqa: BLE001 - any database failure: stop before touching Slurm
                 raise _fail(f"cannot record jobs in {self.store.display_url}: {one_line(exc)}; "
                             "nothing changed in Slurm") from None
@@ -488,7 +543,7 @@ class Reorderer:
         if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
             return None, None
         t0 = time.perf_counter()
-        store = self.store if getattr(self.store, "light", False) else _SqlaLightView(self.store)
+        store = self._db
         rid = self._run_id if self._run_id is not None else store.run_id(self.run_kind, self.run_name)
         if rid is None:
             return None, None
@@ -512,14 +567,13 @@ class Reorderer:
             raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
                         "nothing changed in Slurm") from None
         if store.prune_due(rid, day_of(now - float(self.config.retention_days) * DAY_S)):
-            self._full_store()
             self._prune(now, rid)
         return RoundOutcome(None, round_id=round_id, free_time=free, unchanged=True, light=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0), digest
 
     def _full_store(self) -> None:
-        """A round that reads and plans needs the SQLAlchemy store: a light view (msched.store.light)
-        opens it on the same file (disposed with the view)."""
+        """The hold journal needs the SQLAlchemy store (a hold to replay, the begin-time or nice lever): a
+        light view (msched.store.light) opens it on the same file (disposed with the view)."""
         if getattr(self.store, "light", False):
             self.store = self.store.full()
 
@@ -557,7 +611,7 @@ class Reorderer:
 
     def _settled_round(self, run_id: int, now: float, key: str, value: str):  # noqa: ANN202 - a Round row, or None
         """The run's last recorded round when a round now would decide as it did (`_settles`); else None."""
-        last = _SqlaLightView(self.store).last_planned_round(run_id)
+        last = self._db.last_planned_round(run_id)
         return last if _settles(last, now, key, value) else None
 
     def _publish(self, now: float, free: dict[str, float], plan_end: float | None, price: dict | None = None) -> None:
@@ -597,26 +651,29 @@ class Reorderer:
         return SettleOptions(write_budget=int(self.config.write_budget),
                              plan_margin=float(self.config.settle_margin),
                              moves_per_change=int(self.config.moves_per_change),
-                             head_gpus=float(self.config.write_head) or None)
+                             head_gpus=float(self.config.write_head) or None,
+                             replan_head=float(self.config.replan_head) or None)
 
     def _incumbent(self, dry_run: bool):  # noqa: ANN202
         """The plan the store holds the pending jobs to (None: no store, or none readable; the round then
         places every job as new). A dry run reads it when the database exists and can be read."""
-        from msched.store.writes import load_incumbent
-
         store = self.store
         opened = None
         try:
             if store is None:
                 if not dry_run:
                     return None
-                from msched.store.db import open_store
-                store = opened = open_store(self.config, create=False)
-            rid = self.run_id([]) if self._run_id is not None or not dry_run else self._existing_run_id(store)
+                from msched.store.light import open_light_store
+                store = opened = open_light_store(self.config)
+                if store is None:
+                    from msched.store.db import open_store
+                    store = opened = open_store(self.config, create=False)
+            view = store if getattr(store, "light", False) else _SqlaView(store)
+            rid = self.run_id([]) if self._run_id is not None or not dry_run else view.run_id(self.run_kind,
+                                                                                              self.run_name)
             if rid is None:
                 return None
-            with store.read() as session:
-                return load_incumbent(session, rid)
+            return view.incumbent(rid)
         except Exception as exc:  # noqa: BLE001 - without it the round still plans (every job as new)
             if not dry_run:
                 raise _fail(f"cannot read the incumbent plan from {store.display_url}: {one_line(exc)}; "
@@ -626,18 +683,12 @@ class Reorderer:
             if opened is not None:
                 opened.dispose()
 
-    def _existing_run_id(self, store) -> int | None:  # noqa: ANN001
-        return _SqlaLightView(store).run_id(self.run_kind, self.run_name)
-
     def _prune(self, now: float, run_id: int | None = None) -> None:
         """Fold a small batch of rounds past the retention into daily aggregates (its own transaction,
         after the round is recorded: a failure is logged and retried next round, never fails this one)."""
-        from msched.store.retention import prune
-
         try:
             rid = self.run_id([]) if run_id is None else run_id
-            with self.store.write() as session:
-                prune(session, rid, now, float(self.config.retention_days) * 86400.0)
+            self._db.prune(rid, now, float(self.config.retention_days) * DAY_S)
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping
             log.warning("cannot prune old rounds in %s: %s (retried next round)", self.store.display_url,
                         one_line(exc))
@@ -647,20 +698,11 @@ class Reorderer:
         """Record the round and track completions: started jobs from this read, ended ones from
         `client.finished_jobs` (squeue -t all within MinJobAge, the jobcomp file, sacct). `unchanged`:
         (the last round's row, pending, running) for a round that found Slurm unchanged (`result` None)."""
-        from msched.store.queries import last_round_time
-        from msched.store.writes import (
-            active_job_ids,
-            mark_vanished,
-            record_completions,
-            record_round,
-            record_unchanged_round,
-        )
-
         finished: list[SlurmJob] = []
         rid = self.run_id([])
+        db = self._db
         if self._last_completion_check is None:     # a new process (cron): since the last recorded round
-            with self.store.read() as session:
-                last = last_round_time(session, rid)
+            last = db.last_round_time(rid)
             self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
         finished_ok = True
         try:
@@ -670,8 +712,7 @@ class Reorderer:
             log.warning("cannot read finished jobs: %s (completions recorded next round)", one_line(exc))
         started = [j for j in jobs if j.start_time is not None and not j.is_pending]
         t0 = time.perf_counter()
-        with self.store.read() as session:
-            believed_active = active_job_ids(session, rid)
+        believed_active = db.active_job_ids(rid)
         seen = {j.job_id for j in jobs} | {j.job_id for j in finished}
         vanished = believed_active - seen if finished_ok else set()
         if vanished and self._last_completion_check is not None:
@@ -683,14 +724,10 @@ class Reorderer:
                 older, vanished = [], set()
             finished += older
             vanished -= {j.job_id for j in older}
-        with self.store.write() as session:
-            round_id = record_unchanged_round(session, rid, unchanged[0], now, *unchanged[1:],
-                                              queue_digest=queue_digest) if unchanged \
-                else record_round(session, rid, result, state_key=state_key, queue_digest=queue_digest)
-            done = record_completions(session, rid, started + finished, now=now)
-            if vanished:
-                lost = mark_vanished(session, rid, sorted(vanished))
-                log.info("%d job(s) no longer known to Slurm (end not recorded): state UNKNOWN", lost)
+        round_id, done, lost = db.record(rid, result, started + finished, now, sorted(vanished), unchanged=unchanged,
+                                         state_key=state_key, queue_digest=queue_digest)
+        if lost:
+            log.info("%d job(s) no longer known to Slurm (end not recorded): state UNKNOWN", lost)
         self._last_completion_check = now - COMPLETION_OVERLAP_S
         return round_id, done, time.perf_counter() - t0
 

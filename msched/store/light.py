@@ -1,28 +1,34 @@
-"""The light round's store: the same SQLite file as msched.store.db, through plain sqlite3 (issue 21,
-sixth pass). A light round (msched.rounds.reorder) reads the last round's row and the open hold journal
-entries and writes one summary row: importing SQLAlchemy for that cost most of its CPU (0.13 s of the
-0.23 s `msched.store.db` took to import, BENCHMARKS "Rounds that settle, fifth pass").
+"""The round's store: the same SQLite file as msched.store.db, through plain sqlite3 (issue 21, sixth
+and eighth passes). A round reads the last round's row, the incumbent and the open hold journal entries,
+and writes the jobs it ingests, its round row, the decisions that changed and the completions; importing
+SQLAlchemy for that, and building its schema objects, cost 0.25 s of CPU per round (BENCHMARKS "Rounds
+that settle, seventh pass"), more than all the SQL.
 
 The SQLAlchemy store stays the one owner of the schema: it creates the file, stamps the schema version
 and adds columns; this view opens only a file it finds current (`open_light_store`: the stamped
-SCHEMA_VERSION, WAL mode, and every column the light round writes present, names read from the file
-itself), and otherwise the round opens the SQLAlchemy store as before. The row it writes is
-msched.store.base.unchanged_round_values, the one the SQLAlchemy writer writes. Transactions as
+SCHEMA_VERSION, WAL mode, and every column this view writes present, names and JSON columns read from
+the file itself), and otherwise the round opens the SQLAlchemy store as before. The rows it writes are
+built by msched.store.rows and msched.store.base.unchanged_round_values, as the SQLAlchemy writers
+(msched.store.writes, msched.store.retention) build theirs: both leave the same rows. Transactions as
 msched.store.db's: autocommit driver, BEGIN IMMEDIATE for writes, the same busy timeout.
-When a round turns out not to be light, `full()` opens the SQLAlchemy store on the same file.
+The hold journal (msched.store.holds) stays SQLAlchemy's: a round that must replay or record holds
+opens the SQLAlchemy store on the same file (`full()`).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections import namedtuple
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError, unchanged_round_values
+from msched.store import rows
+from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError, day_of, unchanged_round_values
 from msched.util.text import one_line
 
 
@@ -65,7 +71,8 @@ class LightStore:
         self.config = config
         self.display_url = f"sqlite:///{path}"
         self._full = None
-        self._json_columns: set[str] = set()
+        self._json: dict[str, set[str]] = {}       # table -> its JSON columns, as the file declares them
+        self._row_types: dict[tuple[str, ...], type] = {}
         self.conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -81,13 +88,14 @@ class LightStore:
             row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None or str(row[0]) != str(SCHEMA_VERSION):
                 return False
-            columns = {r[1]: str(r[2]).upper() for r in self.conn.execute("PRAGMA table_info(rounds)")}
-            holds = {r[1] for r in self.conn.execute("PRAGMA table_info(holds)")}
+            tables = {t: {r[1]: str(r[2]).upper() for r in self.conn.execute(f'PRAGMA table_info("{t}")')}
+                      for t in rows.COLUMNS}
         except sqlite3.Error:
             return False
         # the JSON columns as SQLAlchemy declared them in the file (its JSON type: json.dumps text)
-        self._json_columns = {name for name, kind in columns.items() if kind == "JSON"}
-        return set(self._round_columns()) <= set(columns) and {"kind", "closed_at"} <= holds
+        self._json = {t: {name for name, kind in cols.items() if kind == "JSON"} for t, cols in tables.items()}
+        return all(set(want) <= set(tables[t]) for t, want in rows.COLUMNS.items()) \
+            and set(self._round_columns()) <= set(tables["rounds"])
 
     @staticmethod
     def _round_columns() -> list[str]:
@@ -153,7 +161,7 @@ class LightStore:
         if row is None:
             return None
         values = dict(zip((d[0] for d in cur.description), row, strict=True))
-        for col in self._json_columns:
+        for col in self._json["rounds"]:
             values[col] = json.loads(values[col]) if values.get(col) is not None else None
         return SimpleNamespace(**values)
 
@@ -164,15 +172,207 @@ class LightStore:
     def record_unchanged_round(self, run_id: int, last: Any, now: float, pending: int, running: int, *,
                                queue_digest: str | None = None, light: bool = False) -> int:
         values = unchanged_round_values(run_id, last, now, pending, running, queue_digest=queue_digest, light=light)
-        for col in self._json_columns & set(values):
-            values[col] = json.dumps(values[col])
-        cols = list(values)
         with self.write() as cur:
-            cur.execute(f"INSERT INTO rounds ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                        [values[c] for c in cols])
-            return int(cur.lastrowid)
+            return self._insert(cur, "rounds", [values])
 
     def prune_due(self, run_id: int, cutoff: float) -> bool:
         """Whether the run has a round older than `cutoff` for msched.store.retention.prune to fold."""
         return self.conn.execute("SELECT 1 FROM rounds WHERE run_id = ? AND time < ? LIMIT 1",
                                  (run_id, cutoff)).fetchone() is not None
+
+    # ------------------------------------------------------------------ what a full round reads and writes
+    # (as msched.store.db.Store.run_id, msched.store.writes, msched.store.queries and msched.store.retention)
+    def ensure_run(self, kind: str, name: str, policy: str = "msched", gpus: dict[str, int] | None = None) -> int:
+        """As Store.run_id: the run's id, created on first use; `gpus` fills an empty GPU inventory."""
+        with self.write() as cur:
+            row = cur.execute("SELECT id, gpus FROM runs WHERE kind = ? AND name = ?", (kind, name)).fetchone()
+            if row is None:
+                return self._insert(cur, "runs", [{"kind": kind, "name": name, "policy": policy,
+                                                   "created_at": time.time(), "gpus": dict(gpus or {})}])
+            if gpus and self._decode("runs", "gpus", row[1]) != dict(gpus):
+                cur.execute("UPDATE runs SET gpus = ? WHERE id = ?", (self._encode("runs", "gpus", dict(gpus)), row[0]))
+            return int(row[0])
+
+    def last_round_time(self, run_id: int) -> float | None:
+        row = self.conn.execute("SELECT max(time) FROM rounds WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def incumbent(self, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
+        """As msched.store.writes.load_incumbent."""
+        return rows.incumbent_of(self.conn.execute(
+            "SELECT job_id, planned_type, planned_priority FROM jobs WHERE run_id = ? AND state = 'PENDING' "
+            "AND planned_priority IS NOT NULL", (run_id,)))
+
+    def active_job_ids(self, run_id: int) -> set[str]:
+        return {str(r[0]) for r in self.conn.execute(
+            "SELECT job_id FROM jobs WHERE run_id = ? AND state IN ('PENDING', 'RUNNING')", (run_id,))}
+
+    def ingest(self, run_id: int, jobs: Iterable[Any], now: float) -> int:
+        """As msched.store.writes.ingest_jobs, in its own transaction."""
+        with self.write() as cur:
+            return self._ingest(cur, run_id, rows.tagged(jobs), now)
+
+    def record(self, run_id: int, result: Any, tracked: Sequence[Any], now: float, vanished: Sequence[str], *,
+               unchanged: tuple | None = None, state_key: str | None = None,
+               queue_digest: str | None = None) -> tuple[int, int, int]:
+        """One transaction: the round's rows (msched.store.writes.record_round, or record_unchanged_round
+        for `unchanged`: (the last round's row, pending, running)), the completions of the `tracked` jobs
+        and the `vanished` ones. Returns (the round's id, completion rows changed, jobs marked vanished)."""
+        with self.write() as cur:
+            if unchanged:
+                round_id = self._insert(cur, "rounds", [unchanged_round_values(
+                    run_id, unchanged[0], now, *unchanged[1:], queue_digest=queue_digest)])
+            else:
+                round_id = self._record_round(cur, run_id, result, state_key=state_key, queue_digest=queue_digest)
+            done = self._completions(cur, run_id, tracked, now)
+            lost = 0
+            if vanished:
+                gone = [{"id": r.id, "state": "UNKNOWN"} for r in self._existing(cur, run_id, vanished, ()).values()]
+                self._update_jobs(cur, gone)
+                lost = len(gone)
+        return round_id, done, lost
+
+    def prune(self, run_id: int, now: float, retention_s: float, *, batch: int = 500) -> int:
+        """As msched.store.retention.prune, in its own transaction."""
+        cutoff = day_of(now - retention_s)
+        with self.write() as cur:
+            found = self._select(cur, "SELECT * FROM rounds WHERE run_id = ? AND time < ? ORDER BY time LIMIT ?",
+                                 (run_id, cutoff, batch), "rounds")
+            if not found:
+                return 0
+            by_day: dict[float, list[Any]] = {}
+            for r in found:
+                by_day.setdefault(day_of(r.time), []).append(r)
+            for day, rs in by_day.items():
+                have = self._select(cur, "SELECT * FROM round_days WHERE run_id = ? AND day = ? LIMIT 1",
+                                    (run_id, day), "round_days")
+                agg = rows.fold(dict(have[0]._asdict()) if have else rows.new_day(run_id, day, rs[0]), rs)
+                if have:
+                    self._update(cur, "round_days", [agg])
+                else:
+                    self._insert(cur, "round_days", [agg])
+            ids = [r.id for r in found]
+            for k in range(0, len(ids), 900):
+                chunk = ids[k:k + 900]
+                marks = ", ".join("?" * len(chunk))
+                cur.execute(f"DELETE FROM decisions WHERE round_id IN ({marks})", chunk)
+                cur.execute(f"DELETE FROM rounds WHERE id IN ({marks})", chunk)
+        return len(ids)
+
+    # ------------------------------------------------------------------ the writers' parts
+    def _ingest(self, cur: sqlite3.Cursor, run_id: int, tagged: dict[str, tuple[Any, Any]], now: float) -> int:
+        if not tagged:
+            return 0
+        known = self._existing(cur, run_id, list(tagged), ("state",))
+        new_rows, changed = rows.ingest_rows(run_id, tagged, known, now)
+        self._insert(cur, "jobs", new_rows)
+        self._update_jobs(cur, changed)
+        names = rows.referenced(tagged)
+        if names:
+            have: dict[str, str] = {}
+            for k in range(0, len(names), 900):
+                chunk = names[k:k + 900]
+                have.update((str(n), g) for n, g in cur.execute(
+                    f'SELECT name, "group" FROM reference_models WHERE name IN ({", ".join("?" * len(chunk))})', chunk))
+            inserts, updates = rows.reference_changes(tagged, have)
+            self._insert(cur, "reference_models", inserts)
+            cur.executemany('UPDATE reference_models SET "group" = ? WHERE name = ?',
+                            [(u["group"], u["name"]) for u in updates])
+        return len(new_rows)
+
+    def _completions(self, cur: sqlite3.Cursor, run_id: int, jobs: Iterable[Any], now: float | None) -> int:
+        tagged = rows.tagged(jobs)
+        if not tagged:
+            return 0
+        known = self._existing(cur, run_id, list(tagged), ("state", "start_time", "end_time", "actual_type"))
+        missing = {jid: jt for jid, jt in tagged.items() if jid not in known}
+        changed = self._ingest(cur, run_id, missing, rows.missing_first_seen(missing, now)) if missing else 0
+        updates = rows.completion_updates(tagged, known)
+        self._update_jobs(cur, updates)
+        return changed + len(updates)
+
+    def _record_round(self, cur: sqlite3.Cursor, run_id: int, result: Any, *, state_key: str | None,
+                      queue_digest: str | None) -> int:
+        writes = rows.update_counts(result)
+        values = rows.round_values(run_id, result, writes, state_key=state_key, queue_digest=queue_digest)
+        decisions = rows.planned_decisions(result)
+        known = self._existing(cur, run_id, [str(d.job_id) for d in decisions],
+                               ("planned_type", "est_runtime", "planned_priority", "writes")) if decisions else {}
+        changed, job_rows = rows.decision_changes(decisions, getattr(result, "incumbent", None), writes, known)
+        values["decision_rows"] = len(changed)
+        round_id = self._insert(cur, "rounds", [values])
+        self._insert(cur, "decisions", [{"round_id": round_id, **r} for r in changed])
+        self._update_jobs(cur, job_rows)
+        seen = rows.seen_pairs(getattr(result.snapshot, "shard_gpus", ()))
+        if seen:
+            firsts = sorted({str(g.jobs[0]) for g in seen})
+            have = {(str(a), str(b)) for a, b in cur.execute(
+                f"SELECT job_a, job_b FROM packed_pairs WHERE run_id = ? AND job_a IN ({', '.join('?' * len(firsts))})",
+                [run_id, *firsts])}
+            self._insert(cur, "packed_pairs", rows.pair_rows(run_id, seen, have, result.time))
+        return round_id
+
+    def _existing(self, cur: sqlite3.Cursor, run_id: int, job_ids: Sequence[str], columns: Sequence[str]
+                  ) -> dict[str, Any]:
+        """As msched.store.writes._existing: this run's jobs rows by Slurm id (job_id, id and `columns`)."""
+        names = ("job_id", "id", *columns)
+        out: dict[str, Any] = {}
+        ids = list(job_ids)
+        for k in range(0, len(ids), 900):
+            chunk = ids[k:k + 900]
+            sql = (f"SELECT {', '.join(names)} FROM jobs WHERE run_id = ? "
+                   f"AND job_id IN ({', '.join('?' * len(chunk))})")
+            for row in self._select(cur, sql, [run_id, *chunk], "jobs", names):
+                out[row.job_id] = row
+        return out
+
+    def _select(self, cur: sqlite3.Cursor, sql: str, params: Sequence[Any], table: str,
+                names: Sequence[str] | None = None) -> list[Any]:
+        """Rows as named tuples, the table's JSON columns decoded."""
+        c = cur.execute(sql, params)
+        names = tuple(names) if names is not None else tuple(d[0] for d in c.description)
+        kind = self._row_types.get(names)
+        if kind is None:
+            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - one per column set
+        json_at = [i for i, n in enumerate(names) if n in self._json[table]]
+        out = []
+        for raw in c.fetchall():
+            if json_at:
+                raw = list(raw)
+                for i in json_at:
+                    raw[i] = json.loads(raw[i]) if raw[i] is not None else None
+            out.append(kind(*raw))
+        return out
+
+    def _encode(self, table: str, column: str, value: Any) -> Any:
+        return json.dumps(value) if column in self._json[table] else value
+
+    def _decode(self, table: str, column: str, value: Any) -> Any:
+        return json.loads(value) if column in self._json[table] and value is not None else value
+
+    def _insert(self, cur: sqlite3.Cursor, table: str, values: Sequence[dict[str, Any]]) -> int:
+        """INSERT the rows (dicts of one set of columns); returns the last row's id (0: none)."""
+        if not values:
+            return 0
+        cols = list(values[0])
+        sql = f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)}) ' \
+              f'VALUES ({", ".join("?" * len(cols))})'
+        params = [[self._encode(table, c, v[c]) for c in cols] for v in values]
+        if len(params) == 1:
+            cur.execute(sql, params[0])
+            return int(cur.lastrowid)
+        cur.executemany(sql, params)
+        return 0
+
+    def _update(self, cur: sqlite3.Cursor, table: str, values: Sequence[dict[str, Any]]) -> None:
+        """UPDATE rows by id, one executemany per set of columns (as msched.store.writes._update_by_id)."""
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for v in values:
+            groups.setdefault(tuple(sorted(k for k in v if k != "id")), []).append(v)
+        for keys, group in groups.items():
+            sets = ", ".join(f'"{k}" = ?' for k in keys)
+            cur.executemany(f'UPDATE "{table}" SET {sets} WHERE id = ?',
+                            [[*(self._encode(table, k, v[k]) for k in keys), v["id"]] for v in group])
+
+    def _update_jobs(self, cur: sqlite3.Cursor, values: Sequence[dict[str, Any]]) -> None:
+        self._update(cur, "jobs", values)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from msched.store import rows
 from msched.store.base import DAY_S, day_of
 from msched.store.schema import Decision, Round, RoundDay
 
@@ -47,30 +48,10 @@ def prune(session: Session, run_id: int, now: float, retention_s: float, *, batc
 
 
 def _fold(session: Session, run_id: int, day: float, rounds: Sequence[Any]) -> None:
-    agg = session.scalars(select(RoundDay).where(RoundDay.run_id == run_id, RoundDay.day == day)).first()
-    if agg is None:
-        agg = RoundDay(run_id=run_id, day=day, first_time=rounds[0].time, last_time=rounds[0].time, rounds=0,
-                       dry_runs=0, errors=0, changes=0, max_changes=0, skipped=0, decision_rows=0,
-                       plan_seconds=0.0, max_plan_seconds=0.0, pending=0, running=0, busy_gpus={}, total_gpus={})
-        session.add(agg)
-    busy = dict(agg.busy_gpus or {})
-    for r in rounds:
-        agg.first_time = min(agg.first_time, r.time)
-        if r.time >= agg.last_time:
-            agg.last_time = r.time
-            if r.total_gpus:
-                agg.total_gpus = dict(r.total_gpus)
-        agg.rounds += 1
-        agg.dry_runs += int(bool(r.dry_run))
-        agg.errors += int(bool(r.error))
-        agg.changes += int(r.changes or 0)
-        agg.max_changes = max(agg.max_changes, int(r.changes or 0))
-        agg.skipped += int(r.skipped or 0)
-        agg.decision_rows += int(r.decision_rows or 0)
-        agg.plan_seconds += float(r.plan_seconds or 0.0)
-        agg.max_plan_seconds = max(agg.max_plan_seconds, float(r.plan_seconds or 0.0))
-        agg.pending += int(r.pending or 0)
-        agg.running += int(r.running or 0)
-        for gtype, n in (r.busy_gpus or {}).items():
-            busy[gtype] = busy.get(gtype, 0) + int(n)
-    agg.busy_gpus = busy
+    t = RoundDay.__table__
+    have = session.connection().execute(select(t).where(t.c.run_id == run_id, t.c.day == day)).first()
+    agg = rows.fold(dict(have._mapping) if have is not None else rows.new_day(run_id, day, rounds[0]), rounds)
+    if have is None:
+        session.execute(insert(t), agg)
+    else:
+        session.execute(update(t).where(t.c.id == agg.pop("id")).values(agg))

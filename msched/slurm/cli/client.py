@@ -133,6 +133,13 @@ def die_with_parent(parent: int) -> Callable[[], None]:
     return child
 
 
+def _failed(command: str, message: str, default: type[SlurmError] = SlurmError) -> SlurmError:
+    """The error a failed Slurm command raises: the class its message means (`classify_error`), the
+    message on one line after the command's name. Every read and write reports a failure this one way."""
+    line = _one_line(message)
+    return classify_error(line, default)(f"{os.path.basename(command)}: {line}")
+
+
 class CliClient(SlurmClient):
     """SlurmClient over Slurm's own commands.
 
@@ -237,8 +244,7 @@ class CliClient(SlurmClient):
                 raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s")
             if rc != 0:
                 err.seek(0)
-                message = _one_line(err.read().decode("utf-8", errors="replace"))
-                raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
+                raise _failed(argv[0], err.read().decode("utf-8", errors="replace"))
 
     def _raw(self, argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[bytes]:
         """Run a read-only command, its output as bytes; a missing or hung command is SlurmUnavailable."""
@@ -255,16 +261,14 @@ class CliClient(SlurmClient):
         """Run a read-only command and return its raw standard output (sacct --json: decoded by its parser)."""
         proc = self._raw(argv, self._json_env())
         if proc.returncode != 0:
-            message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
-            raise classify_error(message)(f"{os.path.basename(argv[0])}: {message}")
+            raise _failed(argv[0], proc.stderr.decode("utf-8", errors="replace"))
         return proc.stdout
 
     def _run(self, argv: list[str], *, input: str | None = None,
              error: type[SlurmError] = SlurmError) -> str:
         proc = self._exec(argv, input=input)
         if proc.returncode != 0:
-            message = _one_line(proc.stderr or proc.stdout)
-            raise classify_error(message, error)(f"{os.path.basename(self._cmd(argv[0]))}: {message}")
+            raise _failed(self._cmd(argv[0]), proc.stderr or proc.stdout, error)
         return proc.stdout
 
     @staticmethod
@@ -399,12 +403,11 @@ class CliClient(SlurmClient):
         argv = ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]
         proc = self._raw(argv, self._env())
         err = proc.stderr.decode("utf-8", errors="replace")
-        if proc.returncode != 0:        # as `_run`
-            message = _one_line(err or proc.stdout.decode("utf-8", errors="replace"))
-            raise classify_error(message)(f"{os.path.basename(self._cmd(argv[0]))}: {message}")
-        self._read_sinfo = proc.stdout if not err.strip() else None
         # as `_run` reads it (text mode: invalid UTF-8 replaced, universal newlines)
         out = proc.stdout.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        if proc.returncode != 0:        # as `_run`
+            raise _failed(self._cmd(argv[0]), err or out)
+        self._read_sinfo = proc.stdout if not err.strip() else None
         nodes = parse_sinfo(out, self.config)
         self._node_types = {n.name: n.gpu_type for n in nodes}
         return nodes
