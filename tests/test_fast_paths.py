@@ -179,6 +179,26 @@ def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
     assert run(True) == run(False)
 
 
+@settings(max_examples=150, deadline=None)
+@given(bookings())
+def test_free_times_from_the_start_cache_equal_a_pass_over_the_nodes(case):
+    """`Timeline.free_at_from_starts`: each type's first free GPU, read as a one-GPU job's earliest start,
+    is the earliest first free time over the type's nodes, on built timelines and on copies, booking
+    after booking."""
+    nodes, running, ops = case
+    for tl in (Timeline(0.0, list(nodes), list(running)), Timeline(0.0, tuple(nodes), tuple(running))):
+        for t, g, length, copy_here in ops:
+            if copy_here:
+                tl = tl.copy()
+            _book(tl, t, g, length)
+            fast = tl.free_at()
+            Timeline.free_at_from_starts = False
+            try:
+                assert fast == tl.free_at() and list(fast) == list(tl.free_at())
+            finally:
+                Timeline.free_at_from_starts = True
+
+
 # ------------------------------------------------------------------------------------- snapshot
 def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
     """The round core's per-job memo: the second read of the same SlurmJob objects (memo hits), a read of
@@ -394,6 +414,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(compare, "KEEP_USABLE_MEMORY", False)
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
     monkeypatch.setattr(Timeline, "scan_dirty", False)
+    monkeypatch.setattr(Timeline, "free_at_from_starts", False)
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)

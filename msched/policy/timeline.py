@@ -41,6 +41,7 @@ class Timeline:
     scan_dirty = True     # a copy's start on a type it booked: the origin's sorted keys and the booked nodes
                           # (`_scan`) instead of a heap copied from the origin; off: the heap
                           # (tests/test_fast_paths.py)
+    free_at_from_starts = True   # `free_at` from start_time(type, 1) (off: a pass over every node)
 
     def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
                  unknown_busy_s: float = 3600.0):
@@ -311,7 +312,16 @@ class Timeline:
                     heapq.heappush(h, self._entry(i, g))
 
     def free_at(self) -> dict[str, float]:
-        """Per type, the earliest time one GPU is free after everything booked so far."""
+        """Per type, the earliest time one GPU is free after everything booked so far: the earliest start
+        of a one-GPU job (`start_time`, from the cache and the origin's keys on a copy; `free_at_from_starts`
+        off: every node's first free time read)."""
+        if Timeline.free_at_from_starts:
+            out = {}
+            for t in self.by_type:
+                s0 = self.start_time(t, 1)
+                if s0 is not None:
+                    out[t] = s0
+            return out
         return {t: min(self.free[i][0] for i in idx if self.size[i]) for t, idx in self.by_type.items()
                 if any(self.size[i] for i in idx)}
 
