@@ -14,7 +14,10 @@ precision and GPU count; best-type accuracy: per (model, GPU count, precision) o
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
     .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR [--jobs N]] [--nested [--nested-inner pairs|outer]]
-        [--nested-types] [--json OUT]
+        [--nested-types] [--file-host-weight W] [--json OUT]
+
+A fit runs on one BLAS thread (msched.estimate.cost_fit): ~10-25 s each, so the strict nested run (79 fits)
+finishes in ~25 min with --jobs 2 on a loaded 2-core machine.
 """
 
 from __future__ import annotations
