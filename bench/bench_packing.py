@@ -254,6 +254,49 @@ def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemo
     return out
 
 
+def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: PairTruth,  # noqa: PLR0913
+              cluster_spec: str | None = None) -> dict:
+    """One seed's LP makespan bounds (hours) without and with pairs: the full LP (elapsed rows: no job
+    shorter than its runtime) and the area bound (capacity rows only), pairs with each job >= 0.5x solo
+    (msched's rule) and any pair Gavel measured; the longest job's release + fastest runtime beside them."""
+    from slurm_sim.metrics import true_runtimes
+    from slurm_sim.packing import pair_lp_bound
+
+    w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
+                          **({"cluster": cluster_spec} if cluster_spec else {}))
+    cluster = with_shard_nodes(parse_cluster(w.cluster))
+    truth = PerfTable.load(w.truth)
+    trace = list(w.jobs)
+    out: dict = {"seed": seed, "jobs": len(trace), "one_gpu": sum(j.num_gpus == 1 for j in trace),
+                 "last_arrival_h": max(j.submit_time for j in trace) / H}
+    longest = max(trace, key=lambda j: j.submit_time + min(true_runtimes(j, truth, cluster).values()))
+    out["longest"] = {"model": longest.model, "gpus": longest.num_gpus, "release_h": longest.submit_time / H,
+                      "runtime_h": min(true_runtimes(longest, truth, cluster).values()) / H}
+    for name, lengths, min_own in (("lp", True, MIN_OWN_SPEED), ("lp_any", True, 0.0),
+                                   ("area", False, MIN_OWN_SPEED), ("area_any", False, 0.0)):
+        b = pair_lp_bound(trace, truth, cluster, truth_pairs, min_own=min_own, lengths=lengths)
+        out[name] = {"solo_h": b.solo_s / H, "packed_h": b.value_s / H, "ratio": b.value_s / b.solo_s,
+                     "pair_kinds": b.pair_kinds, "paired_share": b.paired_share}
+    return out
+
+
+def bound_lines(rows: list[dict]) -> list[str]:
+    """The --bound table: per seed, and the mean ratios."""
+    out = [f"{'seed':>4} | {'LP h':>6} {'packed':>6} {'ratio':>6} {'any':>6} | {'area h':>6} {'packed':>6} "
+           f"{'ratio':>6} {'any':>6} {'paired':>6} | longest (release + runtime)"]
+    for r in rows:
+        lp, area, g = r["lp"], r["area"], r["longest"]
+        out.append(f"{r['seed']:4d} | {lp['solo_h']:6.1f} {lp['packed_h']:6.1f} {lp['ratio']:6.3f} "
+                   f"{r['lp_any']['ratio']:6.3f} | {area['solo_h']:6.1f} {area['packed_h']:6.1f} {area['ratio']:6.3f} "
+                   f"{r['area_any']['ratio']:6.3f} {area['paired_share']:6.0%} | {g['model']} x{g['gpus']} "
+                   f"{g['release_h']:.0f} + {g['runtime_h']:.0f} h")
+    for k in ("lp", "lp_any", "area", "area_any"):
+        xs = [r[k]["ratio"] for r in rows]
+        out.append(f"{k}: bound with pairs / without, mean {statistics.fmean(xs):.3f} (min {min(xs):.3f}, "
+                   f"max {max(xs):.3f})")
+    return out
+
+
 def _tail(t: dict) -> str:
     """The job that ends last with packing: what it is, and how it ran without packing -> with."""
     (ta, tb), (sa, sb), (ea, eb) = t["gpu_type"], t["start_h"], t["end_h"]
@@ -311,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--why", action="store_true",
                     help="print why opted-in 1-GPU jobs were not packed and what shard GPUs running one job "
                          "alone had pending beside them (summed over the seeds)")
+    ap.add_argument("--bound", action="store_true",
+                    help="print the LP makespan bound per seed without and with pairs (slurm_sim.packing.pair_lp_bound, "
+                         "Gavel's measured pair speeds, each job >= 0.5x and any pair), with and without the "
+                         "elapsed rows (the area bound), and exit: the ceiling of what packing can gain")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -332,6 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         interference.load_model = lambda *_a, **_k: oracle
     if args.guard_report:
         print("\n".join(guard_report(path, memory or GavelMemory.load())))
+        return 0
+    if args.bound:
+        rows = [bound_row(seed, args.jobs, args.load, args.static, truth_pairs, args.cluster)
+                for seed in range(args.first_seed, args.first_seed + args.seeds)]
+        print("\n".join(bound_lines(rows)))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
         return 0
     if args.memory_check:
         from msched.estimate.interference import type_usable_gb

@@ -495,3 +495,140 @@ def _opted_in(job_id: str, share: float) -> bool:
     import zlib
 
     return (zlib.crc32(job_id.encode()) % 1000) < share * 1000
+
+
+@dataclass(frozen=True)
+class PackingBound:
+    """`pair_lp_bound`'s answer: the LP bound on the makespan with and without pairs, and what it used."""
+
+    value_s: float                 # with pairs allowed (no schedule that packs only such pairs ends sooner)
+    solo_s: float                  # the same LP without pairs (msched.policy.bound.lp_lower_bound's instance)
+    pair_kinds: int                # (job, job, type) pair variables the LP was offered
+    paired_share: float            # share of the 1-GPU jobs' work the LP ran in pairs (at its optimum)
+
+
+def pair_lp_bound(trace, truth, cluster, pairs: PairTruth, *, min_own: float = 0.5,  # noqa: ANN001, PLR0915
+                  min_combined: float = 0.0, lengths: bool = True, max_releases: int = 256) -> PackingBound:
+    """A lower bound on the makespan of `trace` when 1-GPU jobs may share a GPU two at a time at the speeds
+    `pairs` measured, only pairs where each job keeps >= `min_own` of its solo speed and the two together
+    >= `min_combined` (the issue's 0.5x rule; 0: any pair that fits), on every node. The LP of
+    msched.policy.bound (fractional types, per-type capacity after every release, no job shorter than its
+    runtime) with pair "machines" added: y[a,b,t] GPU-seconds of type t on which a and b share, doing
+    y fa / p[a,t] of a's work and y fb / p[b,t] of b's, holding one GPU, counting y towards both jobs'
+    elapsed time, released when the later of the two is. Any schedule that packs only such pairs (and
+    changes partners as it likes) is a feasible point, so the value bounds it from below. A job whose time
+    limit caps its runtime on a type ends by elapsed time, so there each paired second counts as a solo
+    one (still a valid bound). `solo_s` solves the same LP without y: the ratio value_s / solo_s is what
+    packing could gain on the bound. `lengths=False` drops the elapsed rows (the area bound: only the
+    per-type capacity after each release; weaker, but it shows what pairs do to the work alone)."""
+    import bisect
+
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    from slurm_sim.metrics import true_runtimes
+
+    cap = dict(cluster.gpus_total)
+    jobs = [(j, rt) for j in trace if (rt := {t: p for t, p in true_runtimes(j, truth, cluster).items()
+                                              if cap.get(t, 0) >= j.num_gpus and p > 0})]
+    origin = min((j.submit_time for j, _ in jobs), default=0.0)
+    scale = max([max(rt.values()) for _, rt in jobs] + [j.submit_time - origin for j, _ in jobs] + [1.0])
+    types = sorted(t for t, g in cap.items() if g > 0)
+    rel = sorted({(j.submit_time - origin) / scale for j, _ in jobs} | {0.0})
+    if len(rel) > max_releases:
+        step = (len(rel) - 1) / (max_releases - 1)
+        rel = sorted({rel[round(k * step)] for k in range(max_releases)})
+
+    def bucket(release_s: float) -> int:
+        return max(0, bisect.bisect_right(rel, (release_s - origin) / scale + 1e-12) - 1)
+
+    # columns: ("x", job, type, coefficient of work, GPU-seconds, bucket) and ("y", a, b, type, ...)
+    cols: list[tuple] = []
+    for jn, (j, rt) in enumerate(jobs):
+        for t, p in rt.items():
+            cols.append((jn, None, t, 1.0, None, j.num_gpus * p / scale, p / scale, bucket(j.submit_time)))
+    n_solo = len(cols)
+    single = [(jn, j, rt) for jn, (j, rt) in enumerate(jobs) if j.num_gpus == 1]
+    for k, (an, a, art) in enumerate(single):
+        for bn, b, brt in single[k + 1:]:
+            for t in art.keys() & brt.keys():
+                fa, fb = pairs.pair((a.model, a.batch_size), (b.model, b.batch_size), t)
+                if fa <= 0 or fb <= 0 or min(fa, fb) < min_own or fa + fb < min_combined:
+                    continue
+
+                def share(job, rt_t: float, f: float, t=t) -> float:  # noqa: ANN001 - work per scaled GPU-s
+                    capped = job.time_limit_s and rt_t >= job.time_limit_s * (1 - 1e-9)
+                    return (1.0 if capped else f) * scale / rt_t
+
+                cols.append((an, bn, t, share(a, art[t], fa), share(b, brt[t], fb), 1.0, 1.0,
+                             bucket(max(a.submit_time, b.submit_time))))
+    n_x, c_var = len(cols), len(cols)
+    n_k = len(rel)
+    s_base = c_var + 1
+    n_var = s_base + len(types) * n_k
+    tindex = {t: i for i, t in enumerate(types)}
+    eq_r, eq_c, eq_v = [], [], []
+    ub_r, ub_c, ub_v = [], [], []
+    for v, (an, bn, t, wa, wb, gpu_s, elapsed, kb) in enumerate(cols):
+        eq_r.append(an)                              # work: every job done
+        eq_c.append(v)
+        eq_v.append(wa)
+        ub_r.append(an)                              # elapsed: release + time on it <= C
+        ub_c.append(v)
+        ub_v.append(elapsed)
+        if bn is not None:
+            eq_r.append(bn)
+            eq_c.append(v)
+            eq_v.append(wb)
+            ub_r.append(bn)
+            ub_c.append(v)
+            ub_v.append(elapsed)
+        eq_r.append(len(jobs) + tindex[t] * n_k + kb)     # capacity: suffix sums of GPU-seconds per type
+        eq_c.append(v)
+        eq_v.append(-gpu_s)
+    eq_b = [1.0] * len(jobs)
+    for t in types:
+        for k in range(n_k):
+            row = len(jobs) + tindex[t] * n_k + k
+            eq_r.append(row)
+            eq_c.append(s_base + tindex[t] * n_k + k)
+            eq_v.append(1.0)
+            if k + 1 < n_k:
+                eq_r.append(row)
+                eq_c.append(s_base + tindex[t] * n_k + k + 1)
+                eq_v.append(-1.0)
+            eq_b.append(0.0)
+    ub_b = []
+    for jn, (j, _) in enumerate(jobs):
+        ub_r.append(jn)
+        ub_c.append(c_var)
+        ub_v.append(-1.0)
+        ub_b.append(-(j.submit_time - origin) / scale)
+    if not lengths:                                  # the area bound: no elapsed rows
+        ub_r, ub_c, ub_v, ub_b = [], [], [], []
+    row = len(ub_b)
+    for t in types:
+        for k in range(n_k):
+            ub_r += [row, row]
+            ub_c += [s_base + tindex[t] * n_k + k, c_var]  # S[t,k] <= G_t (C - r_k)
+            ub_v += [1.0, -float(cap[t])]
+            ub_b.append(-cap[t] * rel[k])
+            row += 1
+    cost = np.zeros(n_var)
+    cost[c_var] = 1.0
+
+    def solve(allowed: int) -> np.ndarray:
+        bounds = [(0, None) if v < allowed or v >= n_x else (0, 0) for v in range(n_var)]
+        res = linprog(cost, A_ub=coo_matrix((ub_v, (ub_r, ub_c)), shape=(row, n_var)).tocsr(), b_ub=ub_b,
+                      A_eq=coo_matrix((eq_v, (eq_r, eq_c)), shape=(len(eq_b), n_var)).tocsr(), b_eq=eq_b,
+                      bounds=bounds, method="highs")
+        if res.status != 0:
+            raise RuntimeError(f"pair LP bound not solved: {res.message}")
+        return res.x
+
+    solo = solve(n_solo)
+    both = solve(n_x)
+    single_work = sum(c[3] * both[v] for v, c in enumerate(cols[:n_solo]) if jobs[c[0]][0].num_gpus == 1)
+    return PackingBound(float(both[c_var]) * scale * (1 - 1e-7), float(solo[c_var]) * scale * (1 - 1e-7),
+                        n_x - n_solo, 1.0 - single_work / len(single) if single else 0.0)

@@ -286,3 +286,45 @@ def test_backfill_fills_an_open_shard_whose_limits_hold_the_gpu_no_longer(limit_
     assert (sim.jobs[b].state == "RUNNING") == joins
     if joins:
         assert sim.jobs[b].nodes == sim.jobs[a].nodes and sim.packing.pairs[-1]["b"] == b
+
+
+def _bound_case(fractions: tuple[float, float], gpus: str = "v100:1x1", limit_s: float | None = None):  # noqa: ANN202
+    """Two 1-GPU ResNet-18 jobs of 10 h each (36,000 iterations at 1 s), both at t=0, and a pair speed."""
+    from slurm_sim.trace import TraceJob
+
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 1000.0)])
+    jobs = [TraceJob(f"j{i}", 0.0, "u", "resnet18", 1, 32, 36_000, time_limit_s=limit_s) for i in range(2)]
+    return jobs, truth, with_shard_nodes(parse_cluster(gpus)), PairTruth({(R18, R18, "v100"): fractions})
+
+
+def test_the_pair_bound_runs_a_good_pair_together_and_keeps_a_crawling_one_apart():
+    from slurm_sim.packing import pair_lp_bound
+
+    # one GPU: alone the two jobs take 20 h one after the other; together at 0.75x each they need
+    # 10 h / 0.75 = 13.33 h of the shared GPU
+    b = pair_lp_bound(*_bound_case((0.75, 0.75)))
+    assert b.solo_s == pytest.approx(20 * 3600, rel=1e-5)
+    assert b.value_s == pytest.approx(10 * 3600 / 0.75, rel=1e-5)
+    assert b.pair_kinds == 1
+    assert b.paired_share == pytest.approx(1.0, abs=1e-6)
+    # 0.4x beside a 0.9x partner: below the 0.5x rule, never paired (min_own 0 lets it in: combined 1.3)
+    crawl = pair_lp_bound(*_bound_case((0.4, 0.9)))
+    assert (crawl.value_s, crawl.pair_kinds) == (pytest.approx(20 * 3600, rel=1e-5), 0)
+    assert pair_lp_bound(*_bound_case((0.4, 0.9)), min_own=0.0).value_s < 19 * 3600
+    # two GPUs: each job on its own ends at 10 h, and no job is shorter than its runtime, whatever pairs do
+    two = pair_lp_bound(*_bound_case((0.75, 0.75), "v100:1x2"))
+    assert (two.solo_s, two.value_s) == (pytest.approx(10 * 3600, rel=1e-5), pytest.approx(10 * 3600, rel=1e-5))
+    # the area bound alone (no elapsed rows): 20 GPU-hours of work on 2 GPUs, or 13.33 shared ones
+    area = pair_lp_bound(*_bound_case((0.75, 0.75), "v100:1x2"), lengths=False)
+    assert area.solo_s == pytest.approx(10 * 3600, rel=1e-5)
+    assert area.value_s == pytest.approx(10 * 3600 / 0.75 / 2, rel=1e-5)
+
+
+def test_the_pair_bound_counts_a_capped_job_by_its_elapsed_time():
+    from slurm_sim.packing import pair_lp_bound
+
+    # limits of 5 h: each job is killed at 5 h whatever its speed, so a paired hour uses up an hour of it;
+    # sharing the one GPU the two end together at 5 h, alone one after the other at 10 h
+    b = pair_lp_bound(*_bound_case((0.75, 0.75), limit_s=5 * 3600))
+    assert b.solo_s == pytest.approx(10 * 3600, rel=1e-5)
+    assert b.value_s == pytest.approx(5 * 3600, rel=1e-5)

@@ -104,6 +104,11 @@ class SettleOptions:
     drift_share: float = DEFAULT_DRIFT_SHARE
     head_gpus: float | None = DEFAULT_HEAD_GPUS   # places written per GPU (6. above); None: the whole queue
     balanced_measure: str = "makespan"        # how 4. weighs an online balanced plan (BALANCED_MEASURES)
+    # 2.'s own-finish rule: a known job moves only when its own planned finish improves by the job margin
+    # (True); False: every job the new plan changes is a candidate and 4.'s plan-level test alone decides
+    # (a job moved to a slower type that starts now, later for itself, freeing a fast GPU for others).
+    # Measured on the bench's online workloads (BENCHMARKS.md, jct11)
+    own_finish: bool = True
     replan_head: float | None = DEFAULT_REPLAN_HEAD   # places re-planned per GPU (7. above); None: all
 
     def __post_init__(self) -> None:
@@ -352,7 +357,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     share = report.relative = {j: relative_gain(j) for j in new}
     rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
     waiting: set[str] = set()
-    optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
+    optional = [j for j in new if j not in obliged_set and differs(j) and (not opts.own_finish or worth(j))]
     report.candidates = len(optional)
     if incumbent is not None:
         report.changes = len(arrived) + sum(1 for j in incumbent.priority if j not in pending)
