@@ -478,3 +478,30 @@ def test_age_weight_lets_a_long_waiting_job_go_before_a_shorter_arrival():
         assert [j.job_id for j in p.order(s)[0]] == [first, "x" if first == "y" else "y"]
         plan = p.plan(s)
         assert min(plan.decisions, key=lambda d: d.est_start).job_id == first, w
+
+
+def test_settle_own_finish_rule_blocks_a_move_that_is_later_for_the_job_but_better_for_the_queue():
+    """a100 (1 GPU, busy until 1 h) and titanv (1 GPU, free); x (1 h on a100, 2.5 h on titanv) and y (1 h
+    on a100, 3 h on titanv), both held on a100, x first: ends 2 h and 3 h (mean 2.5 h, makespan 3 h).
+    The new plan sends x to the titanv now (ends 2.5 h, later for x) and y takes the a100 at 1 h (ends
+    2 h): mean 2.25 h, makespan 2.5 h. Settle's own-finish rule (the default) keeps x where it was; with
+    `own_finish` off the move is a candidate and the plan-level test takes it."""
+    from msched.policy.snapshot import JobDecision, Plan
+    from msched.rounds.settle import Incumbent, settle
+
+    nodes = (NodeState("n1", "a100", 1, 0), NodeState("n2", "titanv", 1, 1))
+    running = (RunningJob("r", "a100", 1, 1 * H, ("n1",)),)
+    est = {"x": {"a100": 1 * H, "titanv": 2.5 * H}, "y": {"a100": 1 * H, "titanv": 3 * H}}
+    pend = tuple(PendingJob(j, -1.0, 1, p, est[j], current_types=("a100",)) for j, p in (("x", 200), ("y", 100)))
+    s = ClusterSnapshot(0.0, nodes, running, pend, None)
+    inc = Incumbent(types={"x": ("a100",), "y": ("a100",)}, priority={"x": 200, "y": 100})
+    plan = Plan("msched", [JobDecision("x", 200, ("titanv",), 0.0, 2.5 * H, est["x"]),
+                           JobDecision("y", 100, ("a100",), 1 * H, 2 * H, est["y"])])
+    held = {}
+    for own in (True, False):
+        out, report = settle(s, plan, inc, objective="balanced", options=SettleOptions(own_finish=own))
+        held[own] = ({d.job_id: d.gpu_types for d in out.decisions}, report.makespan_held / H, report.mean_end_held / H)
+        assert report.gain["x"] == -0.5 * H and report.gain["y"] == 1 * H
+    assert held[True] == ({"x": ("a100",), "y": ("a100",)}, 3.0, 2.5)
+    assert held[False] == ({"x": ("titanv",), "y": ("a100",)}, 2.5, 2.25)
+    assert SettleOptions().own_finish

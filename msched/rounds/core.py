@@ -66,7 +66,9 @@ from msched.rounds.settle import (
     deferred,
     head_places,
     incumbent_after,
+    replan_head_jobs,
     settle,
+    settle_head,
     within_budget,
 )
 from msched.slurm.base import (
@@ -752,17 +754,21 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
                                  gpu_type_of=gpu_type_of, changes=changes, lever=lever, usable_memory=usable_memory)
     t1 = time.perf_counter()
-    new_plan = policy.plan(snap)
     opts = settle_options or SettleOptions()
     objective_for = getattr(policy, "objective_for", None)      # balanced plans a batch for the makespan
     objective = objective_for(snap) if objective_for is not None else getattr(policy, "objective", "makespan")
-    plan, report = settle(snap, new_plan, incumbent, objective=objective,
-                          backfill=bool(getattr(policy, "backfill", False)),
-                          starvation_age_s=getattr(policy, "starvation_age_s", None),
-                          job_margin=opts.job_margin if opts.job_margin is not None
-                          else float(getattr(policy, "hysteresis", 0.05)),
-                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)),
-                          managed_first=bool(getattr(policy, "managed_first", False)))
+    how = {"objective": objective, "backfill": bool(getattr(policy, "backfill", False)),
+           "starvation_age_s": getattr(policy, "starvation_age_s", None),
+           "job_margin": opts.job_margin if opts.job_margin is not None else float(getattr(policy, "hysteresis", 0.05)),
+           "options": opts, "unknown_runtime_s": float(getattr(policy, "unknown_runtime_s", 3600.0)),
+           "managed_first": bool(getattr(policy, "managed_first", False))}
+    head = replan_head_jobs(snap, incumbent, opts.replan_head, how["starvation_age_s"])
+    headed = settle_head(snap, policy.plan, incumbent, head, **how) if head is not None else None
+    if headed is not None:              # only the head planned anew, the incumbent's tail kept (settle 7.)
+        plan, new_plan, report = headed
+    else:
+        new_plan = policy.plan(snap)
+        plan, report = settle(snap, new_plan, incumbent, **how)
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever, priority_lever)
     wait, priority_only = deferred(snap, plan, head_places(snap, opts.head_gpus))
