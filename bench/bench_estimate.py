@@ -14,7 +14,10 @@ precision and GPU count; best-type accuracy: per (model, GPU count, precision) o
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
     .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR [--jobs N]] [--nested [--nested-inner pairs|outer]]
-        [--nested-types] [--json OUT]
+        [--nested-types] [--file-host-weight W] [--json OUT]
+
+A fit runs on one BLAS thread (msched.estimate.cost_fit): ~10-25 s each, so the strict nested run (79 fits)
+finishes in ~25 min with --jobs 2 on a loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -93,7 +96,9 @@ def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, floa
 
         code = (REPO / "msched" / "estimate" / "cost_fit.py").read_bytes() + \
             (REPO / "msched" / "estimate" / "cost_model.py").read_bytes()
-        key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles), weights)).encode() + code).hexdigest()[:20]
+        extra_key = () if cost_fit.FILE_HOST_WEIGHT == 1.0 else (("file_host_weight", cost_fit.FILE_HOST_WEIGHT),)
+        key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles), weights, *extra_key)).encode()
+                             + code).hexdigest()[:20]
         path = FIT_CACHE / f"fit-{key}.json"
         if path.exists():
             return CostModel(json.loads(path.read_text()))
@@ -522,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --nested: the shape part's residual weights tried (comma-separated; default 1 alone)")
     ap.add_argument("--nested-log", type=Path, default=None,
                     help="with --nested: append each held-out family's choice and predictions here as JSON lines")
+    ap.add_argument("--file-host-weight", type=float, default=None,
+                    help="the fit's pull of each measurement file's host factor toward its type's (default "
+                         "cost_fit.FILE_HOST_WEIGHT; 0: one host factor per type, as before predict10)")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
                          "(a re-run that changes only the predictor skips the fits)")
@@ -529,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     global FIT_CACHE, NESTED_LOG, NESTED_GRID
     NESTED_GRID = nested_grid(tuple(float(a) for a in args.nested_residual_weights.split(",")))
     FIT_CACHE = args.fit_cache
+    if args.file_host_weight is not None:
+        cost_fit.FILE_HOST_WEIGHT = args.file_host_weight
     NESTED_LOG = args.nested_log
     data = shared_data()
     if not (data / "gpu-train-benchmarks" / "perf_table.csv").exists():

@@ -226,8 +226,9 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             for k, opts in variants.items():
                 opts = dict(opts)
                 settle = {key[len("settle_"):]: opts.pop(key) for key in list(opts) if key.startswith("settle_")}
+                age = opts.pop("starvation_age_s", 86400.0)      # the round's guard (SimSetup's), 24 h as in fifo's
                 setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
-                                 objective=opts.pop("objective", "balanced"), policy_options=opts,
+                                 starvation_age_s=age, objective=opts.pop("objective", "balanced"), policy_options=opts,
                                  settle=SettleOptions(**settle) if settle else None)
                 r = replay(trace, "msched", setup, bound=lb)
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]

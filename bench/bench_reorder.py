@@ -611,10 +611,12 @@ def sim_settle(n_pending: int, seed: int = 0, *, ends: int = 4, log=print,  # no
 
 
 def online_churn(n_jobs: int = 400, gap_s: float = 3000.0, seeds: tuple[int, ...] = (1, 2, 3, 4, 5),
-                 heads: tuple[float | None, ...] = (None, 1.0), planner: str = "greedy", log=print) -> dict:  # noqa: ANN001
+                 heads: tuple[float | None, ...] = (None, 1.0), planner: str = "greedy", log=print,  # noqa: ANN001
+                 replans: tuple[float | None, ...] = (None,)) -> dict:
     """Writes per job beside makespan and mean JCT on an online trace (`slurm_sim.trace.synth`, Poisson
     arrivals `gap_s` apart, the dev cluster's 4 types x 4 GPUs): each seed replayed with each `heads`
-    setting (SettleOptions.head_gpus; None writes the whole queue at once, as rounds did before)."""
+    setting (SettleOptions.head_gpus; None writes the whole queue at once, as rounds did before) and each
+    `replans` setting (SettleOptions.replan_head; None plans the whole queue every round)."""
     import dataclasses
 
     from msched.rounds.settle import SettleOptions
@@ -630,17 +632,22 @@ def online_churn(n_jobs: int = 400, gap_s: float = 3000.0, seeds: tuple[int, ...
     for seed in seeds:
         trace = synth(n_jobs, models, truth, seed=seed, arrival=f"poisson:{gap_s:g}", max_gpus=4)
         for head in heads:
-            m = replay(trace, "msched", dataclasses.replace(setup, settle=SettleOptions(head_gpus=head))).metrics
-            run = {"seed": seed, "head_gpus": head, "writes_per_job": m["writes_per_job"],
-                   "makespan_s": m["makespan_s"], "mean_jct_s": m["mean_jct_s"]}
-            out["runs"].append(run)
-            log(f"  seed {seed} head {head if head is not None else 'all'}: {m['writes_per_job']:.2f} writes/job, "
-                f"makespan {m['makespan_s']:,.0f} s, mean JCT {m['mean_jct_s']:,.0f} s")
+            for replan in replans:
+                opts = SettleOptions(head_gpus=head, replan_head=replan)
+                m = replay(trace, "msched", dataclasses.replace(setup, settle=opts)).metrics
+                run = {"seed": seed, "head_gpus": head, "replan_head": replan, "writes_per_job": m["writes_per_job"],
+                       "makespan_s": m["makespan_s"], "mean_jct_s": m["mean_jct_s"]}
+                out["runs"].append(run)
+                log(f"  seed {seed} head {head if head is not None else 'all'} replan {replan or 'all'}: "
+                    f"{m['writes_per_job']:.2f} writes/job, makespan {m['makespan_s']:,.0f} s, "
+                    f"mean JCT {m['mean_jct_s']:,.0f} s")
     for head in heads:
-        runs = [r for r in out["runs"] if r["head_gpus"] == head]
-        log(f"head {head if head is not None else 'all'}: mean {sum(r['writes_per_job'] for r in runs) / len(runs):.2f} "
-            f"writes/job, makespan {sum(r['makespan_s'] for r in runs) / len(runs):,.0f} s, "
-            f"mean JCT {sum(r['mean_jct_s'] for r in runs) / len(runs):,.0f} s")
+        for replan in replans:
+            runs = [r for r in out["runs"] if r["head_gpus"] == head and r["replan_head"] == replan]
+            log(f"head {head if head is not None else 'all'} replan {replan or 'all'}: "
+                f"mean {sum(r['writes_per_job'] for r in runs) / len(runs):.2f} "
+                f"writes/job, makespan {sum(r['makespan_s'] for r in runs) / len(runs):,.0f} s, "
+                f"mean JCT {sum(r['mean_jct_s'] for r in runs) / len(runs):,.0f} s")
     return out
 
 
@@ -839,6 +846,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3,4,5", help="the online-churn seeds (default 1-5)")
     ap.add_argument("--heads", default="all,1", help="the online-churn head sizes, places per GPU ('all': the "
                                                      "whole queue; default all,1)")
+    ap.add_argument("--replans", default="all", help="the online-churn replan_head settings, places per GPU "
+                                                     "('all': the whole queue; e.g. all,8)")
     ap.add_argument("--planner", default="greedy", choices=("greedy", "optimize", "cpsat"),
                     help="the online-churn planner (default greedy: one plan per snapshot)")
     ap.add_argument("--queue-memory", default="", metavar="PENDING,FINISHED",
@@ -858,8 +867,9 @@ def main() -> None:
     if args.online_churn:
         jobs, gap = args.online_churn.split(",")
         heads = tuple(None if h.strip() == "all" else float(h) for h in args.heads.split(","))
+        replans = tuple(None if h.strip() == "all" else float(h) for h in args.replans.split(","))
         res = online_churn(int(jobs), float(gap), tuple(int(x) for x in args.seeds.split(",")), heads,
-                           planner=args.planner)
+                           planner=args.planner, replans=replans)
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return

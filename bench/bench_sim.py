@@ -12,7 +12,7 @@ it with the simulator's reader (truth and cluster checks on) and prints seconds 
 per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
-                                        [--load-lines N] [--rounds-anew] [--search-work N]
+                                        [--load-lines N] [--rounds-anew] [--cuts-anew] [--search-work N]
 """
 
 from __future__ import annotations
@@ -143,6 +143,28 @@ def rounds_anew() -> None:
     base.PossibleTypes.keep = False
 
 
+def cuts_anew() -> None:
+    """Switch off planner11's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): starts on a booked type from a heap, free times from a pass over the nodes,
+    shard_view and packing_round called without shard partitions, the simple bound through its instance,
+    backfill's profiles from a pass over the active jobs, candidate types in the order given, the site's
+    spec table read every round. (construct's per-queue decode entries have no switch.)"""
+    import msched.policy.bound as bound
+    import msched.policy.msched as msched_policy
+    import msched.policy.timeline as timeline
+    import msched.rounds.core as core
+    import slurm_sim.compare as compare
+    import slurm_sim.simulator as simulator
+
+    timeline.Timeline.scan_dirty = False
+    timeline.Timeline.free_at_from_starts = False
+    core.SKIP_SHARDLESS = False
+    bound.SIMPLE_FAST = False
+    simulator.KEPT_ENDS = False
+    msched_policy.FASTEST_FIRST = False
+    compare.KEEP_USABLE_MEMORY = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -158,11 +180,15 @@ def main() -> None:
     ap.add_argument("--rounds-anew", action="store_true",
                     help="the round's readings kept from the last round switched off (node memo, shifted base "
                          "timeline, inlined kept views, PossibleTypes): the plain path, for an on/off pair")
+    ap.add_argument("--cuts-anew", action="store_true",
+                    help="planner11's plan-identical cuts switched off (see cuts_anew): the other half of a pair")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     a = ap.parse_args()
     if a.rounds_anew:
         rounds_anew()
+    if a.cuts_anew:
+        cuts_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 

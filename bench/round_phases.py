@@ -153,7 +153,7 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
         st = r.settle
         m.update(pending=len(r.snapshot.pending), update_calls=r.update_calls, plan_s=r.plan_seconds,
                  est_makespan_s=r.plan.est_makespan_end - r.time, moved=st.moved, kept=st.kept,
-                 held_back=st.held_back, buys=st.buys())
+                 held_back=st.held_back, buys=st.buys(), replanned_head=getattr(st, "head", None))
     phases.wall["store"] = out.db_seconds
     ru = resource.getrusage(resource.RUSAGE_SELF)
     child_cpu, child_rss = _children()

@@ -25,6 +25,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     settle_margin  = 0.01                  # reorder: a new plan must beat the incumbent by this share
     moves_per_change = 8                   # reorder: optional moves per job that arrived or left the queue
     write_head     = 1.0                   # reorder: places at the queue's head written per GPU (0: all)
+    replan_head    = 0                     # reorder: places re-planned per GPU once msched holds the queue
+                                           #   (0: the whole queue; msched.rounds.settle 7.)
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     pack_partitions = ["gpu"]              # packing (gres/shard) is on by default for jobs in these
@@ -117,6 +119,7 @@ class Config:
     settle_margin: float = 0.01             # share of the horizon a new plan must gain over the incumbent
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     write_head: float = 1.0                 # places at the queue's head written, per GPU (0: the whole queue)
+    replan_head: float = 0.0                # places re-planned per GPU in an event round (0: the whole queue)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
@@ -162,6 +165,8 @@ class Config:
             raise ConfigError(f"moves_per_change {self.moves_per_change!r} must be a whole number >= 0")
         if not isinstance(self.write_head, int | float) or isinstance(self.write_head, bool) or self.write_head < 0:
             raise ConfigError(f"write_head {self.write_head!r} must be a number >= 0 (0: write the whole queue)")
+        if not isinstance(self.replan_head, int | float) or isinstance(self.replan_head, bool) or self.replan_head < 0:
+            raise ConfigError(f"replan_head {self.replan_head!r} must be a number >= 0 (0: plan the whole queue)")
         if not 0 <= float(self.settle_margin) < 1:
             raise ConfigError(f"settle_margin {self.settle_margin!r} must be in [0, 1)")
         if not float(self.retention_days) > 0:

@@ -41,6 +41,8 @@ from slurm_sim.trace import TraceJob
 
 POLICIES = POLICY_NAMES          # every registered policy, in the order results are listed
 CACHE_SHAPES = True              # replay keeps submit_decision's memory figures per (model, batch) and types
+KEEP_USABLE_MEMORY = True        # replay reads the rounds' usable memory per type once (off: every round reads
+                                 # the site's spec table; tests/test_fast_paths.py)
 
 
 class SimRunError(RuntimeError):
@@ -165,6 +167,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
            progress: Callable[[str], None] | None = None, bound=None) -> RunResult:  # noqa: ANN001
     """Simulate one policy on one trace; optionally record runs, rounds and jobs in `store`. `bound`:
     the trace's lower bound (`metrics.trace_bound`) when the caller has it already (one LP per trace)."""
+    from msched.estimate.memory import usable_by_type
     from msched.rounds.core import policy_prices, round_due, run_round
 
     wall0 = _time.perf_counter()
@@ -199,6 +202,17 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     next_round = t0 if replans else float("inf")
     i = 0
     inf = float("inf")
+
+    usable: dict[frozenset, Mapping[str, float]] = {}
+
+    def usable_memory(known: set[str]) -> Mapping[str, float]:
+        """The round's usable memory per known type (`msched.estimate.memory.usable_by_type`: the site's
+        spec table), read once per set of types in a replay instead of once per round (KEEP_USABLE_MEMORY)."""
+        key = frozenset(known)
+        hit = usable.get(key)
+        if hit is None:
+            hit = usable[key] = usable_by_type(known)
+        return hit
 
     sizes: dict[str, dict[str, tuple[int, ...]]] = {}      # per partition list: the nodes the job may use
     shapes: dict = {}                                       # submit_decision's per-model and per-types memory
@@ -265,7 +279,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                                    starvation_age_s=setup.starvation_age_s, gpu_type_of=_canonical,
                                    incumbent=incumbent, settle_options=setup.settle,
                                    begin_times=setup.begin_times,
-                                   pack_guard=setup.packing.guard if setup.packing is not None else "bound")
+                                   pack_guard=setup.packing.guard if setup.packing is not None else "bound",
+                                   usable_memory=usable_memory if KEEP_USABLE_MEMORY else usable_by_type)
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent
                 rounds += 1

@@ -36,6 +36,7 @@ can skip rounds that would see the same snapshot.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import re
@@ -61,6 +62,10 @@ _COUNTS = "refuse"
 # backfill builds each node's free-GPU profile from the running jobs in one sorted pass rather than by one
 # insertion per job (the same step functions: tests/test_fast_paths.py compares replays with it off)
 ONE_PASS_PROFILES = True
+KEPT_ENDS = True          # backfill's node profiles from each node's running jobs' limit ends, kept sorted as jobs
+                          # start and end (`Simulator._ends`), instead of a pass over every active job; off:
+                          # that pass (tests/test_fast_paths.py). Without shard jobs only (their GPUs follow
+                          # the pairing).
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,7 @@ class Simulator:
         self.node_gpus = [n.gpus for n in cluster.nodes]
         self.node_features = [frozenset(f.lower() for f in n.features) for n in cluster.nodes]
         self.free = list(self.node_gpus)
+        self._ends: list[list[tuple[float, int]]] = [[] for _ in self.node_gpus]   # per node, sorted (KEPT_ENDS)
         self.free_total = sum(self.free)          # free GPUs over all nodes
         self.all_features = frozenset().union(*self.node_features) if cluster.nodes else frozenset()
         classes: dict[tuple, list[int]] = {}
@@ -586,11 +592,27 @@ class Simulator:
         job.gpu_type = cls.gpu_type
         job.partition = self._partition_in(job, c)
         job.view = None
+        if not job.shards:
+            self._keep_ends(job, True)
         self.busy_by_type[cls.gpu_type] += 0 if joined else job.num_gpus
         self._push_event(end, _END, job.job_id)
         self.version += 1
 
+    def _keep_ends(self, job: SimJob, started: bool) -> None:
+        """A running (not shard) job's entry in its nodes' sorted limit ends (`_ends`), added or removed:
+        what backfill's pass over the active jobs gives each node."""
+        entry = (job.start_time + self.effective_limit(job),
+                 job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]])
+        for n in job.nodes:
+            ends = self._ends[n]
+            if started:
+                bisect.insort(ends, entry)
+            else:
+                del ends[bisect.bisect_left(ends, entry)]
+
     def _release_nodes(self, job: SimJob) -> None:
+        if not job.shards:
+            self._keep_ends(job, False)
         per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
         for n in job.nodes:
             self._take(n, -per_node)
@@ -642,7 +664,11 @@ class Simulator:
         # each running job's GPUs free at its limit's end, per node: every node's step function at once
         # (ONE_PASS_PROFILES) or one insertion per job
         frees: dict[int, list[tuple[float, int]]] = {}
-        for job in self.active.values():
+        if KEPT_ENDS and self.packing is None:       # no shard job can run: every running job is in `_ends`
+            for n, ends in enumerate(self._ends):
+                if ends:
+                    prof[n] = _Profile.from_frees(now, self.free[n], ends, ordered=True)
+        for job in () if KEPT_ENDS and self.packing is None else self.active.values():
             if job.state == RUNNING and (not job.shards or self.packing.owns_gpu(job.job_id)):
                 end = max(now, job.start_time + self.effective_limit(job))
                 per_node = job.num_gpus if len(job.nodes) == 1 else self.node_gpus[job.nodes[0]]
@@ -752,12 +778,13 @@ class _Profile:
         self.free = [free]
 
     @classmethod
-    def from_frees(cls, now: float, free: int, ends: list[tuple[float, int]]) -> _Profile:
+    def from_frees(cls, now: float, free: int, ends: list[tuple[float, int]], ordered: bool = False) -> _Profile:
         """The profile `add(end, inf, gpus)` for each (end, gpus) builds (ends at or before now count
-        from now), in one sort instead of one insertion per job (`ONE_PASS_PROFILES`)."""
+        from now), in one sort instead of one insertion per job (`ONE_PASS_PROFILES`); `ordered`: `ends` is
+        sorted already (`KEPT_ENDS`: ends before now are summed into now's step either way)."""
         p = cls(now, free)
         times, frees = p.times, p.free
-        for end, gpus in sorted(ends):
+        for end, gpus in ends if ordered else sorted(ends):
             if end <= now:
                 frees[0] += gpus
                 continue

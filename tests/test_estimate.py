@@ -136,6 +136,41 @@ def test_link_factor_scales_the_all_reduce_and_the_host_factor_the_replication(p
     assert extra("squeezenet1_0", host=2.0, link=0.0) > extra("squeezenet1_0", host=1.0, link=0.0) + 0.9 * replication
 
 
+def test_file_host_factor_is_fitted_per_measurement_file(profiles):
+    """A machine's host speed in one measurement file (type, GPU count, precision) differs from its other
+    files' (predict10: the RTX 2080 Ti float file's host-bound rows +0.10 in log, its half file's -0.09): rows
+    made with one file 1.4x slower on the host give that file, and no other, a host factor ~1.4x its
+    sibling file's, and an unseen host-bound model is then predicted right in both files."""
+    base, specs = load_cost_model(), load_specs()
+    truth = CostModel(dict(base.data, file_host={"rtx2080ti:1:float": 1.4}))
+    rtx = specs.require("rtx2080ti")
+    # the factor is the file's alone: the same type's half file is untouched, the float file's host part scaled
+    neutral = CostModel(dict(base.data, file_host={}))
+    assert truth.iteration_ms(profiles["shufflenet_v2_x1_0"], rtx, "half") == pytest.approx(
+        neutral.iteration_ms(profiles["shufflenet_v2_x1_0"], rtx, "half"))
+    assert truth.iteration_ms(profiles["shufflenet_v2_x1_0"], rtx, "float") > 1.2 * neutral.iteration_ms(
+        profiles["shufflenet_v2_x1_0"], rtx, "float")
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0", "mnasnet1_0",
+              "mnasnet0_5"]
+    rows = [FitRow(m, t, 1, 12, p, truth.iteration_ms(profiles[m], specs.get(t), p, 12, 1))
+            for m in models for t in ("rtx2080ti", "a100") for p in ("float", "half")]
+    params = fit(rows, profiles, specs)
+    ratio = params["file_host"]["rtx2080ti:1:float"] / params["file_host"]["rtx2080ti:1:half"]
+    assert ratio == pytest.approx(1.4, rel=0.15)
+    assert params["file_host"]["a100_pcie_40gb:1:float"] == pytest.approx(
+        params["file_host"]["a100_pcie_40gb:1:half"], rel=0.1)
+    fitted = CostModel(params)
+    flat = CostModel(fit(rows, profiles, specs, file_host_weight=0.0))   # one host factor per type
+    assert flat.file_host == {}
+
+    def err(model, p):
+        return abs(math.log(model.iteration_ms(profiles["shufflenet_v2_x1_0"], rtx, p)
+                            / truth.iteration_ms(profiles["shufflenet_v2_x1_0"], rtx, p)))
+    # measured: float 0.14 against 0.30, half 0.00 against 0.03
+    assert err(fitted, "float") < 0.6 * err(flat, "float")
+    assert err(fitted, "half") <= err(flat, "half") + 0.01
+
+
 def test_fit_recovers_known_parameters(profiles):
     """Rows made by a known parameter set (the shipped one) on a subset: the fit from a neutral start
     reproduces them closely on models it did not see."""

@@ -155,6 +155,50 @@ def test_copied_timelines_book_and_answer_as_a_fresh_build(case):
     assert again.free == fresh.free and again.free_at() == fresh.free_at()
 
 
+@settings(max_examples=150, deadline=None)
+@given(bookings())
+def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
+    """`Timeline.scan_dirty`: a copy's start on a type it booked, from its origin's sorted keys and the
+    nodes it booked, is the heap's answer (start and node, so the same placement), copy after copy."""
+    nodes, running, ops = case
+
+    def run(scan: bool) -> list:
+        Timeline.scan_dirty = scan
+        try:
+            tl = Timeline(0.0, tuple(nodes), tuple(running))
+            seen = []
+            for t, g, length, copy_here in ops:
+                if copy_here:
+                    tl = tl.copy()
+                seen.append(_book(tl, t, g, length))
+                seen.append([(u, k, tl.start_time(u, k), tl.place(u, k)) for u in TYPES for k in (1, 2, 4)])
+            return seen + [tl.free]
+        finally:
+            Timeline.scan_dirty = True
+
+    assert run(True) == run(False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(bookings())
+def test_free_times_from_the_start_cache_equal_a_pass_over_the_nodes(case):
+    """`Timeline.free_at_from_starts`: each type's first free GPU, read as a one-GPU job's earliest start,
+    is the earliest first free time over the type's nodes, on built timelines and on copies, booking
+    after booking."""
+    nodes, running, ops = case
+    for tl in (Timeline(0.0, list(nodes), list(running)), Timeline(0.0, tuple(nodes), tuple(running))):
+        for t, g, length, copy_here in ops:
+            if copy_here:
+                tl = tl.copy()
+            _book(tl, t, g, length)
+            fast = tl.free_at()
+            Timeline.free_at_from_starts = False
+            try:
+                assert fast == tl.free_at() and list(fast) == list(tl.free_at())
+            finally:
+                Timeline.free_at_from_starts = True
+
+
 # ------------------------------------------------------------------------------------- snapshot
 def test_a_snapshot_read_again_from_the_same_job_objects_equals_a_fresh_read():
     """The round core's per-job memo: the second read of the same SlurmJob objects (memo hits), a read of
@@ -262,6 +306,22 @@ def queues(draw):
                            86_400.0)
 
 
+@settings(max_examples=150, deadline=None)
+@given(queues(), st.sampled_from((None, 600.0)))
+def test_the_snapshot_simple_bound_summed_directly_equals_the_instance_path(snap, default_runtime_s):
+    """`msched.policy.bound.SIMPLE_FAST`: the planner's simple bound of a snapshot, summed without building
+    the instance's objects, is the bound `simple_bound` gives of that instance (to the last bit)."""
+    import msched.policy.bound as bound
+
+    fast = bound.snapshot_simple_bound(snap, default_runtime_s)
+    bound.SIMPLE_FAST = False
+    try:
+        plain = bound.snapshot_simple_bound(snap, default_runtime_s)
+    finally:
+        bound.SIMPLE_FAST = True
+    assert fast == plain
+
+
 def _decisions(plan) -> list:
     return [(d.job_id, d.priority, d.gpu_types, d.est_start, d.est_end) for d in plan.decisions]
 
@@ -270,8 +330,9 @@ def _decisions(plan) -> list:
 @given(queues(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")))
 def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, objective):
     """The msched policy's per-queue memo (`reuse_per_queue`: construct's sorts and each job's
-    candidates kept across one plan's decodes) gives the plan that recomputing them gives: random
-    snapshots with unmanaged, pinned and starving jobs, every planner and objective."""
+    candidates kept across one plan's decodes, the candidates looked at fastest first: `FASTEST_FIRST`)
+    gives the plan that recomputing them in the order given gives: random snapshots with unmanaged,
+    pinned and starving jobs, every planner and objective."""
     from msched.policy import get_policy
     from msched.policy.msched import MschedPolicy
 
@@ -312,6 +373,8 @@ def _plain_paths(monkeypatch) -> None:
     """Every shortcut off: timelines built from scratch and copied whole, every job read anew each round,
     every backfill pass run."""
     import msched.policy.base as base
+    import msched.policy.bound as bound
+    import msched.policy.msched as msched_policy
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
     import slurm_sim.compare as compare
@@ -346,8 +409,15 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(MschedPolicy, "prune_slow_types", False)
     monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
+    monkeypatch.setattr(simulator, "KEPT_ENDS", False)
     monkeypatch.setattr(compare, "CACHE_SHAPES", False)
+    monkeypatch.setattr(compare, "KEEP_USABLE_MEMORY", False)
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
+    monkeypatch.setattr(Timeline, "scan_dirty", False)
+    monkeypatch.setattr(Timeline, "free_at_from_starts", False)
+    monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
+    monkeypatch.setattr(bound, "SIMPLE_FAST", False)
+    monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

@@ -423,3 +423,85 @@ def test_a_round_whose_cpsat_is_cut_by_the_time_box_still_writes_a_valid_plan(ca
     assert all(jobs[j].features == d[j].gpu_types[0] and jobs[j].priority >= 1 for j in ids)
     c.run_until(10 * 24 * 3600)
     assert set(ids).isdisjoint(by_id(c))          # all ran and left the queue
+
+
+def a100_busy_titanv_free(age_h: float = 0.0) -> ClusterSnapshot:
+    """One a100 GPU busy until 0.5 h, one titanv GPU free; one managed job of 1 h on a100, 1.8 h on
+    titanv, pending since `age_h` hours before now (0)."""
+    nodes = [NodeState("n1", "a100", 1, 0), NodeState("n2", "titanv", 1, 1)]
+    running = (RunningJob("r", "a100", 1, 0.5 * H, ("n1",)),)
+    job = PendingJob("j", -age_h * H, 1, 100, {"a100": 1 * H, "titanv": 1.8 * H})
+    return ClusterSnapshot(0.0, tuple(nodes), running, (job,), None)
+
+
+def test_wait_weight_counts_a_planned_wait_more_in_the_type_choice():
+    """Off (the default), the job waits 0.5 h for the a100 and ends at 1.5 h, before the titanv's 1.8 h.
+    With wait_weight 1 the wait counts twice: a100 1.5 + 0.5 = 2.0 h against titanv 1.8 h (no wait), so
+    it starts now on the titanv; with 0.5, a100 1.75 h still wins. Both policies, greedy and optimizing."""
+    s = a100_busy_titanv_free()
+    assert get_policy("msched").wait_weight == 0.0
+    for planner in ("greedy", "optimize"):
+        for w, want, end in ((0.0, "a100", 1.5), (0.5, "a100", 1.5), (1.0, "titanv", 1.8)):
+            plan = get_policy("msched", planner=planner, wait_weight=w, affinity=0).plan(s)
+            (d,) = plan.decisions
+            assert (d.gpu_types, d.est_end / H) == ((want,), end), (planner, w)
+    with pytest.raises(ValueError, match="wait_weight and age_weight must be >= 0"):
+        get_policy("msched", wait_weight=-1)
+
+
+def test_plan_score_weighs_ends_by_age_and_adds_planned_waits():
+    """The JCT measure by hand: a 1 h job planned 0.5-1.5 h and a 2 h job planned 0-2 h, now = 0."""
+    from msched.policy.base import Placed
+    from msched.policy.planner import age_weights, score
+
+    s = ClusterSnapshot(0.0, (), (), (), None)
+    placed = {"a": Placed("a100", 0.5 * H, 1.5 * H), "b": Placed("a100", 0.0, 2 * H)}
+    assert score(s, placed).sum_end == 3.5 * H
+    assert score(s, placed, wait_weight=2.0).sum_end == 3.5 * H + 2.0 * 0.5 * H
+    # a: pending 3 h, length 1 h -> 1 + 0.5 x 3 = 2.5; b: pending 1 h, length 2 h -> 1 + 0.5 x 0.5 = 1.25
+    jobs = [PendingJob("a", -3 * H, 1, 0, {"a100": H}), PendingJob("b", -1 * H, 1, 0, {"a100": 2 * H})]
+    w = age_weights(jobs, 0.0, {"a": H, "b": 2 * H}, 0.5)
+    assert w == {"a": 2.5, "b": 1.25}
+    assert score(s, placed, w).sum_end == 2.5 * 1.5 * H + 1.25 * 2 * H
+
+
+def test_age_weight_lets_a_long_waiting_job_go_before_a_shorter_arrival():
+    """One GPU, two online jobs: x (1.2 h, pending 2 h) and y (1 h, just arrived). Shortest first (the
+    default) plans y first (ends 1 + 2.2 = 3.2 h); age_weight 0.5 weighs x's end 1 + 0.5 x 2 / 1.2 =
+    1.83x, so Smith's rule (1.2 / 1.83 = 0.65 h before 1 h) and the search plan x first."""
+    nodes = [NodeState("n1", "a100", 1, 1)]
+    pend = [PendingJob("x", -2 * H, 1, 100, {"a100": 1.2 * H}), PendingJob("y", 0.0, 1, 100, {"a100": 1 * H})]
+    s = snap(nodes, pend)
+    for w, first in ((0.0, "y"), (0.5, "x")):
+        p = get_policy("msched", age_weight=w, time_box_s=120)
+        assert p.objective_for(s) == "balanced"
+        assert [j.job_id for j in p.order(s)[0]] == [first, "x" if first == "y" else "y"]
+        plan = p.plan(s)
+        assert min(plan.decisions, key=lambda d: d.est_start).job_id == first, w
+
+
+def test_settle_own_finish_rule_blocks_a_move_that_is_later_for_the_job_but_better_for_the_queue():
+    """a100 (1 GPU, busy until 1 h) and titanv (1 GPU, free); x (1 h on a100, 2.5 h on titanv) and y (1 h
+    on a100, 3 h on titanv), both held on a100, x first: ends 2 h and 3 h (mean 2.5 h, makespan 3 h).
+    The new plan sends x to the titanv now (ends 2.5 h, later for x) and y takes the a100 at 1 h (ends
+    2 h): mean 2.25 h, makespan 2.5 h. Settle's own-finish rule (the default) keeps x where it was; with
+    `own_finish` off the move is a candidate and the plan-level test takes it."""
+    from msched.policy.snapshot import JobDecision, Plan
+    from msched.rounds.settle import Incumbent, settle
+
+    nodes = (NodeState("n1", "a100", 1, 0), NodeState("n2", "titanv", 1, 1))
+    running = (RunningJob("r", "a100", 1, 1 * H, ("n1",)),)
+    est = {"x": {"a100": 1 * H, "titanv": 2.5 * H}, "y": {"a100": 1 * H, "titanv": 3 * H}}
+    pend = tuple(PendingJob(j, -1.0, 1, p, est[j], current_types=("a100",)) for j, p in (("x", 200), ("y", 100)))
+    s = ClusterSnapshot(0.0, nodes, running, pend, None)
+    inc = Incumbent(types={"x": ("a100",), "y": ("a100",)}, priority={"x": 200, "y": 100})
+    plan = Plan("msched", [JobDecision("x", 200, ("titanv",), 0.0, 2.5 * H, est["x"]),
+                           JobDecision("y", 100, ("a100",), 1 * H, 2 * H, est["y"])])
+    held = {}
+    for own in (True, False):
+        out, report = settle(s, plan, inc, objective="balanced", options=SettleOptions(own_finish=own))
+        held[own] = ({d.job_id: d.gpu_types for d in out.decisions}, report.makespan_held / H, report.mean_end_held / H)
+        assert report.gain["x"] == -0.5 * H and report.gain["y"] == 1 * H
+    assert held[True] == ({"x": ("a100",), "y": ("a100",)}, 3.0, 2.5)
+    assert held[False] == ({"x": ("titanv",), "y": ("a100",)}, 2.5, 2.25)
+    assert SettleOptions().own_finish

@@ -40,12 +40,18 @@ POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other ge
 # Before: 0.3 and 0 (P100 left out 0.301 on Gavel's GPU-bound rows, titanxp 0.274).
 HOST_POOL_WEIGHT = 1.0
 RUN_PRIOR_WEIGHT = 1.0
+# FILE_HOST_WEIGHT: pull of each measurement file's host factor (a type's rows at one GPU count and precision,
+# measured in one sitting) toward its type's. predict10: the nested family hold-out's wrong best types were
+# mostly ShuffleNet's (host-bound) between A100 and RTX 2080 Ti; the files' host-bound rows disagree beyond
+# one host factor per type (RTX 2080 Ti float +0.10 in log, half -0.09; half files below float on every
+# Turing and Ampere machine). Set before any run to HOST_POOL_WEIGHT's value, not tuned; 0 disables it.
+FILE_HOST_WEIGHT = 1.0
 # physical ranges (log-space bounds): efficiencies relative to a spatial convolution's, memory-traffic
 # multipliers of the bytes the terms count. Without them a parameter that only small layers inform (the
 # classifier's linear layer at batch 12) soaks up fixed costs and wrecks the large layers of a family the
 # fit never saw (VGG's 100M-parameter linears).
 BOUNDS = {"e_": (0.2, 2.0), "a_conv_grouped": (0.25, 50.0), "a_": (0.25, 8.0), "eff:": (0.05, 3.0),
-          "bw:": (0.2, 5.0)}
+          "bw:": (0.2, 5.0), "file:": (0.33, 3.0)}
 MIN_MODELS_FOR_DEFAULT = 3   # generations measured on fewer models do not shape the unseen-generation default
 
 
@@ -61,13 +67,20 @@ class FitRow:
     run: str = ""          # the measurement run (machine and software stack) the row came from; see `fit`
 
 
+def file_key(gpu_type: str, num_gpus: int, precision: str) -> str:
+    """A measurement file's key in the parameter file's `file_host`: type (canonical), GPU count, precision."""
+    return f"{gpu_type}:{int(num_gpus)}:{precision}"
+
+
 def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable, *,
-        host_pool_weight: float | None = None, run_prior_weight: float | None = None) -> dict:
+        host_pool_weight: float | None = None, run_prior_weight: float | None = None,
+        file_host_weight: float | None = None) -> dict:
     """Fit on `rows` (profiles by model name, spec rows by type) and return the parameter file's data.
-    `host_pool_weight`, `run_prior_weight`: HOST_POOL_WEIGHT and RUN_PRIOR_WEIGHT unless given (the
-    benchmark's cross-validation of them)."""
+    `host_pool_weight`, `run_prior_weight`, `file_host_weight`: HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT and
+    FILE_HOST_WEIGHT unless given (the benchmark's cross-validation of them)."""
     host_pool = HOST_POOL_WEIGHT if host_pool_weight is None else host_pool_weight
     run_prior = RUN_PRIOR_WEIGHT if run_prior_weight is None else run_prior_weight
+    file_weight = FILE_HOST_WEIGHT if file_host_weight is None else file_host_weight
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -87,6 +100,12 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     bw_free = [g for g in gens if g != bw_fixed]
     types = sorted({specs.get(r.gpu_type).gpu_type for r in usable})
     multi_types = sorted({f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable if r.num_gpus > 1})
+    # each measurement file's host factor relative to its type's, for types measured in more than one file
+    row_file = [file_key(specs.get(r.gpu_type).gpu_type, r.num_gpus, r.precision) for r in usable]
+    files_of: dict[str, set[str]] = {}
+    for r, key in zip(usable, row_file, strict=True):
+        files_of.setdefault(specs.get(r.gpu_type).gpu_type, set()).add(key)
+    files = sorted(k for ks in files_of.values() if len(ks) > 1 for k in ks) if file_weight > 0 else []
     # each measurement run's GPU-speed factor (its software stack: cuDNN, driver), relative to the run with
     # the most rows; identifiable where runs share a generation (Pascal: titanxp and the older run's gtx1080ti)
     run_rows = {}
@@ -95,7 +114,8 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     run_fixed = max(sorted(run_rows), key=lambda k: run_rows[k])
     runs_free = [k for k in sorted(run_rows) if k != run_fixed]
     names = [*free_shared, *(f"eff:{g}:{c}" for g, c in eff_keys), *(f"bw:{g}" for g in bw_free),
-             *(f"run:{k}" for k in runs_free), *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types)]
+             *(f"run:{k}" for k in runs_free), *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types),
+             *(f"file:{k}" for k in files)]
     x0 = np.array([math.log(INITIAL.get(n, 0.5 if n.startswith(("e_", "eff:")) else 1.0)) for n in names])
 
     tarr = {key: np.array([t[key] for _g, t, _p in per_row]) for key in per_row[0][1]}
@@ -105,6 +125,8 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     type_idx = np.array([types.index(specs.get(r.gpu_type).gpu_type) for r in usable])
     link_idx = np.array([multi_types.index(t) if t in multi_types else -1
                          for t in (f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable)])
+    file_index = {k: i for i, k in enumerate(files)}
+    file_idx = np.array([file_index.get(k, -1) for k in row_file])
     n_bw = len(bw_free)
     n_run = len(runs_free)
     run_idx = np.array([runs_free.index(r.run) if r.run in runs_free else -1 for r in usable])
@@ -120,16 +142,18 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         run = np.exp(x[at:at + n_run])
         at += n_run
         host = np.exp(x[at:at + len(types)])
-        link = np.exp(x[at + len(types):])
-        return shared, eff_vals, bw, host, link, run
+        at += len(types)
+        link = np.exp(x[at:at + len(multi_types)])
+        filef = np.exp(x[at + len(multi_types):])
+        return shared, eff_vals, bw, host, link, run, filef
 
     def predict(x):
-        shared, eff_vals, bw, host, link, run = unpack(x)
+        shared, eff_vals, bw, host, link, run, filef = unpack(x)
         padded = np.append(eff_vals, 1.0)   # index -1: a kind with no FLOPs in this row
         eff = {k: padded[kind_idx[k]] for k in COMPUTE_KINDS}
         ebw = np.array([bw[g] for g in gens])[gen_idx]
-        return combine(tarr, shared, eff, ebw, host[type_idx], np.append(link, 1.0)[link_idx],
-                       gpuf=np.append(run, 1.0)[run_idx])
+        return combine(tarr, shared, eff, ebw, host[type_idx] * np.append(filef, 1.0)[file_idx],
+                       np.append(link, 1.0)[link_idx], gpuf=np.append(run, 1.0)[run_idx])
 
     groups = [np.array([n_shared + i for i, (_g, c) in enumerate(eff_keys) if c == cls])
               for cls in sorted({c for _g, c in eff_keys})]
@@ -147,10 +171,12 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     groups = [g for g in groups if len(g) > 1]
 
     run_at = slice(n_shared + n_eff + n_bw, n_shared + n_eff + n_bw + n_run)
+    file_at = slice(len(names) - len(files), len(names))
 
     def residuals(x):
         pooled = [w * (x[g] - x[g].mean()) for g, w in zip(groups, weights, strict=True)]
-        return np.concatenate([np.log(predict(x)) - y, PRIOR_WEIGHT * (x - x0), *pooled, run_prior * x[run_at]])
+        return np.concatenate([np.log(predict(x)) - y, PRIOR_WEIGHT * (x - x0), *pooled, run_prior * x[run_at],
+                               file_weight * x[file_at]])
 
     lower, upper = [], []
     for n in names:
@@ -158,9 +184,15 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         lower.append(math.log(lo))
         upper.append(math.log(hi))
     x0 = np.clip(x0, np.array(lower) + 1e-9, np.array(upper) - 1e-9)
-    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf",
-                        bounds=(np.array(lower), np.array(upper)))
-    shared, eff_vals, bw, host, link, run = unpack(res.x)
+    # one BLAS thread: the trust region's SVD of a ~1,800 x 70 Jacobian takes 30 ms on one thread and 0.5-1.2
+    # s when OpenBLAS spreads it over threads on a loaded 2-core machine (predict10: 83% of a fit's time;
+    # a fit 147 s -> ~30 s). Single-threaded, a fit is also the same to the bit wherever it runs.
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf",
+                            bounds=(np.array(lower), np.array(upper)))
+    shared, eff_vals, bw, host, link, run, filef = unpack(res.x)
     gen_eff: dict[str, dict[str, float]] = {}
     for (g, c), v in zip(eff_keys, eff_vals, strict=True):
         gen_eff.setdefault(g, {})[c] = float(v)
@@ -173,6 +205,7 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         "type_host": {t: float(v) for t, v in zip(types, host, strict=True)},
         "run_host": _run_host(usable, {t: float(v) for t, v in zip(types, host, strict=True)}, specs),
         "type_link": {t: float(v) for t, v in zip(multi_types, link, strict=True)},
+        "file_host": {k: float(v) for k, v in zip(files, filef, strict=True)},
         "run_gpu": {run_fixed: 1.0, **{k: float(v) for k, v in zip(runs_free, run, strict=True)}},
         "type_run": _type_run(usable, specs),
         "fit": {"rows": len(usable), "mean_abs_log_error": float(err.mean()),

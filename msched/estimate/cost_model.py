@@ -209,6 +209,9 @@ class CostModel:
         # 1 for a machine never measured
         self.type_host: dict[str, float] = dict(data.get("type_host") or {})
         self.type_link: dict[str, float] = dict(data.get("type_link") or {})
+        # a measured machine's host factor in one measurement file ("type:count:precision"), relative to its
+        # type's (predict10: files measured at different sittings); 1 for a file never measured
+        self.file_host: dict[str, float] = dict(data.get("file_host") or {})
         # a machine never measured: its measurement run's factor (the same software stack), else the
         # file's `default_host` (a site's refit: the site's own machines), else every machine's geometric mean
         self.run_host: dict[str, float] = dict(data.get("run_host") or {})
@@ -247,7 +250,8 @@ class CostModel:
         t, pclass = terms(profile, spec, precision, batch_size, num_gpus, optimizer)
         eff = {k: self.efficiency(spec.generation, pclass[k]) for k in COMPUTE_KINDS}
         n = max(1, int(num_gpus))
-        host = self.type_host.get(spec.gpu_type, self.run_host.get(run, self.default_host))
+        host = self.type_host.get(spec.gpu_type, self.run_host.get(run, self.default_host)) \
+            * self.file_host.get(f"{spec.gpu_type}:{n}:{precision}", 1.0)
         gpuf = self.run_gpu.get(self.type_run.get(spec.gpu_type) or run or self.default_run, 1.0)
         link = self.type_link.get(f"{spec.gpu_type}:{n}", self.default_link.get(n, 1.0))
         return float(combine(t, self.shared, eff, self.bandwidth_efficiency(spec.generation), host, link,

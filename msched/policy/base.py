@@ -19,12 +19,12 @@ waiting for its type blocks the rest), so each start is at or after the previous
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Timeline
+from msched.policy.timeline import Placement, Timeline
 
 # simulate() reads a one-node job's start from the timeline's cached earliest start per type and builds
 # only the chosen placement (tests/test_fast_paths.py: the same placements with it off)
@@ -128,7 +128,8 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
             continue                       # can never run here (too wide for every allowed type)
         key, p, rt = best
         if isinstance(p, str):             # the one-node fast path chose type p: its placement from the cache
-            p = replace(tl.place(p, g), start=key[0])
+            q = tl.place(p, g)
+            p = Placement(q.gpu_type, key[0], q.nodes, q.per_node)
         tl.commit(p, p.start + rt)
         out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
         if not backfill:

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 MAX_RELEASES = 256
 LP_METHOD = "highs"
+SIMPLE_FAST = True          # snapshot_simple_bound summed without the instance's objects; off: through simple_bound
+                            # (tests/test_fast_paths.py)
 
 
 @dataclass(frozen=True)
@@ -241,12 +243,38 @@ def snapshot_lower_bound(snapshot, default_runtime_s: float | None = None) -> Lo
 def snapshot_simple_bound(snapshot, default_runtime_s: float | None = None) -> float:  # noqa: ANN001
     """The simple bound of the same instance as `snapshot_lower_bound` (no LP: far cheaper, weaker),
     as the last end's earliest time (origin `now` added)."""
-    jobs, cap, busy = _snapshot_instance(snapshot, default_runtime_s)
-    cap, usable, _, busy = _usable(jobs, cap, busy)
-    return snapshot.now + simple_bound(usable, cap, snapshot.now, busy)
+    if not SIMPLE_FAST:
+        jobs, cap, busy = _snapshot_instance(snapshot, default_runtime_s)
+        cap, usable, _, busy = _usable(jobs, cap, busy)
+        return snapshot.now + simple_bound(usable, cap, snapshot.now, busy)
+    # `simple_bound` of that instance without its objects: every job and busy GPU is released at now (the
+    # origin), so its one release point sums all the work, summed as it sums it (largest last)
+    now = snapshot.now
+    jobs, cap, _ = _snapshot_instance(snapshot, default_runtime_s, with_busy=False)
+    cap, usable, _, _ = _usable(jobs, cap, ())
+    total = sum(cap.values())
+    lb = 0.0
+    works = []
+    for r in snapshot.running:
+        g = r.num_gpus
+        if g > 0 and r.gpu_type in cap:
+            until = r.est_end if r.est_end > now else now
+            lb = max(lb, until - now)
+            works.append(g * max(0.0, until - now))
+    for j in usable:
+        rt = min(j.runtime_s.values())
+        lb = max(lb, j.release - now + rt)
+        works.append(j.num_gpus * rt)
+    if total and works:
+        works.sort()
+        suffix = 0.0
+        for w in reversed(works):
+            suffix += w
+        lb = max(lb, now - now + suffix / total)
+    return now + lb
 
 
-def _snapshot_instance(snapshot, default_runtime_s: float | None):  # noqa: ANN001, ANN202
+def _snapshot_instance(snapshot, default_runtime_s: float | None, with_busy: bool = True):  # noqa: ANN001, ANN202
     from msched.policy.base import PossibleTypes, feasible_types, runtime_guess
 
     now = snapshot.now
@@ -261,5 +289,5 @@ def _snapshot_instance(snapshot, default_runtime_s: float | None):  # noqa: ANN0
             guess = runtime_guess(p, default_runtime_s or 0.0)
             rt = {t: guess for t in (p.allowed_types or types) if t in cap and t in possible(p)}
         jobs.append(BoundJob(p.job_id, now, p.num_gpus, rt))
-    busy = [Busy(r.gpu_type, r.num_gpus, max(now, r.est_end)) for r in snapshot.running]
+    busy = [Busy(r.gpu_type, r.num_gpus, max(now, r.est_end)) for r in snapshot.running] if with_busy else []
     return jobs, cap, busy

@@ -107,6 +107,26 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
     return out
 
 
+_MISS = object()
+FASTEST_FIRST = True     # construct looks at a job's candidate types fastest first (`_decode_entry`); off: as given
+                         # (tests/test_fast_paths.py)
+
+
+def _decode_entry(job: PendingJob, cand, runtime, starving: set[str], fastest_first: bool) -> tuple:  # noqa: ANN001
+    """What `construct` reads of a job on each decode: (candidate types, runtimes, chosen by completion,
+    GPUs, GPUs as the timeline's start cache keys them, job id, whether msched writes its type constraint,
+    the candidates as given: a starving job's constraint). `fastest_first`: the candidates by runtime (then name),
+    types without one last: construct's choice is the minimum of a strict order over the types it
+    looks at, and a type it prunes could not be that minimum, so the order only lets it prune sooner."""
+    g = job.num_gpus
+    typed = job.managed and not job.pinned_type and runtime is job.est_runtime_s
+    given = cand
+    if fastest_first and chosen_by_completion(job, starving):
+        inf = float("inf")
+        cand = tuple(sorted(cand, key=lambda t: (runtime.get(t, inf), t)))
+    return cand, runtime, chosen_by_completion(job, starving), g, g if g > 1 else 1, job.job_id, typed, given
+
+
 def chosen_by_completion(job: PendingJob, starving: set[str]) -> bool:
     """msched picks the type of a managed, unpinned, non-starving job (earliest completion); the others
     take whichever allowed type starts them first, as Slurm does."""
@@ -155,8 +175,20 @@ class MschedPolicy(MschedOncePolicy):
                  hysteresis: float = 0.05, affinity: float = 0.1, managed_first: bool = False,
                  informed_slack: float | None = DEFAULT_INFORMED_SLACK, price_quantile: float | None = None,
                  price_window_s: float | None = None, price_measure: str = "saving",
-                 free_slack: float | None = None, wait_factor: float = 1.0, **opts):
+                 free_slack: float | None = None, wait_factor: float = 1.0, wait_weight: float = 0.0,
+                 age_weight: float = 0.0, **opts):
         super().__init__(**opts)
+        if wait_weight < 0 or age_weight < 0:
+            raise ValueError(f"wait_weight and age_weight must be >= 0 (got {wait_weight}, {age_weight})")
+        # the round's plan for mean JCT (jct11; both off by default, BENCHMARKS.md "Online mean JCT, round
+        # levers"): `wait_weight` = each planned second of wait counts 1 + this in a managed job's type
+        # choice (construct) and in the plan's score (later arrivals overtake a job planned to wait, so a
+        # planned wait runs longer than planned); `age_weight` = a job's end weighs 1 + this x (its age /
+        # its length) in the plan's sum of ends, and the greedy order is by length over that weight
+        # (Smith's rule): a job that has waited long against its length is no longer overtaken by every
+        # shorter arrival (an age guard on shortest first)
+        self.wait_weight = float(wait_weight)
+        self.age_weight = float(age_weight)
         if price_quantile is not None and not 0 <= price_quantile <= 1:
             raise ValueError(f"price_quantile must be in [0, 1] (got {price_quantile})")
         self.price_quantile = price_quantile      # the round's submit prices (msched.policy.price; None: off)
@@ -251,27 +283,31 @@ class MschedPolicy(MschedOncePolicy):
             self._possible, self._possible_of = PossibleTypes(snapshot), snapshot
         if not self.reuse_per_queue:
             construct = construct_order(snapshot.pending, order)
-            candidates = functools.partial(self._candidates, types=types, starving=starving, tl=tl)
+
+            def entry(job: PendingJob) -> tuple:
+                return _decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
         else:
             memo = self._queue_memo(snapshot, starving)
             construct = memo.construct_order(order)
-            candidates = functools.partial(memo.candidates, types=types, tl=tl)
+            entry = functools.partial(memo.entry, types=types, tl=tl)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
         placed: dict[str, Placed] = {}
         start_time = tl.start_time
+        tops = tl._top                  # start_time's cache, read here first (the same answer, without a call)
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
+        prune = self.prune_slow_types
+        miss = _MISS
+        lam = self.wait_weight
         for job in construct:
-            cand, runtime = candidates(job)
-            by_completion = chosen_by_completion(job, starving)
-            g = job.num_gpus
+            cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
             best_t = None
             best_done = best_rt = best_s = 0.0
-            want = fixed.get(job.job_id) if fixed and by_completion else None
+            want = fixed.get(jid) if fixed and by_completion else None
             # a type whose runtime alone ends the job past what the affinity rule still considers (no
             # start is before now) can neither be chosen nor change the choice: no need to find its start
-            skip = by_completion and want is None and self.prune_slow_types
+            skip = by_completion and want is None and prune
             done: dict[str, float] = {}
             for t in cand:
                 rt = runtime.get(t)
@@ -279,10 +315,13 @@ class MschedPolicy(MschedOncePolicy):
                     continue
                 if skip and best_t is not None and rt > (best_done - now) * reach + 1e-9:
                     continue
-                s0 = start_time(t, g)
+                hit = tops[t].get(tg, miss)
+                s0 = start_time(t, g) if hit is miss else None if hit is None else hit[0]
                 if s0 is None:
                     continue
                 d = s0 + rt
+                if lam and by_completion:    # `wait_weight`: the planned wait counts 1 + lam times
+                    d += lam * (s0 - now)
                 done[t] = d
                 if best_t is None:
                     better = True
@@ -301,9 +340,9 @@ class MschedPolicy(MschedOncePolicy):
             p = tl.place(best_t, g)
             rt = runtime[best_t]
             tl.commit(p, p.start + rt)
-            placed[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
-            if job.managed and not job.pinned_type and runtime is job.est_runtime_s:
-                chosen[job.job_id] = cand if job.job_id in starving else (p.gpu_type,)
+            placed[jid] = Placed(p.gpu_type, p.start, p.start + rt)
+            if typed:
+                chosen[jid] = given if jid in starving else (p.gpu_type,)
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
@@ -384,6 +423,7 @@ class _QueueMemo:
         self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
         self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
         self._cand: dict[str, tuple] = {}
+        self._entry: dict[str, tuple] = {}
 
     def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
         """`construct_order(snapshot.pending, order)` from the sorted lists kept."""
@@ -393,6 +433,14 @@ class _QueueMemo:
         hit = self._cand.get(job.job_id)
         if hit is None or hit[0] is not job:
             hit = self._cand[job.job_id] = (job, self.policy._candidates(job, types, self.starving, tl))
+        return hit[1]
+
+    def entry(self, job: PendingJob, types: list[str], tl: Timeline) -> tuple:
+        """`_decode_entry` of the job, kept for the queue's decodes (candidates fastest first: FASTEST_FIRST)."""
+        hit = self._entry.get(job.job_id)
+        if hit is None or hit[0] is not job:
+            hit = self._entry[job.job_id] = (job, _decode_entry(job, *self.candidates(job, types, tl), self.starving,
+                                                                FASTEST_FIRST))
         return hit[1]
 
 

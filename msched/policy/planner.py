@@ -95,14 +95,30 @@ STALE_MOVES = 12             # random moves in a row that did not help before th
 @dataclass(frozen=True)
 class Score:
     last_end: float          # the plan's makespan end (running jobs included)
-    sum_end: float           # sum of the planned ends of the pending jobs (= JCT sum up to a constant)
+    sum_end: float           # sum of the planned ends of the pending jobs (= JCT sum up to a constant; weighted,
+                             # and with the planned waits added, when the policy sets age_weight / wait_weight)
     placed: int              # pending jobs the plan can place (more is better, first)
 
 
-def score(snapshot: ClusterSnapshot, placed: Mapping[str, Placed]) -> Score:
+def score(snapshot: ClusterSnapshot, placed: Mapping[str, Placed], weight: Mapping[str, float] | None = None,
+          wait_weight: float = 0.0) -> Score:
+    """The plan's makespan end and its JCT measure: the sum of the ends, each end times its `weight`
+    (default 1; `age_weight`) plus `wait_weight` x its planned wait (`MschedPolicy.wait_weight`)."""
     ends = [p.end for p in placed.values()]
     last = max(max(ends, default=snapshot.now), snapshot.running_end)
-    return Score(last, sum(ends), len(ends))
+    if not weight and not wait_weight:
+        return Score(last, sum(ends), len(ends))
+    now = snapshot.now
+    w = weight or {}
+    total = sum(w.get(jid, 1.0) * p.end + wait_weight * max(0.0, p.start - now) for jid, p in placed.items())
+    return Score(last, total, len(ends))
+
+
+def age_weights(jobs: Sequence[PendingJob], now: float, length: Mapping[str, float],
+                age_weight: float) -> dict[str, float]:
+    """Per job, 1 + `age_weight` x (time pending / its length): Smith's rule on these weights orders by
+    length over weight, shortest first while no job has waited long against its own length."""
+    return {j.job_id: 1.0 + age_weight * max(0.0, now - j.submit_time) / max(length[j.job_id], 1.0) for j in jobs}
 
 
 class OptimizingPolicy(MschedPolicy):
@@ -176,7 +192,11 @@ class OptimizingPolicy(MschedPolicy):
         rest = [j for j in managed if j.job_id not in ids]
         s = self._greedy_sign(snapshot) if sign is None else sign
         typeset = set(snapshot.gpu_types)
-        keyed = sorted(((s * self.length(j, typeset), j.submit_time, k) for k, j in enumerate(rest)))
+        length = {j.job_id: self.length(j, typeset) for j in rest}
+        if s > 0 and self.age_weight > 0:      # Smith's rule on the age weights (`age_weights`)
+            w = age_weights(rest, snapshot.now, length, self.age_weight)
+            length = {jid: v / w[jid] for jid, v in length.items()}
+        keyed = sorted(((s * length[j.job_id], j.submit_time, k) for k, j in enumerate(rest)))
         return starving + [rest[k] for _, _, k in keyed], ids
 
     # ------------------------------------------------------------------ plan
@@ -347,6 +367,10 @@ class _Search:
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
+        # the JCT measure's weights (`age_weight`; None: every end weighs 1) and planned waits' (`wait_weight`)
+        self.weight = age_weights(head, snapshot.now, self.length, policy.age_weight) if policy.age_weight > 0 \
+            else None
+        self.wait_weight = policy.wait_weight
         self.types = snapshot.gpu_types
         self.timeline = Timeline(snapshot.now, snapshot.nodes, snapshot.running)   # copied by each decode
         # the affinity rule's queue-wide type demand depends on the set of jobs only: once per search
@@ -381,7 +405,7 @@ class _Search:
         """Score a decode (`construct`'s placements, chosen types and timeline) and remember it: the plan
         returned at the end is built from it rather than decoded once more."""
         placed = built[0]
-        s = score(self.snap, placed)
+        s = score(self.snap, placed, self.weight, self.wait_weight)
         self.best_ms = min(self.best_ms, s.last_end) if s.placed == len(placed) else self.best_ms
         self.decoded[_plan_key(order, fixed)] = (s, placed, built)
         return s, placed

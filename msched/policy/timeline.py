@@ -38,6 +38,11 @@ class Timeline:
     and the per-(type, GPU count) heaps come from the pristine timeline it was copied from plus the nodes
     booked since, so a decode that books a few nodes costs about what it books, not the whole cluster."""
 
+    scan_dirty = True     # a copy's start on a type it booked: the origin's sorted keys and the booked nodes
+                          # (`_scan`) instead of a heap copied from the origin; off: the heap
+                          # (tests/test_fast_paths.py)
+    free_at_from_starts = True   # `free_at` from start_time(type, 1) (off: a pass over every node)
+
     def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
                  unknown_busy_s: float = 3600.0):
         if isinstance(nodes, tuple) and isinstance(running, tuple):
@@ -196,12 +201,18 @@ class Timeline:
         else:
             h = self._heaps.get((gpu_type, g))
             origin = self._origin
-            if h is None and origin is not None and origin._pristine and not self._dirty.get(gpu_type):
-                # nothing of this type booked since the copy: the origin's answer (and its cache) is this one's
-                origin.start_time(gpu_type, g)
-                value = origin._top[gpu_type][g]
-                top[g] = value
-                return None if value is None else value[0]
+            if h is None and origin is not None and origin._pristine:
+                dirty = self._dirty.get(gpu_type)
+                if not dirty:
+                    # nothing of this type booked since the copy: the origin's answer (and its cache) is this one's
+                    origin.start_time(gpu_type, g)
+                    value = origin._top[gpu_type][g]
+                    top[g] = value
+                    return None if value is None else value[0]
+                if Timeline.scan_dirty:
+                    value = self._scan(origin, gpu_type, g, dirty)
+                    top[g] = value
+                    return None if value is None else value[0]
             if h is None:
                 h = self._heap(gpu_type, g)
             ver = self.version
@@ -210,6 +221,40 @@ class Timeline:
             value = (h[0][0], h[0][3]) if h else None
         top[g] = value
         return None if value is None else value[0]
+
+    def _scan(self, origin: Timeline, gpu_type: str, g: int, dirty: set[int]) -> tuple[float, int] | None:
+        """`start_time`'s answer without a heap (`scan_dirty`): the smallest heap key (`_entry`) among the
+        origin's nodes this copy has not booked (their keys are the origin's: the same free list and
+        version) and the booked ones (a handful in a decode: their keys now). What a heap of this copy
+        would give, without copying the origin's heap and pushing every booking into it."""
+        best = None
+        for e in origin._sorted_entries(gpu_type, g):
+            if e[3] not in dirty:
+                best = e
+                break
+        size, free, ver = self.size, self.free, self.version
+        for i in dirty:
+            if size[i] >= g:
+                f = free[i]
+                t = f[g - 1]
+                e = (t, bisect.bisect_right(f, t), ver[i], i)
+                if best is None or e < best:
+                    best = e
+        return None if best is None else (best[0], best[3])
+
+    def _sorted_entries(self, gpu_type: str, g: int) -> list[tuple[float, int, int, int]]:
+        """A pristine timeline's heap keys of the type's nodes that hold g GPUs, sorted; kept on the
+        pristine timeline it was copied from when it holds no booking of its own (the same free lists and
+        versions), while that one is pristine."""
+        root = self
+        while root._origin is not None and root._origin._pristine and not root._dirty:
+            root = root._origin                  # a copy that booked nothing since its origin: its origin's keys
+        kept = root.__dict__.setdefault("_sorted", {})
+        out = kept.get((gpu_type, g))
+        if out is None:
+            size = root.size
+            out = kept[(gpu_type, g)] = sorted(root._entry(i, g) for i in root.by_type[gpu_type] if size[i] >= g)
+        return out
 
     def place(self, gpu_type: str, num_gpus: int) -> Placement | None:
         """`earliest` without a lower bound, from the start_time cache where it can."""
@@ -267,7 +312,16 @@ class Timeline:
                     heapq.heappush(h, self._entry(i, g))
 
     def free_at(self) -> dict[str, float]:
-        """Per type, the earliest time one GPU is free after everything booked so far."""
+        """Per type, the earliest time one GPU is free after everything booked so far: the earliest start
+        of a one-GPU job (`start_time`, from the cache and the origin's keys on a copy; `free_at_from_starts`
+        off: every node's first free time read)."""
+        if Timeline.free_at_from_starts:
+            out = {}
+            for t in self.by_type:
+                s0 = self.start_time(t, 1)
+                if s0 is not None:
+                    out[t] = s0
+            return out
         return {t: min(self.free[i][0] for i in idx if self.size[i]) for t, idx in self.by_type.items()
                 if any(self.size[i] for i in idx)}
 

@@ -46,7 +46,7 @@ import hashlib
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.estimate.memory import usable_by_type
@@ -66,7 +66,9 @@ from msched.rounds.settle import (
     deferred,
     head_places,
     incumbent_after,
+    replan_head_jobs,
     settle,
+    settle_head,
     within_budget,
 )
 from msched.slurm.base import (
@@ -179,14 +181,18 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                    starvation_age_s: float | None = 86400.0,
                    gpu_type_of: Callable[[str], str] | None = None,
                    changes: list[float] | None = None,
-                   lever: TypeLever = FEATURE_LEVER, caches: bool = True) -> tuple[ClusterSnapshot, dict[str, JobView]]:
+                   lever: TypeLever = FEATURE_LEVER, caches: bool = True,
+                   usable_memory: Callable[[set[str]], Mapping[str, float]] = usable_by_type,
+                   ) -> tuple[ClusterSnapshot, dict[str, JobView]]:
     """The policy's view of the cluster, and per pending job what the diff needs. `changes`, when given,
     receives the times at which this view would change with the clock alone (see `plan_changes`).
 
     Within one snapshot, what many jobs share is worked out once (`caches`, on unless a test compares
     against the uncached reading, tests/test_snapshot_caches.py): each constraint's GPU-type reading
     (`_TypeNames`: a queue of 10,000 jobs holds a few dozen distinct constraints) and the feasible types
-    of each (constraint, partitions, job shape, memory) (`possible`)."""
+    of each (constraint, partitions, job shape, memory) (`possible`). `usable_memory`: each known type's
+    usable GPU memory (the site's spec table, read anew each call by default; the simulator's replay
+    reads it once per replay)."""
     canon = _canon(gpu_type_of)
     node_states, (node_type, known, usable_feats, usable_nodes, static, shard_parts, shards_per_gpu) = \
         _NODES.read(nodes, canon)
@@ -194,7 +200,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
     feasible_cache: dict[tuple, tuple[str, ...]] | None = {} if caches else None
 
-    usable_gb = usable_by_type(known)
+    usable_gb = usable_memory(known)
 
     def possible(job: SlurmJob, expr: str, partition: str | None = None,
                  peak_gb: float | None = None) -> tuple[str, ...]:
@@ -280,8 +286,12 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
-                                                     shards_per_gpu)
+    if not shard_parts and SKIP_SHARDLESS:
+        # no partition holds a shard node: no job is a shard job (`is_shard_job`), shard_view's answer
+        node_view, running_view, shard_gpus = tuple(node_states), tuple(running), ()
+    else:
+        node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
+                                                         shards_per_gpu)
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
     return snap, views
@@ -338,6 +348,10 @@ class _NodeMemo:
         self._states = [h[1] for h in hits if h[1] is not None]
         return list(self._states), self._derived
 
+    def shard_parts(self) -> frozenset[str] | None:
+        """The shard partitions of the nodes last read (None: none read yet)."""
+        return self._derived[5] if self._derived else None
+
     @staticmethod
     def _hit(n: SlurmNode, canon: Callable[[str], str]) -> tuple:
         has_gpus = bool(n.gpu_type) and n.gpus > 0
@@ -360,6 +374,9 @@ class _NodeMemo:
 
 
 _NODES = _NodeMemo()
+SKIP_SHARDLESS = True    # no shard partition among the nodes: shard_view and packing_round not called (their
+                         # answer then: the nodes and running jobs as read, nothing to pair); off: called
+                         # (tests/test_fast_paths.py)
 
 
 _RUNNING, _PENDING, _LEFT_OUT = 0, 1, 2
@@ -713,7 +730,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority", pack_guard: str = "bound") -> RoundResult:
+              priority_lever: str = "priority", pack_guard: str = "bound",
+              usable_memory: Callable[[set[str]], Mapping[str, float]] = usable_by_type) -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
     only what changes, within the write budget. The result carries the free time to publish for msub
@@ -723,7 +741,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
     the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
-    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`)."""
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`). `usable_memory`: as
+    `build_snapshot`'s."""
     if jobs is None:
         jobs = client.jobs()
     if nodes is None:
@@ -733,19 +752,23 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     t0 = time.perf_counter()
     changes: list[float] = []
     snap, views = build_snapshot(jobs, nodes, estimator, now, starvation_age_s=starvation_age_s,
-                                 gpu_type_of=gpu_type_of, changes=changes, lever=lever)
+                                 gpu_type_of=gpu_type_of, changes=changes, lever=lever, usable_memory=usable_memory)
     t1 = time.perf_counter()
-    new_plan = policy.plan(snap)
     opts = settle_options or SettleOptions()
     objective_for = getattr(policy, "objective_for", None)      # balanced plans a batch for the makespan
     objective = objective_for(snap) if objective_for is not None else getattr(policy, "objective", "makespan")
-    plan, report = settle(snap, new_plan, incumbent, objective=objective,
-                          backfill=bool(getattr(policy, "backfill", False)),
-                          starvation_age_s=getattr(policy, "starvation_age_s", None),
-                          job_margin=opts.job_margin if opts.job_margin is not None
-                          else float(getattr(policy, "hysteresis", 0.05)),
-                          options=opts, unknown_runtime_s=float(getattr(policy, "unknown_runtime_s", 3600.0)),
-                          managed_first=bool(getattr(policy, "managed_first", False)))
+    how = {"objective": objective, "backfill": bool(getattr(policy, "backfill", False)),
+           "starvation_age_s": getattr(policy, "starvation_age_s", None),
+           "job_margin": opts.job_margin if opts.job_margin is not None else float(getattr(policy, "hysteresis", 0.05)),
+           "options": opts, "unknown_runtime_s": float(getattr(policy, "unknown_runtime_s", 3600.0)),
+           "managed_first": bool(getattr(policy, "managed_first", False))}
+    head = replan_head_jobs(snap, incumbent, opts.replan_head, how["starvation_age_s"])
+    headed = settle_head(snap, policy.plan, incumbent, head, **how) if head is not None else None
+    if headed is not None:              # only the head planned anew, the incumbent's tail kept (settle 7.)
+        plan, new_plan, report = headed
+    else:
+        new_plan = policy.plan(snap)
+        plan, report = settle(snap, new_plan, incumbent, **how)
     t2 = time.perf_counter()
     wanted = diff_plan(views, plan, lever, priority_lever)
     wait, priority_only = deferred(snap, plan, head_places(snap, opts.head_gpus))
@@ -753,7 +776,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
     shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
-        if priority_lever == "priority" else ([], None)        # the Packing issue (explicit priorities)
+        if priority_lever == "priority" and not (SKIP_SHARDLESS and not _NODES.shard_parts()) \
+        else ([], None)        # the Packing issue (explicit priorities); no shard partition: nothing to pair
     wanted = with_pairing(wanted, shard_updates, packing)
     updates, waiting = within_budget(wanted, opts.write_budget, report.relative)
     result = RoundResult(time=now, snapshot=snap, plan=plan, jobs=list(jobs), updates=updates,

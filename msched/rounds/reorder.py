@@ -95,6 +95,7 @@ class RoundOutcome:
         updates = f"would_update={len(r.updates)}" if self.dry_run else f"updates={r.update_calls}"
         st = getattr(r, "settle", None)
         buys = (f" moved={st.moved} kept={st.kept} held_back={st.held_back} buys=[{st.buys()}]"
+                + (f" replanned_head={st.head}" if getattr(st, "head", None) is not None else "")
                 if st is not None else "")
         return (f"{head} pending={len(snap.pending)} managed={managed} running={len(snap.running)} "
                 f"{updates}{buys} skipped={len(r.skipped)} new={self.new_jobs} "
@@ -650,7 +651,8 @@ class Reorderer:
         return SettleOptions(write_budget=int(self.config.write_budget),
                              plan_margin=float(self.config.settle_margin),
                              moves_per_change=int(self.config.moves_per_change),
-                             head_gpus=float(self.config.write_head) or None)
+                             head_gpus=float(self.config.write_head) or None,
+                             replan_head=float(self.config.replan_head) or None)
 
     def _incumbent(self, dry_run: bool):  # noqa: ANN202
         """The plan the store holds the pending jobs to (None: no store, or none readable; the round then

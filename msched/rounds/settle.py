@@ -46,6 +46,19 @@ only the changes worth their writes:
    of at every re-plan while it waits (measured on an overloaded online trace, 400 jobs on 16 GPUs,
    8 seeds: 7.98 -> 1.59 writes per job, makespan and mean JCT equal or better: BENCHMARKS.md).
 
+7. An event round may re-plan only the head (`replan_head`, places per GPU; off by default): when msched
+   already holds the queue to an incumbent, the jobs past the first `replan_head` places per GPU of the
+   incumbent's order cannot start for a long while, so the round keeps their ranks and types (the
+   incumbent's) and plans anew, and settles, only the head (`replan_head_jobs`: those places, every
+   arrival, every starving job). The held plan is then the head's settled plan with the incumbent's tail,
+   evaluated once on the whole queue, and once more for the incumbent: when it is worse than the
+   incumbent on the objective's measure, the round keeps the incumbent (or, when a starving job is in
+   the head, plans the whole queue instead: `settle_head`). Settle weighs the head's moves against the
+   head's horizon, shorter than the whole queue's, so more of them pass its margin there; the whole
+   queue's evaluation is the check that they pay. At
+   10,000 pending the planner and settle cost ~1.1 s of CPU per event round over the whole queue
+   (BENCHMARKS "Rounds that settle, seventh pass").
+
 `incumbent=None` means none is known (a first round, a test): every job is new, so the round writes the
 plan as it stands (within the budget). The round core keeps the incumbent of what it wrote
 (`RoundResult.incumbent`); the reorderer stores it, the simulator's replay keeps it in memory.
@@ -54,8 +67,9 @@ plan as it stands (within the budget). The round core keeps the incumbent of wha
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
@@ -71,6 +85,7 @@ DEFAULT_JOB_MARGIN = 0.05          # of the job's runtime
 DEFAULT_MOVES_PER_CHANGE = 8       # optional moves per job that arrived or left the queue
 DEFAULT_DRIFT_SHARE = 0.005        # optional moves per round whatever changed, as a share of the queue
 DEFAULT_HEAD_GPUS = 1.0            # places at the head of the queue written, per GPU of the cluster
+DEFAULT_REPLAN_HEAD = None         # places re-planned per GPU in a head-only round (7.); None: the whole queue
 UNKNOWN_RUNTIME_S = 3600.0
 # 4.'s measure for an online queue planned "balanced" (JCT first, the makespan within the planner's allowance):
 # "makespan" weighs it as a makespan plan (makespan first, then the mean end); "jct" by the mean end alone;
@@ -89,6 +104,12 @@ class SettleOptions:
     drift_share: float = DEFAULT_DRIFT_SHARE
     head_gpus: float | None = DEFAULT_HEAD_GPUS   # places written per GPU (6. above); None: the whole queue
     balanced_measure: str = "makespan"        # how 4. weighs an online balanced plan (BALANCED_MEASURES)
+    # 2.'s own-finish rule: a known job moves only when its own planned finish improves by the job margin
+    # (True); False: every job the new plan changes is a candidate and 4.'s plan-level test alone decides
+    # (a job moved to a slower type that starts now, later for itself, freeing a fast GPU for others).
+    # Measured on the bench's online workloads (BENCHMARKS.md, jct11)
+    own_finish: bool = True
+    replan_head: float | None = DEFAULT_REPLAN_HEAD   # places re-planned per GPU (7. above); None: all
 
     def __post_init__(self) -> None:
         if self.write_budget < 0:
@@ -99,6 +120,8 @@ class SettleOptions:
             raise ValueError("margins must be >= 0")
         if self.head_gpus is not None and self.head_gpus <= 0:
             raise ValueError(f"head_gpus must be > 0 (got {self.head_gpus})")
+        if self.replan_head is not None and self.replan_head <= 0:
+            raise ValueError(f"replan_head must be > 0 (got {self.replan_head})")
         if self.balanced_measure not in BALANCED_MEASURES:
             raise ValueError(f"unknown balanced_measure {self.balanced_measure!r}; "
                              f"choose one of {', '.join(BALANCED_MEASURES)}")
@@ -158,6 +181,7 @@ class SettleReport:
     gain: dict[str, float] = field(default_factory=dict)    # job id -> planned finish improvement (s)
     relative: dict[str, float] = field(default_factory=dict)  # job id -> gain / max(runtime, horizon)
     placed: set[str] = field(default_factory=set)           # jobs whose held entry is this round's plan
+    head: int | None = None           # jobs planned anew in a head-only round (7.); None: the whole queue
 
     def buys(self) -> str:
         """`makespan -120s mean_end -35s` (held minus incumbent; negative is sooner)."""
@@ -333,7 +357,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     share = report.relative = {j: relative_gain(j) for j in new}
     rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
     waiting: set[str] = set()
-    optional = [j for j in new if j not in obliged_set and differs(j) and worth(j)]
+    optional = [j for j in new if j not in obliged_set and differs(j) and (not opts.own_finish or worth(j))]
     report.candidates = len(optional)
     if incumbent is not None:
         report.changes = len(arrived) + sum(1 for j in incumbent.priority if j not in pending)
@@ -498,3 +522,87 @@ def incumbent_after(snapshot: ClusterSnapshot, previous: Incumbent | None, held:
         types[jid] = tuple(d.gpu_types)
         prio[jid] = int(d.priority)
     return Incumbent(types=types, priority=prio)
+
+
+def replan_head_jobs(snapshot: ClusterSnapshot, incumbent: Incumbent | None, places_per_gpu: float | None,
+                     starvation_age_s: float | None = None) -> set[str] | None:
+    """The jobs a head-only round (7. above) plans anew: the first `places_per_gpu` places per GPU of the
+    incumbent's order (plain jobs counted, in their Slurm rank), every managed job the incumbent does not
+    know (arrivals) and every starving one. None: the round plans the whole queue (off, no incumbent yet,
+    a batch submitted together, or a head that is half the queue or more, as after a burst)."""
+    if places_per_gpu is None or incumbent is None or not len(incumbent) \
+            or snapshot.submitted_together(BATCH_SHARE):
+        return None
+    places = max(1, math.ceil(places_per_gpu * sum(snapshot.gpus_total.values())))
+    inc_prio, _types = _incumbent_state(snapshot, incumbent)
+    order = sorted(snapshot.pending, key=lambda j: queue_key(j, inc_prio.get(j.job_id)))
+    head = {j.job_id for j in order[:places]}
+    age = starvation_age_s if starvation_age_s is not None else snapshot.starvation_age_s
+    now = snapshot.now
+    for j in snapshot.pending:
+        if j.managed and (j.job_id not in incumbent or (age is not None and now - j.submit_time > age)):
+            head.add(j.job_id)
+    return head if 2 * len(head) < len(snapshot.pending) else None
+
+
+def settle_head(snapshot: ClusterSnapshot, plan_of: Callable[[ClusterSnapshot], Plan], incumbent: Incumbent,
+                head: set[str], *, objective: str = "makespan", backfill: bool = False,
+                options: SettleOptions | None = None, unknown_runtime_s: float = UNKNOWN_RUNTIME_S,
+                **settle_kwargs) -> tuple[Plan, Plan, SettleReport] | None:  # noqa: ANN003 - settle's
+    """A head-only round (7. above): the policy's plan (`plan_of`) and `settle` on the snapshot cut to the
+    `head` jobs (running jobs all kept), against the incumbent's entries for them and for the jobs that
+    left; the held plan is that with the incumbent's tail, evaluated on the whole queue. Returns (the held
+    plan, the head's new plan, the report), or None when the round must plan the whole queue: no head
+    job known to the incumbent, or a held plan worse than the incumbent on the objective's measure with
+    a starving job in the head (without one, the incumbent is held)."""
+    opts = options or SettleOptions()
+    now = snapshot.now
+    pending_ids = {j.job_id for j in snapshot.pending}
+
+    def kept(j: str) -> bool:
+        return j in head or j not in pending_ids
+
+    sub_inc = Incumbent(types={j: t for j, t in incumbent.types.items() if kept(j)},
+                        priority={j: p for j, p in incumbent.priority.items() if kept(j)})
+    if not any(j in head for j in sub_inc.priority):
+        return None
+    sub = dataclasses.replace(snapshot, pending=tuple(j for j in snapshot.pending if j.job_id in head))
+    new_plan = plan_of(sub)
+    held, report = settle(sub, new_plan, sub_inc, objective=objective, backfill=backfill, options=opts,
+                          unknown_runtime_s=unknown_runtime_s, **settle_kwargs)
+    inc_prio, inc_types = _incumbent_state(snapshot, incumbent)
+    prio, types = dict(inc_prio), dict(inc_types)
+    for d in held.decisions:
+        if d.job_id in prio:
+            prio[d.job_id] = int(d.priority)
+            types[d.job_id] = tuple(d.gpu_types)
+    memo: dict = {}
+    ev = evaluate(snapshot, prio, types, backfill=backfill, unknown_runtime_s=unknown_runtime_s, memo=memo)
+    base = ev if (prio == inc_prio and types == inc_types) else \
+        evaluate(snapshot, inc_prio, inc_types, backfill=backfill, unknown_runtime_s=unknown_runtime_s, memo=memo)
+    measure = opts.balanced_measure if objective == "balanced" else objective
+    if base is not ev and _worse(ev, base, measure, base.makespan_end if measure == "capped" else math.inf):
+        # the head's moves, weighed against the head's own horizon, do not pay on the whole queue: keep
+        # the incumbent (arrivals as found, as settle keeps moves not worth their writes), unless a
+        # starving job must be widened, which only the whole queue's plan may do
+        age = settle_kwargs.get("starvation_age_s")
+        age = age if age is not None else snapshot.starvation_age_s
+        if age is not None and any(j.managed and now - j.submit_time > age for j in sub.pending):
+            return None
+        prio, types, ev = inc_prio, inc_types, base
+        report.kept += report.moved
+        report.moved, report.accepted = 0, False
+    report.makespan_incumbent = base.makespan_end - now
+    report.makespan_held = ev.makespan_end - now
+    report.makespan_new = None              # the new plan is the head's: no whole-queue estimate of it
+    report.head = len(sub.pending)
+    report.mean_end_incumbent = base.mean_end - now if math.isfinite(base.mean_end) else None
+    report.mean_end_held = ev.mean_end - now if math.isfinite(ev.mean_end) else None
+    decisions = []
+    for j in sorted((j for j in snapshot.pending if j.job_id in prio), key=lambda j: -prio[j.job_id]):
+        p = ev.placed.get(j.job_id)
+        decisions.append(JobDecision(j.job_id, prio[j.job_id], tuple(types.get(j.job_id, ())), p.start if p else None,
+                                     p.end if p else None, j.est_runtime_s))
+    out = Plan(policy=held.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
+               free_time=ev.timeline.free_at())
+    return out, new_plan, report
