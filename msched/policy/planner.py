@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -323,8 +324,11 @@ class OptimizingPolicy(MschedPolicy):
         return [free[k] for k in sorted(keep)], [free[k] for k in range(len(free)) if k not in keep]
 
 
+_JOB_ID = operator.attrgetter("job_id")
+
+
 def _plan_key(order: Sequence[PendingJob], fixed: Mapping[str, str] | None) -> tuple:
-    return tuple(j.job_id for j in order), tuple(sorted(fixed.items())) if fixed else ()
+    return tuple(map(_JOB_ID, order)), tuple(sorted(fixed.items())) if fixed else ()
 
 
 class _Search:
@@ -393,21 +397,24 @@ class _Search:
         often coincide; random moves revisit orders) is not decoded again: the decode is deterministic.
         It still counts against the budget, so the search takes the same steps either way."""
         self.evals += 1
-        hit = self.decoded.get(_plan_key(order, fixed))
+        key = _plan_key(order, fixed)
+        hit = self.decoded.get(key)
         if hit is not None:
             self.reused += 1
             return hit[0], hit[1]
         built = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative,
                                  self.timeline)
-        return self.keep(order, fixed, built)
+        return self.keep(order, fixed, built, key)
 
-    def keep(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None, built: tuple) -> tuple[Score, dict]:
+    def keep(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None, built: tuple,
+             key: tuple | None = None) -> tuple[Score, dict]:
         """Score a decode (`construct`'s placements, chosen types and timeline) and remember it: the plan
-        returned at the end is built from it rather than decoded once more."""
+        returned at the end is built from it rather than decoded once more. `key`: its `_plan_key`, when
+        the caller has it."""
         placed = built[0]
         s = score(self.snap, placed, self.weight, self.wait_weight)
         self.best_ms = min(self.best_ms, s.last_end) if s.placed == len(placed) else self.best_ms
-        self.decoded[_plan_key(order, fixed)] = (s, placed, built)
+        self.decoded[_plan_key(order, fixed) if key is None else key] = (s, placed, built)
         return s, placed
 
     def out_of_time(self) -> bool:
