@@ -2,7 +2,7 @@
 
     python bench/bench_packing.py [--jobs 300] [--seeds 5] [--first-seed 1] [--load 0.9] [--static]
                                   [--shard-nodes N] [--guard bound|mean] [--cluster SPEC]
-                                  [--kinds fifo,msched,packed] [--json FILE]
+                                  [--kinds fifo,msched,packed] [--spread S] [--bound] [--json FILE]
 
 Workload (d) of bench/workloads.py: Gavel's job types and K80/P100/V100 throughputs (truth = knowledge),
 Poisson arrivals at the given load (or a static batch), on Gavel's cluster (`v100:8x4,p100:8x4,k80:8x4`)
@@ -18,7 +18,10 @@ makespan and mean JCT (ratios packing / no packing in the same run), the shard j
 the slowest packed job's speed (own / solo), the pairs whose joiner ran out of memory (Gavel measured 0),
 the predictor's error on the pairs that ran (predicted at submit vs measured combined), the share of
 shard-GPU time with one job alone on the GPU, and the job that ends last with packing and how it ran
-without (later start, slower type, itself packed): why the makespans differ.
+without (later start, slower type, itself packed): why the makespans differ. `--bound` prints instead
+the ceiling: the LP makespan bound with pairs at the measured speeds against the bound without
+(`slurm_sim.packing.pair_lp_bound`); `--spread S` moves every run's arrivals by up to S s (a static batch
+whose later jobs see a published plan).
 Source: github.com/stanford-futuredata/gavel `scheduler/simulation_throughputs.json` (MIT).
 """
 
@@ -51,7 +54,8 @@ REAL_MODEL: list = [None]     # the shipped predictor, kept when --predictor mea
 def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float, truth_pairs: PairTruth,  # noqa: PLR0913
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
-             kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None) -> dict:  # noqa: ANN001
+             kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None,  # noqa: ANN001
+             spread_s: float | None = None, spread_draw: int = 0) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -61,7 +65,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
                                          when_waiting=when_waiting, wait_share=wait_share, guard=guard,
                                          memory=memory, reasons=(reasons := {}), packed_types=(types_of := {})))
-    trace = list(w.jobs)
+    trace = list(w.jobs) if spread_s is None else moved(list(w.jobs), seed + 1000 * spread_draw, spread_s)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
     plain = replay(trace, "msched", base, bound=bound) if "msched" in kinds else None
@@ -69,12 +73,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
         pack = replay(trace, "msched", packed, bound=bound)
         info = pack.metrics["packing"]
     else:       # the control: no packing, each arrival moved by up to jitter_s (the noise floor of the ratio)
-        import random
-        from dataclasses import replace
-
-        rng = random.Random(seed)
-        moved = [replace(j, submit_time=max(0.0, j.submit_time + rng.uniform(-jitter_s, jitter_s))) for j in trace]
-        pack = replay(moved, "msched", base, bound=bound)
+        pack = replay(moved(trace, seed, jitter_s), "msched", base, bound=bound)
         info = {"shard_jobs": 0, "pairs": [], "oom": 0, "history": []}
     tags = {o.job_id: o for o in pack.outcomes}
     pairs = info["pairs"]
@@ -129,6 +128,16 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "_": len(tags)}
+
+
+def moved(trace: list, seed: int, jitter_s: float) -> list:
+    """The trace with each arrival moved by up to `jitter_s` (uniform, seeded by `seed`; none before 0):
+    the control's jitter, and `--spread`'s workload variant (the same moves)."""
+    import random
+    from dataclasses import replace
+
+    rng = random.Random(seed)
+    return [replace(j, submit_time=max(0.0, j.submit_time + rng.uniform(-jitter_s, jitter_s))) for j in trace]
 
 
 LONE_KINDS = ("good partner pending", "partner pending, not good", "partner pending, no fit",
@@ -346,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control-jitter", type=float, metavar="S",
                     help="the control: instead of packing, msched without packing with every arrival moved by up "
                          "to S seconds (uniform, seeded): how far the ratio moves when nothing but chance changes")
+    ap.add_argument("--spread", type=float, metavar="S",
+                    help="the workload variant: every run's arrivals moved by up to S seconds as --control-jitter "
+                         "moves them (the same moves), so that a static batch's later jobs see a published plan")
+    ap.add_argument("--spread-draw", type=int, default=0, metavar="K",
+                    help="--spread's K-th draw of moves (0: the control's; another: a second noise sample)")
     ap.add_argument("--guard-report", action="store_true",
                     help="print which of Gavel's measured pairs the default decision passes, per GPU type, and why "
                          "good pairs (combined > 1.2, each >= 0.5x) are rejected, and exit")
@@ -402,14 +416,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
           f", memory {args.memory}, predictor {args.predictor}"
-          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
                      not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
-                     args.control_jitter)
+                     args.control_jitter, args.spread, args.spread_draw)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])

@@ -328,3 +328,24 @@ def test_the_pair_bound_counts_a_capped_job_by_its_elapsed_time():
     b = pair_lp_bound(*_bound_case((0.75, 0.75), limit_s=5 * 3600))
     assert b.solo_s == pytest.approx(10 * 3600, rel=1e-5)
     assert b.value_s == pytest.approx(5 * 3600, rel=1e-5)
+
+
+def test_spread_moves_arrivals_as_the_control_does():
+    """bench_packing --spread (a workload variant) and --control-jitter move the same seed's arrivals the
+    same way, so a packed run with --spread compares with the control's unpacked run: by at most S
+    seconds each, none before 0."""
+    import sys
+    from pathlib import Path
+
+    from slurm_sim.trace import TraceJob
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_packing as bp
+
+    trace = [TraceJob(f"j{i}", 30.0 * i, "u", "resnet18", 1, 32, 10) for i in range(20)]
+    a, b = bp.moved(trace, 3, 60.0), bp.moved(trace, 3, 60.0)
+    assert [j.submit_time for j in a] == [j.submit_time for j in b]
+    assert all(0.0 <= m.submit_time and abs(m.submit_time - j.submit_time) <= 60.0 + 1e-9 and m.job_id == j.job_id
+               for m, j in zip(a, trace, strict=True))
+    assert [j.submit_time for j in a] != [j.submit_time for j in trace]
+    assert [j.submit_time for j in bp.moved(trace, 4, 60.0)] != [j.submit_time for j in a]
