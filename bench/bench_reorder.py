@@ -217,14 +217,18 @@ def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=
                         plain_share: float = 0.2, sim: bool = False) -> list[JobRequest]:
     """The queue of issue 21: `n_pending` jobs, `plain_share` of them plain (no tag, never written), the
     rest tagged as msub tags them (untyped gres, a GPU-type constraint msub picked, the tag) from
-    `models`. `sim=True` adds what the simulator needs to know each job's true runtime."""
+    `models`. `sim=True` adds what the simulator needs to know each job's true runtime. On the real
+    cluster a job that starts holds its GPUs (`sleep 3600`, cancelled with the rest at the end): with
+    `sleep 1`, a GPU freed by an event ran queue jobs back to back, so the queue drained between rounds,
+    more the slower the rounds, and a round said to change "nothing" or one arrival saw departures too."""
     rng = random.Random(seed)
+    wrap = "sleep 1" if sim else "sleep 3600"
     out = []
     for i in range(n_pending):
         if rng.random() < plain_share:
             secs = rng.uniform(600, 7200)
             out.append(JobRequest(name=f"plain-{i}", num_gpus=rng.choice((1, 1, 2)), time_limit_s=4 * 3600,
-                                  wrap="sleep 1", extra={"runtime_s": secs} if sim else {"--output": "/dev/null"}))
+                                  wrap=wrap, extra={"runtime_s": secs} if sim else {"--output": "/dev/null"}))
             continue
         m = rng.choice(models)
         first = rng.choice(types)
@@ -232,7 +236,7 @@ def busy_queue_requests(n_pending: int, models: list[str], seed: int = 0, types=
         tag = JobTag(model=m, ref=m, group=m, sim=1.0, flops=1.0, iters=iters, bs=12, added=first, ver="bench")
         extra = {"model": m, "iterations": iters, "batch_size": 12} if sim else {"--output": "/dev/null"}
         out.append(JobRequest(name=f"bench-{i}", num_gpus=rng.choice((1, 1, 2, 4)), constraint=first,
-                              comment=with_tag(tag, None), wrap="sleep 1", time_limit_s=4 * 3600, extra=extra))
+                              comment=with_tag(tag, None), wrap=wrap, time_limit_s=4 * 3600, extra=extra))
     return out
 
 
