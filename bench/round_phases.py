@@ -116,6 +116,10 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
 
     import_cpu = time.process_time() - _CPU0
     import_wall = time.perf_counter() - _T0
+    import msched.slurm.cli.client as cli_module
+
+    if hasattr(cli_module, "digest_lines"):     # the digest's lines, made when a round records its digest
+        phases.wrap(cli_module, "digest_lines", "digest lines")
     for attr, phase in (("queue_digest", "digest"), ("_queue", "squeue"), ("nodes", "sinfo"),
                         ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler"),
                         ("read_digest", "read digest")):
