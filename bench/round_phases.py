@@ -69,10 +69,9 @@ class Phases:
 def _wrap_planning_core(phases: Phases) -> None:
     """Wrap the planning core's phases once the round imports it (a light round never does): a hook on
     the import of msched.rounds.core, so that this helper does not import it itself."""
-    import importlib.abc
     import importlib.machinery
 
-    class Hook(importlib.abc.MetaPathFinder):
+    class Hook:     # a meta path finder (not importlib.abc's: importing it costs ~50 ms, importlib.resources)
         def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
             if name != "msched.rounds.core":
                 return None
@@ -263,4 +262,8 @@ if __name__ == "__main__":
         sys.exit(0)
     budget = int(sys.argv[3]) if len(sys.argv) > 3 and int(sys.argv[3]) else None
     tight = len(sys.argv) <= 4 or sys.argv[4] != "json"
-    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget, tight)))
+    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget, tight)), flush=True)
+    import msched.cli
+
+    if hasattr(msched.cli, "_exit_now"):      # as `msched reorder` ends in this tree: no interpreter teardown
+        msched.cli._exit_now(0)
