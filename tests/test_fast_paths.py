@@ -346,6 +346,35 @@ def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, object
     assert MschedPolicy.reuse_per_queue
 
 
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("balanced", "makespan", "jct")), st.sampled_from((0.0, 0.1)),
+       st.sampled_from((0.0, 0.5)))
+def test_search_decodes_resumed_from_the_moved_plans_prefix_equal_whole_decodes(snap, objective, affinity,
+                                                                                wait_weight):
+    """`msched.policy.planner.PREFIX_RESUME`: each candidate of the optimizing planner's local search books
+    the prefix it shares with the plan it was moved from as that plan's decode booked it (its journal) and
+    decodes the rest; the plan and every score it searched equal those of decoding every candidate whole:
+    random snapshots with unmanaged, pinned and starving jobs, every objective, with and without the
+    affinity rule and planned-wait weight."""
+    import msched.policy.planner as planner
+    from msched.policy import get_policy
+
+    opts = {"planner": "optimize", "objective": objective, "time_box_s": 1e6, "affinity": affinity,
+            "wait_weight": wait_weight}
+    fast_policy = get_policy("msched", **opts)
+    fast = fast_policy.plan(snap)
+    planner.PREFIX_RESUME = False
+    try:
+        plain_policy = get_policy("msched", **opts)
+        plain = plain_policy.plan(snap)
+    finally:
+        planner.PREFIX_RESUME = True
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+    searched = {k: v for k, v in fast_policy.last_search.items() if k != "seconds"}
+    assert searched == {k: v for k, v in plain_policy.last_search.items() if k != "seconds"}
+
+
 @settings(max_examples=80, deadline=None)
 @given(queues(), st.booleans(), st.randoms(use_true_random=False))
 def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, backfill, rng):
@@ -375,6 +404,7 @@ def _plain_paths(monkeypatch) -> None:
     import msched.policy.base as base
     import msched.policy.bound as bound
     import msched.policy.msched as msched_policy
+    import msched.policy.planner as planner
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
     import slurm_sim.compare as compare
@@ -418,6 +448,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
+    monkeypatch.setattr(planner, "PREFIX_RESUME", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])
