@@ -169,10 +169,12 @@ def cuts_anew() -> None:
 def cuts12_anew() -> None:
     """Switch off planner12's plan-identical cuts (each checked against this plain path in
     tests/test_fast_paths.py): every candidate of the search decoded whole (no prefix resumed from the plan it
-    moved from)."""
+    moved from); a pristine timeline's starts from a heap built beside its sorted keys."""
     import msched.policy.planner as planner
+    import msched.policy.timeline as timeline
 
     planner.PREFIX_RESUME = False
+    timeline.Timeline.sorted_pristine = False
 
 
 def main() -> None:
