@@ -123,13 +123,12 @@ def test_below_every_policy_of_a_simulated_online_trace():
     """An online trace of 20 jobs that keeps a queue on 12 GPUs of 3 types, replayed by the simulator (backfill)
     under fifo, msched and oracle: the bound on the mean JCT (slurm_sim.metrics.trace_flow_bound, the
     trace's true runtimes) is at most each policy's measured mean JCT and at least the floor."""
+    from msched.estimate.perf_table import PerfTable
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.commands import default_truth_path
     from slurm_sim.compare import Classifier, SimSetup, compare
     from slurm_sim.metrics import jct_floor, trace_flow_bound
     from slurm_sim.trace import synth
-
-    from msched.estimate.perf_table import PerfTable
 
     truth = PerfTable.load(default_truth_path())
     cluster = parse_cluster("a100:4x1,titanv:4x1,rtx2080ti:2x2")
