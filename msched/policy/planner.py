@@ -216,7 +216,8 @@ class OptimizingPolicy(MschedPolicy):
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
-        journal: list | None = [] if PREFIX_RESUME else None
+        # its journal serves the search only when the search's snapshot is this one (no tail: `_split`)
+        journal: list | None = [] if PREFIX_RESUME and len(order) - len(starving) <= self.head_jobs else None
         built = self.construct(snapshot, order, starving, journal=journal)
         placed = built[0]
 
