@@ -30,7 +30,7 @@
     floor (every job at once on its fastest type: `slurm_sim.metrics.jct_floor`) over fifo's mean JCT;
     with `--flow-bound`, also the LP lower bound on the mean JCT (`msched.policy.bound.lp_flow_bound`,
     `slurm_sim.metrics.trace_flow_bound`: no schedule that runs each job on one type does better) over
-    fifo's (seconds to minutes of HiGHS per seed).
+    fifo's (seconds to minutes of HiGHS per seed; `--flow-step S` a finer grid: tighter, slower).
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -193,7 +193,8 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
 
 # ----------------------------------------------------------------------------- (c)
 def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict],
-                  first_seed: int = 1, oracle: bool = True, flow_bound: bool = False) -> None:
+                  first_seed: int = 1, oracle: bool = True, flow_bound: bool = False,
+                  flow_step_s: float | None = None) -> None:
     """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
     msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
     import workloads as wl
@@ -242,7 +243,7 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             floors.append(jct_floor(trace, truth, cluster) / fifo["mean_jct_s"])
             flow = ""
             if flow_bound:
-                flows.append(trace_flow_bound(trace, truth, cluster).mean_flow_s / fifo["mean_jct_s"])
+                flows.append(trace_flow_bound(trace, truth, cluster, flow_step_s).mean_flow_s / fifo["mean_jct_s"])
                 flow = f" {flows[-1]:19.3f}"
             print(f"{name:>8} {seed:4d} {len(trace):4d} | {fifo['makespan_s'] / H:12.1f}h {fifo['mean_jct_s'] / H:8.2f}h | "
                   + " | ".join(cells) + f" | {oracle_ms / lb.value_s:14.3f} {floors[-1]:16.3f}" + flow, flush=True)
@@ -283,6 +284,8 @@ def main() -> None:
                     help="(c): the first seed (seeds first..first+N-1: settings chosen on seeds a table then does not use)")
     ap.add_argument("--no-oracle", action="store_true", help="(c): skip the oracle's replay")
     ap.add_argument("--flow-bound", action="store_true", help="(c): the LP lower bound on the mean JCT per seed")
+    ap.add_argument("--flow-step", type=float, default=None,
+                    help="(c): the flow bound's grid step in seconds (finer: tighter, slower) [default: automatic]")
     ap.add_argument("--jobs", default="16,30", help="sizes of the small instances (comma separated)")
     ap.add_argument("--exact-s", type=float, default=120.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--box-s", type=float, default=2.0, help="the planner's time box")
@@ -308,7 +311,7 @@ def main() -> None:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
         run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants, a.first_seed,
-                      not a.no_oracle, a.flow_bound)
+                      not a.no_oracle, a.flow_bound, a.flow_step)
 
 
 if __name__ == "__main__":
