@@ -55,7 +55,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
              kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None,  # noqa: ANN001
-             spread_s: float | None = None, spread_draw: int = 0) -> dict:
+             spread_s: float | None = None, spread_draw: int = 0, queue_share: float = 1.0) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -64,7 +64,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
                                          when_waiting=when_waiting, wait_share=wait_share, guard=guard,
-                                         memory=memory, reasons=(reasons := {}), packed_types=(types_of := {})))
+                                         memory=memory, reasons=(reasons := {}), packed_types=(types_of := {}),
+                                         queue_share=queue_share, refusals=(refusals := {})))
     trace = list(w.jobs) if spread_s is None else moved(list(w.jobs), seed + 1000 * spread_draw, spread_s)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
@@ -122,12 +123,20 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
                                                               * plain.metrics["makespan_s"])
                              if plain is not None and plain.metrics.get("makespan_s") else None),
             "pair_list": [{**p, "predicted": v} for p, v in zip(pairs, predictions, strict=True)],
-            "reasons": reasons,
+            "reasons": reasons, "refusals": refusals,
+            "big_start_h": {k: big_starts(r) for k, r in (("msched", plain), ("packed", pack)) if r is not None},
             "lone": lone_time(info["history"], trace, [n.gpu_type for n in cluster.nodes], types_of, truth_pairs),
             "lone_starts": lone_starts(info["history"], [n.gpu_type for n in cluster.nodes], types_of),
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "_": len(tags)}
+
+
+def big_starts(run) -> dict:  # noqa: ANN001 - a replay's result
+    """The 8-GPU (whole-node) jobs' start times, hours: mean and latest (pack10: the makespan is decided
+    by which node stays whole for an 8-GPU job)."""
+    starts = [o.start / H for o in run.outcomes if o.num_gpus >= 8 and o.start is not None]
+    return {"n": len(starts), "mean": _mean(starts), "max": max(starts, default=None)}
 
 
 def moved(trace: list, seed: int, jitter_s: float) -> list:
@@ -263,8 +272,11 @@ def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemo
     return out
 
 
+BOUND_KINDS = ("lp", "lp_any", "area", "area_any")
+
+
 def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: PairTruth,  # noqa: PLR0913
-              cluster_spec: str | None = None) -> dict:
+              cluster_spec: str | None = None, kinds: tuple[str, ...] = BOUND_KINDS) -> dict:
     """One seed's LP makespan bounds (hours) without and with pairs: the full LP (elapsed rows: no job
     shorter than its runtime) and the area bound (capacity rows only), pairs with each job >= 0.5x solo
     (msched's rule) and any pair Gavel measured; the longest job's release + fastest runtime beside them."""
@@ -283,6 +295,8 @@ def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: Pa
                       "runtime_h": min(true_runtimes(longest, truth, cluster).values()) / H}
     for name, lengths, min_own in (("lp", True, MIN_OWN_SPEED), ("lp_any", True, 0.0),
                                    ("area", False, MIN_OWN_SPEED), ("area_any", False, 0.0)):
+        if name not in kinds:
+            continue
         b = pair_lp_bound(trace, truth, cluster, truth_pairs, min_own=min_own, lengths=lengths)
         out[name] = {"solo_h": b.solo_s / H, "packed_h": b.value_s / H, "ratio": b.value_s / b.solo_s,
                      "pair_kinds": b.pair_kinds, "paired_share": b.paired_share}
@@ -290,19 +304,25 @@ def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: Pa
 
 
 def bound_lines(rows: list[dict]) -> list[str]:
-    """The --bound table: per seed, and the mean ratios."""
+    """The --bound table: per seed, and the mean ratios (a bound not computed, `--bound-kinds`: "-")."""
+    def cell(r: dict, kind: str, key: str, form: str) -> str:
+        v = r.get(kind, {}).get(key)
+        return "-".rjust(6) if v is None else format(v, form)
+
     out = [f"{'seed':>4} | {'LP h':>6} {'packed':>6} {'ratio':>6} {'any':>6} | {'area h':>6} {'packed':>6} "
-           f"{'ratio':>6} {'any':>6} {'paired':>6} | longest (release + runtime)"]
+           f"{'ratio':>6} {'any':>6} {'paired':>6} | last arrival | longest (release + runtime)"]
     for r in rows:
-        lp, area, g = r["lp"], r["area"], r["longest"]
-        out.append(f"{r['seed']:4d} | {lp['solo_h']:6.1f} {lp['packed_h']:6.1f} {lp['ratio']:6.3f} "
-                   f"{r['lp_any']['ratio']:6.3f} | {area['solo_h']:6.1f} {area['packed_h']:6.1f} {area['ratio']:6.3f} "
-                   f"{r['area_any']['ratio']:6.3f} {area['paired_share']:6.0%} | {g['model']} x{g['gpus']} "
-                   f"{g['release_h']:.0f} + {g['runtime_h']:.0f} h")
-    for k in ("lp", "lp_any", "area", "area_any"):
-        xs = [r[k]["ratio"] for r in rows]
-        out.append(f"{k}: bound with pairs / without, mean {statistics.fmean(xs):.3f} (min {min(xs):.3f}, "
-                   f"max {max(xs):.3f})")
+        g = r["longest"]
+        out.append(f"{r['seed']:4d} | {cell(r, 'lp', 'solo_h', '6.1f')} {cell(r, 'lp', 'packed_h', '6.1f')} "
+                   f"{cell(r, 'lp', 'ratio', '6.3f')} {cell(r, 'lp_any', 'ratio', '6.3f')} | "
+                   f"{cell(r, 'area', 'solo_h', '6.1f')} {cell(r, 'area', 'packed_h', '6.1f')} "
+                   f"{cell(r, 'area', 'ratio', '6.3f')} {cell(r, 'area_any', 'ratio', '6.3f')} "
+                   f"{cell(r, 'area', 'paired_share', '6.0%')} | {r['last_arrival_h']:10.1f} h | "
+                   f"{g['model']} x{g['gpus']} {g['release_h']:.0f} + {g['runtime_h']:.0f} h")
+    for k in BOUND_KINDS:
+        if xs := [r[k]["ratio"] for r in rows if k in r]:
+            out.append(f"{k}: bound with pairs / without, mean {statistics.fmean(xs):.3f} (min {min(xs):.3f}, "
+                       f"max {max(xs):.3f})")
     return out
 
 
@@ -319,6 +339,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
+
+
+def _fmt1(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
 
 
 def _fmt(x: float | None) -> str:
@@ -372,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the LP makespan bound per seed without and with pairs (slurm_sim.packing.pair_lp_bound, "
                          "Gavel's measured pair speeds, each job >= 0.5x and any pair), with and without the "
                          "elapsed rows (the area bound), and exit: the ceiling of what packing can gain")
+    ap.add_argument("--bound-kinds", default=",".join(BOUND_KINDS),
+                    help="which bounds --bound solves, comma-separated, of " + ",".join(BOUND_KINDS)
+                         + " (each job >= 0.5x or any pair; with the elapsed rows or the area alone)")
+    ap.add_argument("--queue-share", type=float, default=1.0, metavar="X",
+                    help="the looser queue rule: pack when at least this share of the queued shard jobs it may "
+                         "meet are good partners (default 1: each of them, msub's rule)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -395,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(guard_report(path, memory or GavelMemory.load())))
         return 0
     if args.bound:
-        rows = [bound_row(seed, args.jobs, args.load, args.static, truth_pairs, args.cluster)
+        bound_kinds = tuple(k for k in args.bound_kinds.split(",") if k)
+        if not set(bound_kinds) <= set(BOUND_KINDS):
+            ap.error(f"--bound-kinds takes {','.join(BOUND_KINDS)}")
+        rows = [bound_row(seed, args.jobs, args.load, args.static, truth_pairs, args.cluster, bound_kinds)
                 for seed in range(args.first_seed, args.first_seed + args.seeds)]
         print("\n".join(bound_lines(rows)))
         if args.json:
@@ -416,14 +449,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
           f", memory {args.memory}, predictor {args.predictor}"
-          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
                      not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
-                     args.control_jitter, args.spread, args.spread_draw)
+                     args.control_jitter, args.spread, args.spread_draw, args.queue_share)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
@@ -443,6 +476,16 @@ def main(argv: list[str] | None = None) -> int:
                 reasons[k] = reasons.get(k, 0) + v
             for k, v in r["lone"].items():
                 lone[k] += v
+        judged: dict[str, int] = {}
+        for r in rows:
+            for k, v in r["refusals"].items():
+                judged[k] = judged.get(k, 0) + v
+        print("the guard's queue refusals judged by Gavel's measurements: "
+              + "; ".join(f"{k} {v}" for k, v in judged.items()))
+        big = [(r["big_start_h"].get("msched", {}), r["big_start_h"]["packed"]) for r in rows]
+        print("8-GPU jobs' start, h (mean / latest), no packing -> packing: " + "; ".join(
+            f"seed {r['seed']}: {_fmt1(a.get('mean'))}/{_fmt1(a.get('max'))} -> {_fmt1(b['mean'])}/{_fmt1(b['max'])}"
+            for r, (a, b) in zip(rows, big, strict=True)))
         print("opted-in 1-GPU jobs at submit, packed or why not (the first type's reason): "
               + "; ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
         starts = {k: sum(r["lone_starts"][k] for r in rows) for k in rows[0]["lone_starts"]} if rows else {}

@@ -390,6 +390,10 @@ class SimPacking:
     reasons: dict | None = None          # when given: why each opted-in 1-GPU job was or was not packed
                                          # (`verdict_kind` of its first type's reason) -> count
     packed_types: dict | None = None     # when given: job id -> the GPU types a packed job may land on
+    queue_share: float = 1.0             # submit_verdict's queue_share: the share of the queued shard jobs
+                                         # that must be good partners (1: each, msub's rule)
+    refusals: dict | None = None         # when given: the guard's queue refusals judged by the truth
+                                         # (`judge_refusal`) -> count
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -448,6 +452,7 @@ class SimPacking:
                                            model.combined_throughput, type_usable_gb(gpu_type), self.threshold,
                                            slower, every=every, own=model.own_speed,
                                            some=self.guard == "bound", best_types=types if self.guard == "bound" else (),
+                                           queue_share=self.queue_share if every else 1.0,
                                            wait_s=min(waits) if waits and self.when_waiting else None,
                                            runtime_s=est.seconds if est is not None else None,
                                            horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting
@@ -456,6 +461,10 @@ class SimPacking:
             if value is not None:
                 kept.append((gpu_type, value, f"{reason} with {where}"))
             else:
+                if self.refusals is not None and every and not why and verdict_kind(reason) == "guard: a job below 0.5x":
+                    verdict = self.judge_refusal(tag, mine, [(s, t) for s, t in here], gpu_type, slower)
+                    for k, v in verdict.items():
+                        self.refusals[k] = self.refusals.get(k, 0) + v
                 why.append(verdict_kind(reason) + (" (queue)" if every else " (reference mix)"))
         if not kept:
             return note(why[0], decision, tj)
@@ -467,6 +476,30 @@ class SimPacking:
                               why=f"packed on {'|'.join(ok)}: {kept[0][2]}")
         return decision._replace(tag=packed, types=tuple(ok)), SHARD_PARTITION, 1
 
+
+    def judge_refusal(self, tag, mine, here, gpu_type: str, slower) -> dict:  # noqa: ANN001
+        """The guard refused a job beside the queue (a queued shard job it may meet predicted to leave one
+        of the two below 0.5x): was it right? Each partner the guard flagged, by what Gavel measured for
+        the pair on the type: "flagged, measured < 0.5x" (or the two do not fit: Gavel measured 0) or
+        "flagged, measured >= 0.5x" (the predictor's caution); the refusal itself "refusal right" when
+        at least one flagged partner measured < 0.5x, else "refusal cautious"; and the queue's make-up as
+        Gavel measured it ("queue measured good": partners each >= 0.5x, combined >= the threshold)."""
+        from msched.estimate.interference import MIN_OWN_SPEED as MIN_OWN
+
+        out = {"refusals": 1}
+        wrong = 0
+        for s, t in here:
+            fa, fb = self.truth.pair((tag.model, tag.bs), (t.model, t.bs), gpu_type)
+            bad_truth = fa <= 0 or fb <= 0 or min(fa, fb) < MIN_OWN
+            good_truth = not bad_truth and fa + fb >= self.threshold
+            out["queued partners"] = out.get("queued partners", 0) + 1
+            out["queue measured good"] = out.get("queue measured good", 0) + good_truth
+            if (v := slower(mine, s, gpu_type)) is not None and v < MIN_OWN:
+                key = "flagged, measured < 0.5x" if bad_truth else "flagged, measured >= 0.5x"
+                out[key] = out.get(key, 0) + 1
+                wrong += bad_truth
+        out["refusal right" if wrong else "refusal cautious"] = 1
+        return out
 
     def _note(self, reason: str, decision, tj):  # noqa: ANN001, ANN202
         """Count why a job was (not) packed in `reasons`; (decision, partition, 0): not packed."""

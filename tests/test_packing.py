@@ -337,6 +337,26 @@ def test_against_the_queue_every_shard_job_must_be_a_good_partner():
     assert value is None and "below 0.5x solo beside a queued shard job" in why
 
 
+def test_the_looser_queue_rule_packs_when_enough_queued_shard_jobs_are_good_partners():
+    """`queue_share` 2/3 with three queued shard jobs, one bad (0.7 combined): two of three good reach
+    the share (ceil(2/3 x 3) = 2), and the mean is over the two good ones (1.5); a share of 0.9 needs
+    all three (ceil(2.7) = 3) and refuses. Two bad of three refuse at 2/3 too; the guard's slower-job
+    check counts the same way (a partner under 0.5x is a bad one)."""
+    fast, slow = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 100.0}, 32)
+    predict = lambda a, b, t: 1.5 if a.iter_ms[t] + b.iter_ms[t] < 100 else 0.7  # noqa: E731
+    one_bad = [(fast, 1.0), (fast, 1.0), (slow, 1.0)]
+    assert submit_verdict(fast, 1.0, one_bad, "v100", predict, 16.0, every=True, queue_share=2 / 3)[0] == 1.5
+    value, why = submit_verdict(fast, 1.0, one_bad, "v100", predict, 16.0, every=True, queue_share=0.9)
+    assert value is None and "beside 1 of 3 queued shard jobs (needs 90% good)" in why
+    two_bad = [(fast, 1.0), (slow, 1.0), (slow, 1.0)]
+    assert submit_verdict(fast, 1.0, two_bad, "v100", predict, 16.0, every=True, queue_share=2 / 3)[0] is None
+    crawl = lambda a, b, t: 0.3 if b is slow or a is slow else 0.7  # noqa: E731
+    flat = lambda a, b, t: 1.5  # noqa: E731
+    assert submit_verdict(fast, 1.0, one_bad, "v100", flat, 16.0, slower=crawl, every=True, queue_share=2 / 3)[0] == 1.5
+    value, why = submit_verdict(fast, 1.0, two_bad, "v100", flat, 16.0, slower=crawl, every=True, queue_share=2 / 3)
+    assert value is None and "below 0.5x solo beside a queued shard job" in why
+
+
 def test_a_job_is_packed_only_when_sharing_ends_it_no_later_than_waiting():
     """Own speed 0.8 beside its partner: a 1000 s job shared takes 1250 s, 250 s more; it is packed only
     when a GPU of its own is 250 s or more away."""

@@ -349,3 +349,27 @@ def test_spread_moves_arrivals_as_the_control_does():
                for m, j in zip(a, trace, strict=True))
     assert [j.submit_time for j in a] != [j.submit_time for j in trace]
     assert [j.submit_time for j in bp.moved(trace, 4, 60.0)] != [j.submit_time for j in a]
+
+
+def test_a_guard_refusal_is_judged_by_the_measured_pairs():
+    """judge_refusal: the queue holds an LM and a ResNet-18; the guard (here: any partner that is an LM)
+    flags the LM. Gavel's truth for the job beside the LM decides: 0.3x -> the refusal was right; 0.6x
+    each -> cautious (the pair would have kept the 0.5x rule). The queue's measured make-up counts the
+    ResNet-18 (0.7 + 0.7 >= 1) as good either way; a pair measured out of memory (absent) is bad."""
+    from msched.estimate.interference import JobSpeeds
+    from msched.tag import JobTag
+    from slurm_sim.packing import SimPacking
+
+    tag = JobTag(model="resnet18", bs=32)
+    r18, lm = JobSpeeds({"v100": 10.0}, 32), JobSpeeds({"v100": 50.0}, 20)
+    queue = [(r18, JobTag(model="resnet18", bs=32)), (lm, JobTag(model="lm", bs=20))]
+    flag_lm = lambda a, b, t: 0.3 if b is lm else 0.9  # noqa: E731
+    good = {(R18, R18, "v100"): (0.7, 0.7)}
+    right = SimPacking(PairTruth({**good, (R18, LM, "v100"): (0.3, 0.9)})).judge_refusal(tag, r18, queue, "v100", flag_lm)
+    assert right == {"refusals": 1, "queued partners": 2, "queue measured good": 1,
+                     "flagged, measured < 0.5x": 1, "refusal right": 1}
+    cautious = SimPacking(PairTruth({**good, (R18, LM, "v100"): (0.6, 0.6)})).judge_refusal(tag, r18, queue, "v100", flag_lm)
+    assert cautious == {"refusals": 1, "queued partners": 2, "queue measured good": 2,
+                        "flagged, measured >= 0.5x": 1, "refusal cautious": 1}
+    unfit = SimPacking(PairTruth(good)).judge_refusal(tag, r18, queue, "v100", flag_lm)
+    assert unfit["refusal right"] == 1 and unfit["queue measured good"] == 1

@@ -20,6 +20,7 @@ msched knows (their solo speeds and memory), it pairs them and orders them.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -89,7 +90,8 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
                    every: bool = False, own: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None,
                    wait_s: float | None = None, runtime_s: float | None = None,
                    wait_share: float = WAIT_SHARE, horizon_s: float | None = None,
-                   some: bool = False, best_types: Sequence[str] = ()) -> tuple[float | None, str]:
+                   some: bool = False, best_types: Sequence[str] = (),
+                   queue_share: float = 1.0) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
@@ -116,6 +118,10 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     with), and the mean is over those that pass. `best_types`: the job is packed on `gpu_type` only
     when it is its best of them (`on_best_type`).
 
+    `queue_share` (with `every`; 1, the default: each of them): the looser queue rule, packed when at
+    least this share of the queued shard jobs are good partners (the mean, the own speed and the horizon
+    over those); the round must then keep the bad ones apart (bench_packing --queue-share measures it).
+
     `horizon_s`: how long the round's plan runs (its estimated last end minus now). A job the schedule
     waits for is not to be slowed, so it is not packed when it would run past that end slowed by its
     partner, nor when one of its queued partners would (a partner given as (speeds, peak GB, solo
@@ -128,7 +134,7 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     if best_types and not on_best_type(mine, gpu_type, best_types):
         return None, f"{gpu_type} is not its best shard type ({'|'.join(best_types)})"
     runtimes = {id(s): rest[0] for s, _, *rest in partners if rest and rest[0]}
-    need = len(known) if every else 1 if some else len(known) / 2
+    need = (max(1, math.ceil(queue_share * len(known) - 1e-9)) if every else 1 if some else len(known) / 2)
     fitting = [s for s, p in known if pair_fits((my_peak, p), usable_gb)]
     if len(fitting) < need:
         return None, f"too big to share a {gpu_type} with {'every partner' if every else 'most partners'}"
@@ -138,6 +144,12 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
             return None, (f"one job predicted below {MIN_OWN_SPEED:g}x solo beside "
                           f"{'a queued shard job' if every else 'every partner' if some else 'most partners'}")
     values = [predict(mine, s, gpu_type) for s in fitting]
+    if every and queue_share < 1.0:      # the looser rule: only the good partners count
+        good = [(s, v) for s, v in zip(fitting, values, strict=True) if v >= threshold]
+        if len(good) < need:
+            return None, (f"predicted combined throughput < {threshold:g} beside {len(fitting) - len(good)} of "
+                          f"{len(known)} queued shard jobs (needs {queue_share:.0%} good)")
+        fitting, values = [s for s, _ in good], [v for _, v in good]
     predicted = sum(values) / len(values)
     if every and min(values) < threshold:
         return None, f"predicted combined throughput {min(values):.2f} < {threshold:g} beside a queued shard job"
