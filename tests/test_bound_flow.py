@@ -146,3 +146,19 @@ def test_below_every_policy_of_a_simulated_online_trace():
     for r in results:
         assert r.metrics["unfinished"] == 0
         assert max(bound.mean_flow_s, fine.mean_flow_s) <= r.metrics["mean_jct_s"] * (1 + 1e-6), r.policy
+
+
+def test_the_bench_greedy_by_hand():
+    """bench/bench_jct_greedy.py's rule (the feasible schedule beside the bound in BENCHMARKS.md). One GPU,
+    jobs of 1 and 2 s at t=0, shortest first: ends 1 and 3, mean JCT 2, makespan 3. Two one-GPU types a
+    (fast) and b: two jobs of 1 s on a, 3 s on b. theta 0: the second waits for a (ends 1, 2: mean 1.5);
+    theta 1 (its end on b, 3, is within 1 x 1 s of its best end, 2): it starts on b (mean 2)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from bench_jct_greedy import greedy
+
+    assert greedy([(0.0, 1, {"a": 2.0}), (0.0, 1, {"a": 1.0})], [("a", 1)], 0.0, "spt") == (2.0, 3.0)
+    two = [(0.0, 1, {"a": 1.0, "b": 3.0}), (0.0, 1, {"a": 1.0, "b": 3.0})]
+    assert greedy(two, [("a", 1), ("b", 1)], 0.0, "spt") == (1.5, 2.0)
+    assert greedy(two, [("a", 1), ("b", 1)], 1.0, "spt") == (2.0, 3.0)
