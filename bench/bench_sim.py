@@ -12,7 +12,8 @@ it with the simulator's reader (truth and cluster checks on) and prints seconds 
 per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
-                                        [--load-lines N] [--rounds-anew] [--cuts-anew] [--search-work N]
+                                        [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew]
+                                        [--search-work N]
 """
 
 from __future__ import annotations
@@ -165,6 +166,17 @@ def cuts_anew() -> None:
     compare.KEEP_USABLE_MEMORY = False
 
 
+def cuts12_anew() -> None:
+    """Switch off planner12's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): every candidate of the search decoded whole (no prefix resumed from the plan it
+    moved from); a pristine timeline's starts from a heap built beside its sorted keys."""
+    import msched.policy.planner as planner
+    import msched.policy.timeline as timeline
+
+    planner.PREFIX_RESUME = False
+    timeline.Timeline.sorted_pristine = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -182,6 +194,8 @@ def main() -> None:
                          "timeline, inlined kept views, PossibleTypes): the plain path, for an on/off pair")
     ap.add_argument("--cuts-anew", action="store_true",
                     help="planner11's plan-identical cuts switched off (see cuts_anew): the other half of a pair")
+    ap.add_argument("--cuts12-anew", action="store_true",
+                    help="planner12's plan-identical cuts switched off (see cuts12_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     a = ap.parse_args()
@@ -189,6 +203,8 @@ def main() -> None:
         rounds_anew()
     if a.cuts_anew:
         cuts_anew()
+    if a.cuts12_anew:
+        cuts12_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 

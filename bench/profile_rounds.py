@@ -5,7 +5,7 @@ calls made many times a round (construct, score) read a little high; the split, 
 Prints the replay's outcomes digest too (start, end, type, state and writes of every job): the same digest
 with a cut on and off (`--cuts-anew`, bench_sim.py's) is the plan-identical check on a whole replay.
 
-    .venv/bin/python bench/profile_rounds.py [--jobs 5000] [--cuts-anew] [--rounds-anew]
+    .venv/bin/python bench/profile_rounds.py [--jobs 5000] [--cuts-anew] [--rounds-anew] [--cuts12-anew]
 """
 
 from __future__ import annotations
@@ -52,7 +52,10 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--cuts-anew", action="store_true", help="planner11's cuts off (bench_sim.cuts_anew)")
     ap.add_argument("--rounds-anew", action="store_true", help="planner10's kept readings off (bench_sim.rounds_anew)")
+    ap.add_argument("--cuts12-anew", action="store_true", help="planner12's cuts off (bench_sim.cuts12_anew)")
     a = ap.parse_args()
+    if a.cuts12_anew:
+        bench_sim.cuts12_anew()
     if a.cuts_anew:
         bench_sim.cuts_anew()
     if a.rounds_anew:

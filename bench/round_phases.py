@@ -69,10 +69,9 @@ class Phases:
 def _wrap_planning_core(phases: Phases) -> None:
     """Wrap the planning core's phases once the round imports it (a light round never does): a hook on
     the import of msched.rounds.core, so that this helper does not import it itself."""
-    import importlib.abc
     import importlib.machinery
 
-    class Hook(importlib.abc.MetaPathFinder):
+    class Hook:     # a meta path finder (not importlib.abc's: importing it costs ~50 ms, importlib.resources)
         def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
             if name != "msched.rounds.core":
                 return None
@@ -116,6 +115,10 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
 
     import_cpu = time.process_time() - _CPU0
     import_wall = time.perf_counter() - _T0
+    import msched.slurm.cli.client as cli_module
+
+    if hasattr(cli_module, "digest_lines"):     # the digest's lines, made when a round records its digest
+        phases.wrap(cli_module, "digest_lines", "digest lines")
     for attr, phase in (("queue_digest", "digest"), ("_queue", "squeue"), ("nodes", "sinfo"),
                         ("finished_jobs", "finished"), ("update_jobs", "writes"), ("scheduler", "scheduler"),
                         ("read_digest", "read digest")):
@@ -259,4 +262,8 @@ if __name__ == "__main__":
         sys.exit(0)
     budget = int(sys.argv[3]) if len(sys.argv) > 3 and int(sys.argv[3]) else None
     tight = len(sys.argv) <= 4 or sys.argv[4] != "json"
-    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget, tight)))
+    print(json.dumps(measure(Path(sys.argv[1]), sys.argv[2], budget, tight)), flush=True)
+    import msched.cli
+
+    if hasattr(msched.cli, "_exit_now"):      # as `msched reorder` ends in this tree: no interpreter teardown
+        msched.cli._exit_now(0)

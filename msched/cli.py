@@ -127,10 +127,26 @@ def _plain_reorder(opts: dict) -> int:
     return 0
 
 
+def _exit_now(code: int) -> None:
+    """End the process without tearing the interpreter down: cron's one round (`msched reorder`) is done,
+    its store closed, its lock dropped and its children reaped, and freeing what the planning core's
+    caches hold object by object (every job's reading, the timelines) cost 0.15-0.2 s of CPU at 10,000
+    pending (measured on the dev cluster, issue 21 ninth pass). The output is flushed first."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["reorder"] and (opts := plain_reorder_options(args[1:])) is not None:
-        return _plain_reorder(opts)
+        code = _plain_reorder(opts)
+        if argv is None and code == 0:         # the command itself (not a caller in this process)
+            _exit_now(code)
+        return code
     import click
 
     try:

@@ -180,6 +180,32 @@ def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
 
 
 @settings(max_examples=150, deadline=None)
+@given(bookings(), st.booleans())
+def test_a_pristine_timeline_finds_starts_from_its_sorted_keys_as_from_a_heap(case, shared):
+    """`Timeline.sorted_pristine`: a timeline with nothing booked since it was built or copied (the round's
+    base, a copy of a booked copy, a copy of a list-built timeline whose heaps it copies) answers a start
+    from its sorted heap keys as its heap does (start and node, so the same placement), before and
+    between bookings."""
+    nodes, running, ops = case
+
+    def run(fast: bool) -> list:
+        Timeline.sorted_pristine = fast
+        try:
+            tl = Timeline(0.0, tuple(nodes), tuple(running)) if shared else Timeline(0.0, list(nodes), list(running))
+            seen = []
+            for t, g, length, copy_here in ops:
+                if copy_here:
+                    tl = tl.copy()
+                    seen.append([(u, k, tl.start_time(u, k), tl.place(u, k)) for u in TYPES for k in (1, 2, 4, 8)])
+                seen.append(_book(tl, t, g, length))
+            return seen + [tl.free]
+        finally:
+            Timeline.sorted_pristine = True
+
+    assert run(True) == run(False)
+
+
+@settings(max_examples=150, deadline=None)
 @given(bookings())
 def test_free_times_from_the_start_cache_equal_a_pass_over_the_nodes(case):
     """`Timeline.free_at_from_starts`: each type's first free GPU, read as a one-GPU job's earliest start,
@@ -346,6 +372,35 @@ def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, object
     assert MschedPolicy.reuse_per_queue
 
 
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("balanced", "makespan", "jct")), st.sampled_from((0.0, 0.1)),
+       st.sampled_from((0.0, 0.5)))
+def test_search_decodes_resumed_from_the_moved_plans_prefix_equal_whole_decodes(snap, objective, affinity,
+                                                                                wait_weight):
+    """`msched.policy.planner.PREFIX_RESUME`: each candidate of the optimizing planner's local search books
+    the prefix it shares with the plan it was moved from as that plan's decode booked it (its journal) and
+    decodes the rest; the plan and every score it searched equal those of decoding every candidate whole:
+    random snapshots with unmanaged, pinned and starving jobs, every objective, with and without the
+    affinity rule and planned-wait weight."""
+    import msched.policy.planner as planner
+    from msched.policy import get_policy
+
+    opts = {"planner": "optimize", "objective": objective, "time_box_s": 1e6, "affinity": affinity,
+            "wait_weight": wait_weight}
+    fast_policy = get_policy("msched", **opts)
+    fast = fast_policy.plan(snap)
+    planner.PREFIX_RESUME = False
+    try:
+        plain_policy = get_policy("msched", **opts)
+        plain = plain_policy.plan(snap)
+    finally:
+        planner.PREFIX_RESUME = True
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+    searched = {k: v for k, v in fast_policy.last_search.items() if k != "seconds"}
+    assert searched == {k: v for k, v in plain_policy.last_search.items() if k != "seconds"}
+
+
 @settings(max_examples=80, deadline=None)
 @given(queues(), st.booleans(), st.randoms(use_true_random=False))
 def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, backfill, rng):
@@ -375,6 +430,7 @@ def _plain_paths(monkeypatch) -> None:
     import msched.policy.base as base
     import msched.policy.bound as bound
     import msched.policy.msched as msched_policy
+    import msched.policy.planner as planner
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
     import slurm_sim.compare as compare
@@ -415,9 +471,11 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
     monkeypatch.setattr(Timeline, "scan_dirty", False)
     monkeypatch.setattr(Timeline, "free_at_from_starts", False)
+    monkeypatch.setattr(Timeline, "sorted_pristine", False)
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
+    monkeypatch.setattr(planner, "PREFIX_RESUME", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

@@ -127,6 +127,39 @@ def _decode_entry(job: PendingJob, cand, runtime, starving: set[str], fastest_fi
     return cand, runtime, chosen_by_completion(job, starving), g, g if g > 1 else 1, job.job_id, typed, given
 
 
+def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[str, str] | None, tl: Timeline,
+                   placed: dict, chosen: dict, journal: list | None) -> int:
+    """`construct`'s `resume`: the length of the longest prefix of `construct` that the earlier decode's
+    journal walked with the same job objects and the same fixed types, with that prefix's bookings
+    committed on `tl` and its placements and constraints entered (in the same order) into `placed`,
+    `chosen` and `journal`."""
+    done, old_fixed = resume
+    fx = fixed or {}
+    ofx = old_fixed or {}
+    n = min(len(done), len(construct))
+    q = 0
+    while q < n:
+        job = construct[q]
+        if done[q][0] is not job:
+            break
+        if (fx or ofx) and fx.get(job.job_id) != ofx.get(job.job_id):
+            break
+        q += 1
+    for k in range(q):
+        e = done[k]
+        p = e[1]
+        if p is None:
+            continue
+        tl.commit(p, p.start + e[2])
+        jid = e[0].job_id
+        placed[jid] = e[3]
+        if e[4] is not None:
+            chosen[jid] = e[4]
+    if journal is not None and q:
+        journal.extend(done[:q])
+    return q
+
+
 def chosen_by_completion(job: PendingJob, starving: set[str]) -> bool:
     """msched picks the type of a managed, unpinned, non-starving job (earliest completion); the others
     take whichever allowed type starts them first, as Slurm does."""
@@ -270,12 +303,21 @@ class MschedPolicy(MschedOncePolicy):
 
     def construct(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
                   fixed: Mapping[str, str] | None = None, relative: Mapping[str, float] | None = None,
-                  timeline: Timeline | None = None):  # noqa: ANN201 - (placed, chosen, Timeline)
+                  timeline: Timeline | None = None, *, journal: list | None = None,
+                  resume: tuple | None = None):  # noqa: ANN201 - (placed, chosen, Timeline)
         """Step 1-2: the queue as Slurm holds it, managed places filled in `order`; each job placed at its
         earliest start (managed ones on their earliest-completion type, or on `fixed[job]` when given and
         possible; `relative`: `type_demand` of the order when the caller has it; `timeline`: the snapshot's
         timeline, copied rather than rebuilt). Returns the placements, the chosen type constraints and the
-        booked timeline."""
+        booked timeline.
+
+        `journal`: a list this decode appends what it did to, one entry per job of the queue it walks
+        (the job, its placement or None, its runtime there, its `Placed`, its chosen constraint or None).
+        `resume`: (journal, fixed) of an earlier decode of the same snapshot, starving set, `relative` and
+        `timeline` (the optimizing planner's search): the longest prefix of this queue that it walked
+        with the same job objects and the same fixed types is booked as it booked it (its placements
+        committed, no start looked up or type chosen: each job's choice depends only on what was booked
+        before it, on the job and on its fixed type), and the rest is decoded (`prefix_resume`)."""
         types = snapshot.gpu_types
         now = snapshot.now
         tl = timeline.copy() if timeline is not None else Timeline(now, snapshot.nodes, snapshot.running)
@@ -300,7 +342,12 @@ class MschedPolicy(MschedOncePolicy):
         prune = self.prune_slow_types
         miss = _MISS
         lam = self.wait_weight
-        for job in construct:
+        walk = construct
+        if resume is not None:
+            q = _replay_prefix(resume, construct, fixed, tl, placed, chosen, journal)
+            if q:
+                walk = construct[q:]
+        for job in walk:
             cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
             best_t = None
             best_done = best_rt = best_s = 0.0
@@ -332,6 +379,8 @@ class MschedPolicy(MschedOncePolicy):
                 if better:
                     best_t, best_done, best_rt, best_s = t, d, rt, s0
             if best_t is None:
+                if journal is not None:
+                    journal.append((job, None, 0.0, None, None))
                 continue
             if want is not None and want in done:
                 best_t = want
@@ -340,9 +389,13 @@ class MschedPolicy(MschedOncePolicy):
             p = tl.place(best_t, g)
             rt = runtime[best_t]
             tl.commit(p, p.start + rt)
-            placed[jid] = Placed(p.gpu_type, p.start, p.start + rt)
+            at = placed[jid] = Placed(p.gpu_type, p.start, p.start + rt)
             if typed:
-                chosen[jid] = given if jid in starving else (p.gpu_type,)
+                c = chosen[jid] = given if jid in starving else (p.gpu_type,)
+            else:
+                c = None
+            if journal is not None:
+                journal.append((job, p, rt, at, c))
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:

@@ -91,6 +91,9 @@ DEFAULT_BATCH_OBJECTIVE = "makespan"   # what balanced plans such a batch for (`
 LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
+PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
+                             # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
+                             # every candidate decoded whole; tests/test_fast_paths.py)
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,9 @@ class OptimizingPolicy(MschedPolicy):
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
-        built = self.construct(snapshot, order, starving)
+        # its journal serves the search only when the search's snapshot is this one (no tail: `_split`)
+        journal: list | None = [] if PREFIX_RESUME and len(order) - len(starving) <= self.head_jobs else None
+        built = self.construct(snapshot, order, starving, journal=journal)
         placed = built[0]
 
         def greedy() -> Plan:
@@ -234,7 +239,7 @@ class OptimizingPolicy(MschedPolicy):
         search = _Search(self, snapshot, order[:len(starving)], head, deadline)
         if not tail:
             # the search's snapshot is this one and its first decode (the greedy order) is this one
-            search.keep(head, None, built)
+            search.keep(head, None, built, journal=journal)
         best_order, best_fixed, improved = search.run(greedy_order=head)
         self.last_search = {"planner": self.planner, "evals": search.evals, "improved": improved,
                             "timed_out": search.timed_out, "head": len(head), "tail": len(tail),
@@ -363,6 +368,7 @@ class _Search:
         self.anchor = min((j.submit_time for j in head), default=snapshot.now)
         self.rng = random.Random(len(head))
         self.decoded: dict[tuple, tuple] = {}     # plans decoded in this search: key -> (score, placed, built)
+        self.journals: dict[tuple, tuple] = {}    # ... and their decodes' journals: key -> (journal, fixed)
         self.reused = 0
         # a decode costs about one step per job it places (the head, and the plain and starving jobs
         # around it: at 10,000 pending with a fifth plain, ~2,000 of them), running job and node (the
@@ -392,30 +398,42 @@ class _Search:
         over = s.last_end if s.last_end > cap + 1e-9 else cap
         return (-s.placed, over, s.sum_end)
 
-    def evaluate(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None = None) -> tuple[Score, dict]:
+    def evaluate(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None = None,
+                 parent: tuple | None = None) -> tuple[Score, dict]:
         """Decode and score a plan. A plan decoded before in this search (the start points of a short head
         often coincide; random moves revisit orders) is not decoded again: the decode is deterministic.
-        It still counts against the budget, so the search takes the same steps either way."""
+        It still counts against the budget, so the search takes the same steps either way. `parent`: the
+        (journal, fixed types) of the decoded plan this one is a move from (`journal_of`): the prefix
+        they share is booked from its journal, not decoded again (`PREFIX_RESUME`)."""
         self.evals += 1
         key = _plan_key(order, fixed)
         hit = self.decoded.get(key)
         if hit is not None:
             self.reused += 1
             return hit[0], hit[1]
+        journal: list | None = [] if PREFIX_RESUME else None
         built = self.p.construct(self.snap, [*self.first, *order], self.starving, fixed, self.relative,
-                                 self.timeline)
-        return self.keep(order, fixed, built, key)
+                                 self.timeline, journal=journal, resume=parent if PREFIX_RESUME else None)
+        return self.keep(order, fixed, built, key, journal)
 
     def keep(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None, built: tuple,
-             key: tuple | None = None) -> tuple[Score, dict]:
+             key: tuple | None = None, journal: list | None = None) -> tuple[Score, dict]:
         """Score a decode (`construct`'s placements, chosen types and timeline) and remember it: the plan
         returned at the end is built from it rather than decoded once more. `key`: its `_plan_key`, when
-        the caller has it."""
+        the caller has it; `journal`: its decode's journal (what a move from it resumes from)."""
         placed = built[0]
         s = score(self.snap, placed, self.weight, self.wait_weight)
         self.best_ms = min(self.best_ms, s.last_end) if s.placed == len(placed) else self.best_ms
-        self.decoded[_plan_key(order, fixed) if key is None else key] = (s, placed, built)
+        key = _plan_key(order, fixed) if key is None else key
+        self.decoded[key] = (s, placed, built)
+        if journal is not None:
+            self.journals[key] = (journal, dict(fixed) if fixed else None)
         return s, placed
+
+    def journal_of(self, order: Sequence[PendingJob], fixed: Mapping[str, str] | None) -> tuple | None:
+        """(journal, fixed types) of this plan's decode, when it was decoded in this search (None: not
+        kept)."""
+        return self.journals.get(_plan_key(order, fixed)) if PREFIX_RESUME else None
 
     def out_of_time(self) -> bool:
         if self.p.clock() >= self.deadline:
@@ -600,13 +618,14 @@ class _Search:
             moves = self._all_moves(order) if small else self._moves(order, placed)
             best = None
             stale = 0
+            parent = self.journal_of(order, fixed)
             for move in moves:
                 if self.out_of_time():
                     break
                 cand, cfix = self._apply(move, order, fixed)
                 if cand is None:
                     continue
-                cs, cp = self.evaluate(cand, cfix)
+                cs, cp = self.evaluate(cand, cfix, parent)
                 if self.key(cs) < self.key(s if best is None else best[2]):
                     best = (cand, cfix, cs, cp)
                     if not small:

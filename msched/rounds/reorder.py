@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,9 +351,12 @@ class Reorderer:
 
     # ---------------------------------------------------------------- reading
     def read(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
-        """One batched read of the queue and the nodes; Slurm unreachable -> ReorderError."""
+        """One batched read of the queue and the nodes; Slurm unreachable -> ReorderError. The nodes
+        first: the command-line backend then knows every node's GPU type when it reads the queue, and
+        runs one sinfo instead of two in a new process (cron's)."""
         try:
-            return list(self.client.jobs(ACTIVE_STATES)), list(self.client.nodes())
+            nodes = list(self.client.nodes())
+            return list(self.client.jobs(ACTIVE_STATES)), nodes
         except SlurmUnavailable as exc:
             raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
         except SlurmError as exc:
@@ -397,28 +400,40 @@ class Reorderer:
             if digest is None and not self.client.digest_of_read:
                 digest = self._queue_digest()   # for the next round's light check: read before the queue
             self.client.digest_wanted = digest is None      # else the reads need not keep it
-        from msched.policy.reservations import BeginTimeOptions  # the planning core: not for a light round
-        from msched.rounds.core import TypeLever, run_round
+        try:
+            if jobs is None and nodes is None:
+                # the queue's squeue and the sinfo run while the round loads the planning core and the
+                # estimator (`SlurmClient.prefetch`; a light round never gets here)
+                self.client.prefetch()
+            # the planning core: not for a light round
+            from msched.policy.reservations import BeginTimeOptions
+            from msched.rounds.core import TypeLever, run_round
 
-        if jobs is None or nodes is None:
-            given = jobs
-            read_jobs, read_nodes = self.read()
-            jobs = read_jobs if jobs is None else jobs
-            nodes = read_nodes if nodes is None else nodes
-            if not dry_run and given is None and self.replay_journal(jobs):
-                jobs = self.read()[0]       # released jobs have their priority back: plan with it
-        if own_read:
+            estimator = self.estimator
+            if jobs is None or nodes is None:
+                given = jobs
+                read_jobs, read_nodes = self.read()
+                jobs = read_jobs if jobs is None else jobs
+                nodes = read_nodes if nodes is None else nodes
+                if not dry_run and given is None and self.replay_journal(jobs):
+                    jobs = self.read()[0]       # released jobs have their priority back: plan with it
+        finally:
+            self.client.close()         # a read started and not collected (a failure before the read)
+        read_digest = self._read_digest_later() if own_read else None
+
+        def round_digest() -> str | None:
             # the digest of this round's own read where the backend can tell it (the tight read): the one
             # the next round's light check compares with, without a second squeue; else the digest read
-            # before it (a change between the two only makes the next round read the queue)
-            digest = self._read_digest() or digest
+            # before it (a change between the two only makes the next round read the queue). Worked out
+            # only for a round that wrote nothing: after one that wrote, no round is light
+            return (read_digest() if read_digest is not None else None) or digest
         if now is None:
             now = self.client.now()
         state_key = None
         if not dry_run:
             t0 = time.perf_counter()
             state_key = self._state_key(jobs, nodes)
-            quiet = self._unchanged_round(state_key, jobs, nodes, now, digest)
+            quiet = self._unchanged_round(state_key, jobs, nodes, now, round_digest)
             if quiet is not None:
                 return quiet
             db_s += time.perf_counter() - t0
@@ -434,7 +449,7 @@ class Reorderer:
         incumbent = self._incumbent(dry_run)
         journal = self.journal if self.config.begin_time_lever or self.config.priority_lever == "nice" else None
         try:
-            result = run_round(self.client, self.policy, self.estimator, now=now, dry_run=dry_run,
+            result = run_round(self.client, self.policy, estimator, now=now, dry_run=dry_run,
                                starvation_age_s=self.config.starvation_age_s,
                                gpu_type_of=self.config.canonical_gpu_type, jobs=jobs, nodes=nodes,
                                incumbent=incumbent, settle_options=self.settle_options,
@@ -459,7 +474,8 @@ class Reorderer:
                           {"price": result.submit_price,
                            "price_measure": getattr(self.policy, "price_measure", "saving")})
         try:
-            round_id, done, record_s = self._record(result, jobs, now, state_key=state_key, queue_digest=digest)
+            round_id, done, record_s = self._record(result, jobs, now, state_key=state_key,
+                                                    queue_digest=round_digest() if not result.update_calls else None)
         except Exception as exc:  # noqa: BLE001 - the queue is valid whatever the database did
             raise _fail(f"round applied {result.update_calls} Slurm update(s) but recording it failed: "
                         f"{one_line(exc)}; the queue is valid (the next round re-plans)") from None
@@ -522,8 +538,12 @@ class Reorderer:
 
     def _read_digest(self) -> str | None:
         """`SlurmClient.read_digest` (the digest of the round's own read) with the round's setup."""
+        return self._read_digest_later()()
+
+    def _read_digest_later(self) -> Callable[[], str | None]:
+        """`_read_digest` of the reads made so far, worked out when called (`SlurmClient.read_digest_later`)."""
         setup = self._digest_setup()
-        return None if setup is None else self.client.read_digest(setup)
+        return (lambda: None) if setup is None else self.client.read_digest_later(setup)
 
     def _light_round(self, now: float) -> tuple[RoundOutcome | None, str | None]:
         """The light round: Slurm's queue digest is the last round's, that round wrote nothing and changed
@@ -578,7 +598,7 @@ class Reorderer:
             self.store = self.store.full()
 
     def _unchanged_round(self, state_key: str, jobs: list[SlurmJob], nodes: list[SlurmNode],
-                         now: float, digest: str | None = None) -> RoundOutcome | None:
+                         now: float, digest: Callable[[], str | None] | None = None) -> RoundOutcome | None:
         """When Slurm's state (`state_key`) is the one the last round read, the clock is before that
         plan's `stable_until`, and that round changed nothing (no Slurm update, no job's held plan in
         the store: the incumbent is the same), this round has the same inputs and would decide the same
@@ -601,7 +621,7 @@ class Reorderer:
         running = sum(1 for j in gpu_jobs if j.is_running)
         try:
             round_id, done, record_s = self._record(None, jobs, now, unchanged=(last, pending, running),
-                                                    queue_digest=digest)
+                                                    queue_digest=digest() if digest is not None else None)
         except Exception as exc:  # noqa: BLE001 - nothing was written to Slurm
             raise _fail(f"cannot record the round in {self.store.display_url}: {one_line(exc)}; "
                         "nothing changed in Slurm") from None

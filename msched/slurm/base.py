@@ -371,6 +371,22 @@ class SlurmClient(abc.ABC):
         cannot tell it from them; this default."""
         return None
 
+    def read_digest_later(self, setup: str = "") -> Callable[[], str | None]:
+        """`read_digest` of the reads made so far, worked out when the returned function is called (a
+        round needs it only when it wrote nothing); this default works it out now."""
+        value = self.read_digest(setup)
+        return lambda: value
+
+    def prefetch(self) -> bool:
+        """Start the next `jobs()` and `nodes()` reads in the background where the backend can (the
+        command line: their squeue and sinfo), so that the caller's work meanwhile overlaps them; they
+        then collect what was started. False where it cannot; this default."""
+        return False
+
+    def close(self) -> None:
+        """End what `prefetch` started and no read collected; this default has nothing to end."""
+        return None
+
     def scheduler(self) -> SchedulerSettings:
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
         simulator answers from its own settings). This default is Slurm's default: sched/backfill."""
