@@ -14,7 +14,11 @@ precision and GPU count; best-type accuracy: per (model, GPU count, precision) o
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
     .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR [--jobs N]] [--nested [--nested-inner pairs|outer]]
-        [--nested-types] [--file-host-weight W] [--json OUT]
+        [--nested-types] [--file-host-weight W] [--fit-variant base|call|overlap|overlap+call]
+        [--nested-variants base,call] [--json OUT]
+
+`--nested-variants` lets the nested study's inner folds choose the fit's variant (cost_fit.GEN_CALL,
+FIT_OVERLAP) with the predictor's weights; `--fit-variant` sets it for every study (predict11: BENCHMARKS.md).
 
 A fit runs on one BLAS thread (msched.estimate.cost_fit): ~10-25 s each, so the strict nested run (79 fits)
 finishes in ~25 min with --jobs 2 on a loaded 2-core machine.
