@@ -160,13 +160,28 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     phases.wall["store"] = out.db_seconds
     ru = resource.getrusage(resource.RUSAGE_SELF)
     child_cpu, child_rss = _children()
-    m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=ru.ru_maxrss / 1024, slurm_cpu_s=child_cpu,
+    m.update(cpu_s=ru.ru_utime + ru.ru_stime, peak_rss_mb=_own_peak_mb(ru.ru_maxrss / 1024),
+             peak_rss_rusage_mb=ru.ru_maxrss / 1024, slurm_cpu_s=child_cpu,
              slurm_peak_rss_mb=child_rss, phases={k: round(v, 4) for k, v in phases.wall.items()},
              phase_cpu={k: round(v, 4) for k, v in phases.cpu.items()},
              phase_slurm_cpu={k: round(v, 4) for k, v in phases.child_cpu.items()}, phase_calls=phases.calls,
              modules=len(sys.modules), msched_dir=str(Path(sys.modules["msched"].__file__).parent.parent),
              planning_core_loaded=any(k.startswith(("msched.policy", "msched.rounds.core")) for k in sys.modules))
     return m
+
+
+def _own_peak_mb(fallback: float) -> float:
+    """This process's own peak RSS: VmHWM (the high-water mark of its memory since its exec). Not
+    getrusage's ru_maxrss: Linux carries that over from the parent at fork, so a round started by
+    bench_reorder.py (itself ~200 MB after submitting 10,000 jobs) reported the parent's peak (a light
+    round showed 139 MB; ninth pass)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return fallback
 
 
 def _site(state: Path, name: str, write_budget: int | None):  # noqa: ANN202 - bench_reorder's site config

@@ -11,11 +11,14 @@ nothing, and the round after such a round is light.
 
 from __future__ import annotations
 
+import re
 import stat
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msched.config import Config
 from msched.slurm.base import SlurmUnavailable
@@ -109,3 +112,58 @@ def test_a_started_read_nobody_collects_is_ended_and_a_hung_one_fails_as_a_hung_
         client.jobs()
     assert time.monotonic() - t0 < 10
 
+
+
+# ------------------------------------------------------------------ the jobcomp file's old lines
+JOBCOMP = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines()
+           if ln.startswith("JobId=") and re.search(r" EndTime=\d", ln)]
+_TEXT = st.lists(st.sampled_from(list("ab =\n_-:T019") + [" EndTime=", " JobId=", "JobId=", " JobState=",
+                                                              "EndTime=", "2026-12-03T10:43:2", "9 ", "x="]),
+                 max_size=12).map("".join)
+
+
+def _kept(text: str, since: float, skip: bool) -> list:
+    """The jobs of `text` ending at or after `since`, read with `since` given to the parse or not."""
+    from msched.slurm.cli.accounting import parse_jobcomp
+
+    return sorted(repr(j) for j in parse_jobcomp(text, Config(), NODE_TYPES, since=since if skip else None)
+                   if (j.end_time or 0.0) >= since)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(JOBCOMP) - 1), _TEXT, st.integers(0, 3), st.integers(-3, 3)),
+                min_size=1, max_size=30), st.integers(0, 60))
+def test_jobcomp_lines_read_only_when_they_can_end_after_since_give_the_same_jobs(picks, since_s):
+    """`parse_jobcomp(since=)` skips the regex for plain lines of jobs that ended before `since` and
+    counts their ids for the one-record-per-id rule: the jobs ending at or after `since` (all a round
+    keeps) are exactly those of reading every line whole, for recorded lines with a user's text
+    (separators, forged `JobId=`/`EndTime=`/`JobState=` fields, newlines) put in the name, ids shared
+    between lines, and end times moved around `since`."""
+    from msched.slurm.cli.accounting import _local_time
+
+    lines = []
+    for k, name, id_shift, minutes in picks:
+        line = JOBCOMP[k]
+        line = re.sub(r"^JobId=(\d+)", lambda m, shift=id_shift: f"JobId={int(m.group(1)) + shift}", line)
+        end = re.search(r" EndTime=(\S+)", line).group(1)
+        moved = _local_time(end) + 60 * minutes
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(moved))
+        line = line.replace(f" EndTime={end}", f" EndTime={stamp}")
+        lines.append(re.sub(r" Name=\S*", lambda _m, text=name: f" Name={text}", line, count=1))
+    text = "\n".join(lines)
+    base = min(_local_time(re.search(r" EndTime=(\S+)", ln).group(1)) for ln in JOBCOMP)
+    since = base + 60 * since_s - 120
+    assert _kept(text, since, True) == _kept(text, since, False)
+
+
+def test_a_name_that_leaves_a_blank_job_state_is_no_record_and_fails_no_round():
+    """Found by the test above: a job named `x JobState=` and a newline left a line ending in a blank
+    `JobState=`, and reading it raised IndexError, so every round that read that stretch of the file
+    failed (a user could stop msched for an hour). Such a line is no record; the job's own line is."""
+    from msched.slurm.cli.accounting import parse_jobcomp
+
+    head, tail = JOBCOMP[0].split(" Name=", 1)
+    forged = f"{head} Name=x JobState=\nrest {tail}"
+    jobs = parse_jobcomp(forged, Config(), NODE_TYPES)
+    assert jobs == []
+    assert parse_jobcomp(forged + "\n" + JOBCOMP[1], Config(), NODE_TYPES)[-1].job_id == JOBCOMP[1].split()[0][6:]

@@ -156,6 +156,7 @@ class Evaluation:
     makespan_end: float
     mean_end: float                 # mean over managed jobs placed (absolute time); inf when none
     timeline: Timeline
+    order: Sequence[PendingJob] = ()    # the queue in the order the model ran it (Slurm's, `queue_key`)
 
     def end(self, job_id: str) -> float:
         p = self.placed.get(job_id)
@@ -217,7 +218,7 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
     last = max((p.end for p in placed.values()), default=snapshot.now)
     managed = [placed[j.job_id].end for j in snapshot.pending if j.managed and j.job_id in placed]
     return Evaluation(placed, max(last, snapshot.running_end),
-                      sum(managed) / len(managed) if managed else math.inf, tl)
+                      sum(managed) / len(managed) if managed else math.inf, tl, order)
 
 
 def _incumbent_state(snapshot: ClusterSnapshot, incumbent: Incumbent | None):
@@ -394,7 +395,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         spent += c
     forced = [j for j in chosen if j in obliged_set]
     extra = [j for j in chosen if j not in obliged_set]
-    inc_order = sorted((j for j in new), key=lambda j: queue_key(pending[j], inc_prio[j]))
+    inc_order = [j.job_id for j in inc_eval.order if j.job_id in new]   # the incumbent's order (`queue_key`)
     plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
 
     def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:

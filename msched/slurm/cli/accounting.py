@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -112,7 +113,32 @@ def _unique_ids(jobs: list[SlurmJob]) -> list[SlurmJob]:
 _JOBCOMP_RE = re.compile(r"(\w+)=(.*?)(?= \w+=|$)")
 
 
-def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None]) -> list[SlurmJob]:
+# a line whose job id, job state and end time can be told without `_JOBCOMP_RE` (jobcomp/filetxt writes
+# JobId first and every value but the name without spaces): see `_ended_before`
+_PLAIN_ID = re.compile(r"JobId=(\d+)(?= \w+=)")
+_PLAIN_STATE = re.compile(r" JobState=\S")
+_PLAIN_END = re.compile(r" EndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?= \w+=|$)")
+
+
+def _ended_before(line: str, since: float) -> str | None:
+    """The job id of a jobcomp line (stripped) that `parse_jobcomp` would read with an end time before
+    `since`, told without its ~20 us regex: the line starts `JobId=<digits>` and holds no other `JobId=`,
+    holds one `JobState=` (a space before it, none after), and exactly one `EndTime=`, a plain timestamp before `since` followed by the next
+    field or the line's end. `_JOBCOMP_RE` then reads the same id, a job state and that end time (a
+    value ends at the first ` <word>=`, and a later key of the same name would be another `JobId=` or
+    `EndTime=`); its state is not blank. None: any other line (read whole)."""
+    if not line.startswith("JobId=") or line.count("JobId=") != 1 or line.count("JobState=") != 1 \
+            or line.count("EndTime=") != 1:
+        return None
+    jid, end = _PLAIN_ID.match(line), _PLAIN_END.search(line)
+    if jid is None or end is None or not _PLAIN_STATE.search(line):
+        return None
+    t = _local_time(end.group(1))
+    return jid.group(1) if t is not None and t < since else None
+
+
+def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None],
+                  since: float | None = None) -> list[SlurmJob]:
     """Parse jobcomp/filetxt lines (`JobId=10 UserId=u(1001) ... JobState=COMPLETED ...`).
 
     The file holds no comment or GPU request; it is the fallback for jobs squeue has forgotten.
@@ -120,12 +146,22 @@ def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None
     raw, so a name holding a newline splits its line (its head then lacks JobState and is skipped) and
     can add forged lines: as for sacct, an id on two lines is dropped and the caller drops jobs squeue
     shows as active.
+
+    `since`: the caller keeps only jobs that ended at or after it, so a plain line of a job that ended
+    before it is not read whole (`_ended_before`), only counted for the rule above; the jobs kept are the
+    same (tests/test_slurm_cli_parse.py). A round reads back an hour of the file (`read_jobcomp_tail`),
+    which on a busy cluster is thousands of lines: 10,000 cost 0.25 s of CPU, measured on the dev cluster.
     """
     jobs = []
+    earlier: list[str] = []
     for line in text.splitlines():
-        v = {m.group(1): m.group(2) for m in _JOBCOMP_RE.finditer(line.strip())}
-        if "JobId" not in v or "JobState" not in v:
+        line = line.strip()
+        if since is not None and (jid := _ended_before(line, since)) is not None:
+            earlier.append(jid)
             continue
+        v = {m.group(1): m.group(2) for m in _JOBCOMP_RE.finditer(line)}
+        if "JobId" not in v or not v.get("JobState", "").split():
+            continue        # not a record (a blank state: a name holding ` JobState=` and a newline)
         nodes = _field(v.get("NodeList", ""))
         gpu_type = next((node_types[n] for n in expand_hostlist(nodes) if node_types.get(n)), None)
         limit = v.get("TimeLimit", "")
@@ -144,6 +180,10 @@ def parse_jobcomp(text: str, config: Config, node_types: Mapping[str, str | None
             nodes=nodes,
             gpu_type=gpu_type,
         ))
+    if earlier:
+        seen = {j.job_id for j in jobs}
+        twice = {jid for jid in earlier if jid in seen} | {jid for jid, n in Counter(earlier).items() if n > 1}
+        jobs = [j for j in jobs if j.job_id not in twice]
     return _unique_ids(jobs)
 
 

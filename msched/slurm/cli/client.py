@@ -543,7 +543,7 @@ class CliClient(SlurmClient):
                 text = read_jobcomp_tail(Path(loc), since)
             except OSError:
                 text = ""
-            for job in parse_jobcomp(text, self.config, self._node_types):
+            for job in parse_jobcomp(text, self.config, self._node_types, since=since):
                 found.setdefault(job.job_id, job)
         queue = self._queue_for_completions()
         # a job squeue shows in any other state is not finished, whatever a forged sacct or jobcomp line says
