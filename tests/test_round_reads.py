@@ -1,8 +1,7 @@
-"""The round's reads, cheaper (issue 21, ninth pass): the digest's lines made only when a round records its
-digest, and the queue's squeue and the sinfo started before the round needs them (`CliClient.prefetch`).
+"""The round's reads, cheaper (issue 21, ninth pass): the queue's squeue and the sinfo started before the round
+needs them (`CliClient.prefetch`), and the jobcomp file's old lines not read whole.
 
-Offline: over the recorded tight reads (tests/data/slurm, 22.05.8), `digest_lines` gives exactly the lines
-the parse gives while it reads; with stand-in squeue and sinfo (shell scripts printing recorded bytes and
+Offline: with stand-in squeue and sinfo (shell scripts printing recorded bytes and
 logging each call), reads after `prefetch` run no command of their own and give what reads without it
 give, a started read nobody collected is ended by `close`, and a hung one fails as a hung read does.
 On the dev cluster (tests/test_reorder_light_path.py): a round records a digest only when it wrote
@@ -23,24 +22,11 @@ from hypothesis import strategies as st
 from msched.config import Config
 from msched.slurm.base import SlurmUnavailable
 from msched.slurm.cli import CliClient
-from msched.slurm.cli.tight import NARROW, WIDE, digest_lines, parse_tight
+from msched.slurm.cli.tight import NARROW, parse_tight
 
 DATA = Path(__file__).parent / "data" / "slurm"
 NARROW_RAW = (DATA / "squeue_tight.bin").read_bytes()
-WIDE_RAW = (DATA / "squeue_tight_wide.bin").read_bytes()
 NODE_TYPES = {"n1": "a100", "n2": "titanv", "n3": "rtx2080ti", "n4": "titanxp"}
-
-
-def test_digest_lines_made_afterwards_are_the_lines_the_parse_gives():
-    """Both recorded reads (the narrow one, with jobs cut at its widths, and the wide re-read of those):
-    the lines made from the bytes after the parse are the parse's own, job for job, and leave out the
-    cut jobs exactly as the parse does."""
-    for raw, widths in ((NARROW_RAW, NARROW), (WIDE_RAW, WIDE)):
-        lines: list[tuple[int, bytes]] = []
-        jobs, cut = parse_tight(raw, Config(), NODE_TYPES, widths, None, lines)
-        assert digest_lines(raw, widths) == lines
-        assert len(lines) == len(jobs) == len(raw) // (sum(widths) + 1) - len(cut)
-    assert parse_tight(NARROW_RAW, Config(), NODE_TYPES)[1]        # the recording does cut some jobs
 
 
 FAKE = """#!/bin/sh
@@ -55,7 +41,7 @@ cat "$(dirname "$0")/$name.out"
 def _whole_records(raw: bytes, widths: tuple[int, ...]) -> bytes:
     """The records of a recorded read that no width cut (a read of them needs no second, wide read)."""
     size = sum(widths) + 1
-    keep = {str(jid) for jid, _ in digest_lines(raw, widths)}
+    keep = {j.job_id for j in parse_tight(raw, Config(), NODE_TYPES, widths)[0]}
     return b"".join(raw[k:k + size] for k in range(0, len(raw), size)
                     if raw[k:k + size][:widths[0]].strip().decode() in keep)
 

@@ -195,17 +195,6 @@ def _record(widths: tuple[int, ...]):  # noqa: ANN202 - a struct.Struct
     return struct.Struct("".join(f"{w}s" for w in widths) + "x")
 
 
-def digest_lines(raw: bytes, widths: tuple[int, ...] = NARROW) -> list[tuple[int, bytes]]:
-    """(job id, `digest_line`) of each job `parse_tight` reads from `raw` (an output it accepted): the
-    lines its `digest` argument receives, made afterwards from the bytes. A round builds them only when
-    it records a digest (one that wrote nothing: only after such a round can the next be light), so a
-    round that writes does not pay ~5 us per job for them."""
-    full = _full_fields(raw, widths)
-    cut = any(full)
-    return [(_number(values[0]), digest_line(values)) for values in _record(widths).iter_unpack(raw)
-            if not (cut and any(f and v[-1] != 0x20 for f, v in zip(full, values, strict=True)))]
-
-
 def digest_line(values: tuple[bytes, ...]) -> bytes:
     """A record's line as `squeue -h -O <DIGEST_JOB_FIELDS, each Field:SEP>` prints it: each field's value
     (`_print_str` with no width prints it whole) followed by SEP, then a newline. The tight read pads a
