@@ -14,7 +14,11 @@ precision and GPU count; best-type accuracy: per (model, GPU count, precision) o
 there, the predicted fastest type's true time within 5% of the true best counts as right.
 
     .venv/bin/python bench/bench_estimate.py [--quick] [--fit-cache DIR [--jobs N]] [--nested [--nested-inner pairs|outer]]
-        [--nested-types] [--file-host-weight W] [--json OUT]
+        [--nested-types] [--file-host-weight W] [--fit-variant base|call|overlap|overlap+call]
+        [--nested-variants base,call] [--json OUT]
+
+`--nested-variants` lets the nested study's inner folds choose the fit's variant (cost_fit.GEN_CALL,
+FIT_OVERLAP) with the predictor's weights; `--fit-variant` sets it for every study (predict11: BENCHMARKS.md).
 
 A fit runs on one BLAS thread (msched.estimate.cost_fit): ~10-25 s each, so the strict nested run (79 fits)
 finishes in ~25 min with --jobs 2 on a loaded 2-core machine.
@@ -83,10 +87,19 @@ FIT_CACHE: Path | None = None   # --fit-cache: fitted parameters kept per traini
 NESTED_LOG: Path | None = None   # --nested-log: each held-out family's nested choice and predictions, as they come
 
 
-def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None) -> CostModel:
+# the fit's variants the nested study chooses among (--nested-variants; cost_fit.FIT_OVERLAP and GEN_CALL):
+# None leaves a flag as the module sets it (--fit-variant sets the module's for the other studies)
+FIT_VARIANTS = {"base": {"fit_overlap": False, "gen_call": False}, "overlap": {"fit_overlap": True, "gen_call": False},
+                "call": {"fit_overlap": False, "gen_call": True}, "overlap+call": {"fit_overlap": True, "gen_call": True}}
+
+
+def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None,
+           variant: str | None = None) -> CostModel:
     """The cost model fitted on `kept` (less the job types no profile term explains, training_data.NOT_FITTED), from --fit-cache when the same
     rows, profiles, weights and fitting code were fitted before. `weights`: the fit's (host pool, run prior)
-    weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) when not the shipped ones."""
+    weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) when not the shipped ones; `variant`: a FIT_VARIANTS
+    name (default: cost_fit's FIT_OVERLAP and GEN_CALL as set)."""
+    flags = FIT_VARIANTS[variant] if variant else {"fit_overlap": cost_fit.FIT_OVERLAP, "gen_call": cost_fit.GEN_CALL}
     rows = training_data.fit_rows(kept)
     if weights == (cost_fit.HOST_POOL_WEIGHT, cost_fit.RUN_PRIOR_WEIGHT):
         weights = None
@@ -97,38 +110,40 @@ def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, floa
         code = (REPO / "msched" / "estimate" / "cost_fit.py").read_bytes() + \
             (REPO / "msched" / "estimate" / "cost_model.py").read_bytes()
         extra_key = () if cost_fit.FILE_HOST_WEIGHT == 1.0 else (("file_host_weight", cost_fit.FILE_HOST_WEIGHT),)
+        extra_key += tuple((name.upper(), True) for name, on in flags.items() if on)
         key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles), weights, *extra_key)).encode()
                              + code).hexdigest()[:20]
         path = FIT_CACHE / f"fit-{key}.json"
         if path.exists():
             return CostModel(json.loads(path.read_text()))
     extra = {} if weights is None else {"host_pool_weight": weights[0], "run_prior_weight": weights[1]}
-    params = fit(rows, profiles, specs, **extra)
+    params = fit(rows, profiles, specs, **extra, **flags)
     if path is not None:
         FIT_CACHE.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(params))
     return CostModel(params)
 
 
-def _fit_one(kept: list[FitRow], profiles: dict) -> None:
-    fitted(kept, profiles, load_specs())
+def _fit_one(kept: list[FitRow], profiles: dict, variant: str | None = None) -> None:
+    fitted(kept, profiles, load_specs(), variant=variant)
 
 
-def prefit(training_sets: list[list[FitRow]], profiles: dict, jobs: int) -> None:
+def prefit(training_sets: list[list[FitRow]], profiles: dict, jobs: int, variants: tuple = (None,)) -> None:
     """Fit every training set the run will need, `jobs` at a time in worker processes, into FIT_CACHE (the
     run then reads them back: the same fits as one process would make, only sooner)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     seen, todo = set(), []
-    for kept in training_sets:
-        key = frozenset(training_data.fit_rows(kept))
-        if key not in seen:
-            seen.add(key)
-            todo.append(kept)
+    for variant in variants:
+        for kept in training_sets:
+            key = (frozenset(training_data.fit_rows(kept)), variant)
+            if key not in seen:
+                seen.add(key)
+                todo.append((kept, variant))
     start = time.perf_counter()
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        for i, _ in enumerate(pool.map(_fit_one, todo, [profiles] * len(todo))):
+        for i, _ in enumerate(pool.map(_fit_one, [k for k, _v in todo], [profiles] * len(todo), [v for _k, v in todo])):
             print(f"  prefit {i + 1}/{len(todo)} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 
 
@@ -237,11 +252,12 @@ def family_hold_out(rows, profiles, specs, quick: bool, only: set[str] | None = 
     return out
 
 
-def nested_grid(residual_weights: tuple[float, ...] = (1.0,)) -> tuple[tuple, ...]:
+def nested_grid(residual_weights: tuple[float, ...] = (1.0,), variants: tuple = (None,)) -> tuple[tuple, ...]:
     """(type-shape weight, references, shape cap, the shape part's residual weight): the cap and the residual
     weight do nothing at weight 0, which gets them once. Residual weights other than 1 (--nested-residual-
-    weights; predict9 tried 0.75 and 0.5: BENCHMARKS.md) multiply the candidates and the nested run's time."""
-    return tuple((w, k, c, a) for w in (0.0, 0.25, 0.5, 0.75, 1.0) for k in (1, 3)
+    weights; predict9 tried 0.75 and 0.5: BENCHMARKS.md) multiply the candidates and the nested run's time.
+    A fifth element: the fit's variant (FIT_VARIANTS; None: the module's flags), from `variants`."""
+    return tuple((w, k, c, a, v) for v in variants for w in (0.0, 0.25, 0.5, 0.75, 1.0) for k in (1, 3)
                  for c in ((None,) if w == 0 else (None, 0.1, 0.2, 0.4))
                  for a in ((1.0,) if w == 0 else residual_weights))
 
@@ -251,13 +267,13 @@ ACCURACY_GOAL = 0.95   # the issue's best-type accuracy bar (the `error` selecti
 
 
 def grid_key(choice: tuple) -> str:
-    w, k, c, a = choice
-    return f"w{w:g}k{k}c{'none' if c is None else f'{c:g}'}a{a:g}"
+    w, k, c, a, v = choice
+    return f"w{w:g}k{k}c{'none' if c is None else f'{c:g}'}a{a:g}" + (f"v{v}" if v else "")
 
 
 def grid_label(choice: tuple) -> str:
-    w, k, c, a = choice
-    return f"{w:g}/{k}/{'-' if c is None else f'{c:g}'}/{a:g}"
+    w, k, c, a, v = choice
+    return f"{w:g}/{k}/{'-' if c is None else f'{c:g}'}/{a:g}" + (f"/{v}" if v else "")
 
 
 def select(results, select_by: str = "accuracy") -> tuple[tuple, dict[tuple, tuple[float, float, float]]]:
@@ -269,8 +285,10 @@ def select(results, select_by: str = "accuracy") -> tuple[tuple, dict[tuple, tup
     score = {c: (best_type_accuracy(results, grid_key(c))[0], -best_type_regret(results, grid_key(c))[0],
                  log_errors(results, grid_key(c), None).get("all", (math.inf, 0))[0]) for c in NESTED_GRID}
 
-    def ties(c):
-        return (-abs(c[0] - 0.5), c[1], c[2] is not None, -(c[2] or 0), c[3])
+    variants = list(dict.fromkeys(c[4] for c in NESTED_GRID))
+
+    def ties(c):   # ... and, last, the variant listed first (the simpler fit)
+        return (-abs(c[0] - 0.5), c[1], c[2] is not None, -(c[2] or 0), c[3], -variants.index(c[4]))
     meet = [c for c in NESTED_GRID if score[c][0] >= ACCURACY_GOAL]
     if select_by == "error" and meet:
         return min(meet, key=lambda c: (score[c][2], tuple(-x for x in ties(c)))), score
@@ -301,10 +319,12 @@ def nested_rank_weight(rows, profiles, specs, pair_fits: bool = True, select_by:
 
     def predictions(held: list[FitRow], kept: list[FitRow], tag: str, weights, fit_on=None) -> list[tuple[FitRow, dict]]:
         train = kept if fit_on is None else fit_on
-        key = tuple(sorted({family(r.model) for r in rows} - {family(r.model) for r in train}))
-        cm = models.get(key)
-        if cm is None:
-            cm = models[key] = MemoCost(fitted(train, profiles, specs))
+        cms = {}
+        for v in dict.fromkeys(c[4] for c in weights):
+            key = (tuple(sorted({family(r.model) for r in rows} - {family(r.model) for r in train})), v)
+            if key not in models:
+                models[key] = MemoCost(fitted(train, profiles, specs, variant=v))
+            cms[v] = models[key]
         known = as_table(kept)
         refset = ReferenceSet.from_profiles(sorted({r.model for r in kept if r.model in tv_models}),
                                             profiles=profiles, source=tag)
@@ -312,14 +332,14 @@ def nested_rank_weight(rows, profiles, specs, pair_fits: bool = True, select_by:
         out = []
         for r in held:
             refs = ranked.setdefault(r.model, ranked_references(r.model, refset, profiles))
-            level_cache: dict = {}
-            out.append((r, {grid_key((w, k, c, a)): predict(profiles[r.model], r.gpu_type, r.num_gpus,
-                                                            r.batch_size, r.precision, perf=known, references=refs,
-                                                            profiles=profiles, specs=specs, cost=cm,
-                                                            optimizer=r.optimizer, rank_weight=w, shape_refs=k,
-                                                            shape_cap=c, shape_residual_weight=a,
-                                                            level_cache=level_cache).iter_ms
-                            for w, k, c, a in weights}))
+            level_cache: dict = {v: {} for v in cms}
+            out.append((r, {grid_key((w, k, c, a, v)): predict(profiles[r.model], r.gpu_type, r.num_gpus,
+                                                               r.batch_size, r.precision, perf=known, references=refs,
+                                                               profiles=profiles, specs=specs, cost=cms[v],
+                                                               optimizer=r.optimizer, rank_weight=w, shape_refs=k,
+                                                               shape_cap=c, shape_residual_weight=a,
+                                                               level_cache=level_cache[v]).iter_ms
+                            for w, k, c, a, v in weights}))
         return out
 
     chosen: dict[str, tuple] = {}
@@ -530,12 +550,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-host-weight", type=float, default=None,
                     help="the fit's pull of each measurement file's host factor toward its type's (default "
                          "cost_fit.FILE_HOST_WEIGHT; 0: one host factor per type, as before predict10)")
+    ap.add_argument("--fit-variant", choices=sorted(FIT_VARIANTS), default=None,
+                    help="the fit's variant for every study (cost_fit.FIT_OVERLAP, GEN_CALL; default: as shipped)")
+    ap.add_argument("--nested-variants", default="",
+                    help="with --nested: comma-separated fit variants the inner folds also choose among (e.g. base,call; "
+                         "default: none, the fit as --fit-variant sets it)")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
                          "(a re-run that changes only the predictor skips the fits)")
     args = ap.parse_args(argv)
     global FIT_CACHE, NESTED_LOG, NESTED_GRID
-    NESTED_GRID = nested_grid(tuple(float(a) for a in args.nested_residual_weights.split(",")))
+    variants = tuple(v for v in args.nested_variants.split(",") if v) or (None,)
+    NESTED_GRID = nested_grid(tuple(float(a) for a in args.nested_residual_weights.split(",")), variants)
+    if args.fit_variant:
+        cost_fit.FIT_OVERLAP = FIT_VARIANTS[args.fit_variant]["fit_overlap"]
+        cost_fit.GEN_CALL = FIT_VARIANTS[args.fit_variant]["gen_call"]
     FIT_CACHE = args.fit_cache
     if args.file_host_weight is not None:
         cost_fit.FILE_HOST_WEIGHT = args.file_host_weight
@@ -551,8 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     fam_only = set(args.families.split(",")) - {""} if args.families is not None else None
     type_only = set(args.types.split(",")) - {""} if args.types is not None else None
     if args.jobs > 1 and FIT_CACHE is not None:
-        prefit(training_sets(rows, specs, fam_only, type_only, args.nested, args.nested_inner == "pairs"), profiles,
-               args.jobs)
+        if args.nested and variants != (None,):
+            prefit(training_sets(rows, specs, set(), set(), True, args.nested_inner == "pairs"), profiles, args.jobs,
+                   variants)
+        prefit(training_sets(rows, specs, fam_only, type_only, args.nested and variants == (None,),
+                             args.nested_inner == "pairs"), profiles, args.jobs)
     fam = family_hold_out(rows, profiles, specs, args.quick, fam_only)
     loto = leave_one_type_out(rows, profiles, specs, args.quick, type_only)
     nested, chosen = nested_rank_weight(rows, profiles, specs, args.nested_inner == "pairs",

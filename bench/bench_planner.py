@@ -27,7 +27,10 @@
     column per `--variant NAME=key:value;...`, e.g. `search=cpsat_jobs:0`; a key `settle_X` sets
     msched.rounds.settle.SettleOptions' X) over backfill fifo on makespan
     and mean JCT, the simulator's plan() seconds, oracle's makespan over the LP bound, and the mean-JCT
-    floor (every job at once on its fastest type: `slurm_sim.metrics.jct_floor`) over fifo's mean JCT.
+    floor (every job at once on its fastest type: `slurm_sim.metrics.jct_floor`) over fifo's mean JCT;
+    with `--flow-bound`, also the LP lower bound on the mean JCT (`msched.policy.bound.lp_flow_bound`,
+    `slurm_sim.metrics.trace_flow_bound`: no schedule that runs each job on one type does better) over
+    fifo's (seconds to minutes of HiGHS per seed; `--flow-step S` a finer grid: tighter, slower).
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -190,7 +193,8 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
 
 # ----------------------------------------------------------------------------- (c)
 def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict],
-                  first_seed: int = 1, oracle: bool = True) -> None:
+                  first_seed: int = 1, oracle: bool = True, flow_bound: bool = False,
+                  flow_step_s: float | None = None) -> None:
     """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
     msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
     import workloads as wl
@@ -198,16 +202,17 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
     from msched.rounds.settle import SettleOptions
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
-    from slurm_sim.metrics import jct_floor, trace_bound
+    from slurm_sim.metrics import jct_floor, trace_bound, trace_flow_bound
 
     print("(c) bench workloads, backfill for every policy, 24 h starvation guard; msched variants: "
           + "; ".join(f"{k} = {v or 'defaults'}" for k, v in variants.items()))
     print(f"{'workload':>8} {'seed':>4} {'jobs':>4} | {'fifo makespan':>13} {'fifo JCT':>9} | "
           + " | ".join(f"{k + ' ms/JCT x fifo':>22} {'plan s':>6}" for k in variants)
-          + f" | {'oracle ms x LP':>14} {'JCT floor x fifo':>16}")
+          + f" | {'oracle ms x LP':>14} {'JCT floor x fifo':>16}" + (f" {'JCT LP bound x fifo':>19}" if flow_bound else ""))
     for name in names:
         per: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
         floors: list[float] = []
+        flows: list[float] = []
         for seed in range(first_seed, first_seed + seeds):
             try:
                 w = wl.build(name, sizes[name], seed)
@@ -236,8 +241,12 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
                 cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
             oracle_ms = replay(trace, "oracle", base_setup, bound=lb).metrics["makespan_s"] if oracle else float("nan")
             floors.append(jct_floor(trace, truth, cluster) / fifo["mean_jct_s"])
+            flow = ""
+            if flow_bound:
+                flows.append(trace_flow_bound(trace, truth, cluster, flow_step_s).mean_flow_s / fifo["mean_jct_s"])
+                flow = f" {flows[-1]:19.3f}"
             print(f"{name:>8} {seed:4d} {len(trace):4d} | {fifo['makespan_s'] / H:12.1f}h {fifo['mean_jct_s'] / H:8.2f}h | "
-                  + " | ".join(cells) + f" | {oracle_ms / lb.value_s:14.3f} {floors[-1]:16.3f}", flush=True)
+                  + " | ".join(cells) + f" | {oracle_ms / lb.value_s:14.3f} {floors[-1]:16.3f}" + flow, flush=True)
         for k, rows in per.items():
             if rows:
                 print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
@@ -245,6 +254,8 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
         if floors:
             print(f"{name:>8} mean JCT floor (every job on its fastest type at once, slurm_sim.metrics.jct_floor) "
                   f"x fifo {statistics.mean(floors):.3f}")
+        if flows:
+            print(f"{name:>8} mean JCT LP lower bound (msched.policy.bound.lp_flow_bound) x fifo {statistics.mean(flows):.3f}")
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -272,6 +283,9 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1,
                     help="(c): the first seed (seeds first..first+N-1: settings chosen on seeds a table then does not use)")
     ap.add_argument("--no-oracle", action="store_true", help="(c): skip the oracle's replay")
+    ap.add_argument("--flow-bound", action="store_true", help="(c): the LP lower bound on the mean JCT per seed")
+    ap.add_argument("--flow-step", type=float, default=None,
+                    help="(c): the flow bound's grid step in seconds (finer: tighter, slower) [default: automatic]")
     ap.add_argument("--jobs", default="16,30", help="sizes of the small instances (comma separated)")
     ap.add_argument("--exact-s", type=float, default=120.0, help="CP-SAT seconds per small instance")
     ap.add_argument("--box-s", type=float, default=2.0, help="the planner's time box")
@@ -297,7 +311,7 @@ def main() -> None:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
         run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants, a.first_seed,
-                      not a.no_oracle)
+                      not a.no_oracle, a.flow_bound, a.flow_step)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s 
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
                                         [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew]
-                                        [--search-work N]
+                                        [--search-work N] [--search-min-head N]
 """
 
 from __future__ import annotations
@@ -169,10 +169,12 @@ def cuts_anew() -> None:
 def cuts12_anew() -> None:
     """Switch off planner12's plan-identical cuts (each checked against this plain path in
     tests/test_fast_paths.py): every candidate of the search decoded whole (no prefix resumed from the plan it
-    moved from)."""
+    moved from); a pristine timeline's starts from a heap built beside its sorted keys."""
     import msched.policy.planner as planner
+    import msched.policy.timeline as timeline
 
     planner.PREFIX_RESUME = False
+    timeline.Timeline.sorted_pristine = False
 
 
 def main() -> None:
@@ -196,7 +198,14 @@ def main() -> None:
                     help="planner12's plan-identical cuts switched off (see cuts12_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
+    ap.add_argument("--search-min-head", type=int, default=None,
+                    help="no search for fewer free pending jobs (msched.policy.planner.SEARCH_MIN_HEAD, 2; more "
+                         "changes plans)")
     a = ap.parse_args()
+    if a.search_min_head is not None:
+        import msched.policy.planner as planner
+
+        planner.SEARCH_MIN_HEAD = a.search_min_head
     if a.rounds_anew:
         rounds_anew()
     if a.cuts_anew:

@@ -69,6 +69,19 @@ def trace_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpe
     return lp_lower_bound(jobs, cluster.gpus_total)
 
 
+def trace_flow_bound(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec,  # noqa: ANN201
+                     step_s: float | None = None):
+    """The LP bound on the sum and mean of the trace's JCTs (`msched.policy.bound.FlowBound`): no schedule
+    that runs each job on one type (Slurm's, preemptive or not) has a smaller mean JCT. `step_s`: the
+    grid's fine step (None: lp_flow_bound's automatic one, at most 200 steps; a finer one is tighter and
+    slower)."""
+    from msched.policy.bound import BoundJob, lp_flow_bound
+    jobs = [BoundJob(j.job_id, j.submit_time, j.num_gpus, true_runtimes(j, truth, cluster)) for j in trace]
+    if step_s is None:
+        return lp_flow_bound(jobs, cluster.gpus_total)
+    return lp_flow_bound(jobs, cluster.gpus_total, step_s=step_s, max_fine=10**6)
+
+
 def jct_floor(trace: Sequence[TraceJob], truth: PerfTable, cluster: ClusterSpec) -> float:
     """A lower bound on the mean JCT: every job starts at its submission on its fastest type (no wait, no
     contention), so its JCT is at least its shortest true runtime. Exact only on an idle cluster; loose

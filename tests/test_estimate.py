@@ -171,6 +171,68 @@ def test_file_host_factor_is_fitted_per_measurement_file(profiles):
     assert err(fitted, "half") <= err(flat, "half") + 0.01
 
 
+def test_generation_call_factor_is_fitted_and_scales_the_per_layer_gpu_cost(profiles):
+    """predict11: a generation's per-layer GPU-side cost can differ from another's (a small kernel's floor),
+    so a launch-bound model's best type is not only its host's. Rows made with Ampere's per-layer GPU cost
+    1.8x Turing's: the fit with `gen_call` finds a factor ~1.8x on Ampere, and an unseen launch-bound model
+    (ShuffleNet) is predicted closer on Ampere than by the fit without it; without the flag nothing changes."""
+    base, specs = load_cost_model(), load_specs()
+    a100, rtx = specs.require("a100"), specs.require("rtx2080ti")
+    neutral = CostModel(dict(base.data, gen_call={}, default_call=1.0))
+    truth = CostModel(dict(base.data, gen_call={"ampere": 1.8, "turing": 1.0}, default_call=1.0))
+    shuffle = profiles["shufflenet_v2_x1_0"]
+    # the factor scales the GPU side's per-layer cost alone: Turing unchanged, Ampere's launch-bound time up
+    assert truth.iteration_ms(shuffle, rtx) == pytest.approx(neutral.iteration_ms(shuffle, rtx))
+    assert truth.iteration_ms(shuffle, a100) > 1.02 * neutral.iteration_ms(shuffle, a100)
+    models = ["resnet18", "resnet50", "densenet121", "mobilenet_v2", "vgg16", "squeezenet1_0", "mnasnet1_0",
+              "mnasnet0_5"]
+    rows = [FitRow(m, t, 1, 12, p, truth.iteration_ms(profiles[m], specs.get(t), p, 12, 1))
+            for m in models for t in ("rtx2080ti", "a100") for p in ("float", "half")]
+    with_call = fit(rows, profiles, specs, gen_call=True)
+    assert with_call["gen_call"]["ampere"] / with_call["gen_call"]["turing"] == pytest.approx(1.8, rel=0.25)
+    without = fit(rows, profiles, specs, gen_call=False)
+    assert "gen_call" not in without and CostModel(without).gen_call == {}
+
+    def err(params, p):
+        return abs(math.log(CostModel(params).iteration_ms(shuffle, a100, p) / truth.iteration_ms(shuffle, a100, p)))
+    assert err(with_call, "float") < err(without, "float")
+    assert err(with_call, "float") < 0.05
+
+
+def test_fitted_overlap_exponent_is_used_by_the_prediction(profiles):
+    """`q_overlap` (fitted with FIT_OVERLAP) sets how much of the GPU time a host-bound iteration still
+    waits for: a lower exponent adds more of it (at 1 the two would add), and the shipped files without
+    it keep SMOOTH_Q."""
+    base, specs = load_cost_model(), load_specs()
+    rtx = specs.require("rtx2080ti")
+    shuffle = profiles["shufflenet_v2_x1_0"]
+    plain = base.iteration_ms(shuffle, rtx)
+    q4 = CostModel(dict(base.data, shared=dict(base.shared, q_overlap=4.0))).iteration_ms(shuffle, rtx)
+    q2 = CostModel(dict(base.data, shared=dict(base.shared, q_overlap=2.0))).iteration_ms(shuffle, rtx)
+    assert ("q_overlap" in base.shared) or q4 == pytest.approx(plain)
+    assert q2 > 1.03 * q4
+
+
+def test_a_synchronous_loop_adds_host_and_gpu_time():
+    """A profile with `sync_steps` (the host waits for the GPU every step: an RL rollout) is predicted at the
+    GPU's time plus the host's, not their smooth maximum. A profile of 100 element-wise calls and nothing
+    else, with a per-call GPU cost of 1 ms x GHz and a host cost of 0.5 ms per call: 100 / clock + 50 ms."""
+    shared = {f"e_{k}": 1.0 for k in ("conv_pointwise", "conv_spatial", "conv_grouped", "conv_other", "linear",
+                                      "other")}
+    shared |= {f"a_{k}": 1.0 for k in ("conv_pointwise", "conv_spatial", "conv_grouped", "conv_other", "linear",
+                                       "other", "norm", "act", "pool", "w")}
+    shared |= {"c_gpu": 1.0, "c_host": 0.5, "phi": 0.0, "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
+               "dp_fixed": 0.0, "c_step": 0.0, "c_in": 0.0}
+    cm = CostModel({"shared": shared, "gen_eff": {}, "gen_bw": {}, "default_eff": {}, "default_bw": 1.0})
+    calls = {"params": 0, "calls_by_kind": {"act_relu": 100}, "bytes_by_kind": {}, "flops_by_kind": {}}
+    spec = load_specs().require("v100_sxm2_16gb")
+    gpu, host = 100 / (spec.boost_clock_mhz / 1000.0), 50.0
+    assert cm.iteration_ms(dict(calls, sync_steps=20), spec, "float", 1) == pytest.approx(gpu + host, rel=1e-6)
+    overlapped = cm.iteration_ms(calls, spec, "float", 1)
+    assert overlapped == pytest.approx((gpu ** 4 + host ** 4) ** 0.25, rel=1e-6)
+    assert max(gpu, host) < overlapped < gpu + host
+
+
 def test_fit_recovers_known_parameters(profiles):
     """Rows made by a known parameter set (the shipped one) on a subset: the fit from a neutral start
     reproduces them closely on models it did not see."""

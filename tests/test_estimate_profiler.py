@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from msched.errors import ProfileError
-from msched.models.profiler import input_shape_directive, profile_in_process
+from msched.models.profiler import input_shape_directive, profile_in_process, sync_steps_directive
 
 LSTM_LM = '''
 import torch
@@ -68,6 +68,31 @@ def test_bad_input_shape_directive_is_one_line(tmp_path):
     path.write_text("#MSCHED --input-shape=3,big,32\nimport torch.nn as nn\ndef f():\n    return nn.Linear(2, 2)\n")
     with pytest.raises(ProfileError, match="expected integers"):
         profile_in_process(f"{path}:f")
+
+
+def test_sync_steps_directive(tmp_path):
+    """`#MSCHED --sync-steps=N`: a loop whose host waits for the GPU every step (an RL rollout) says so in
+    its file; the profile carries it, a file without the line gets 0, a bad value is one line."""
+    path = tmp_path / "rollout.py"
+    path.write_text("#MSCHED --sync-steps=20 --input-shape=3,32,32\n" + SMALL_CNN)
+    assert sync_steps_directive(str(path)) == 20
+    assert profile_in_process(f"{path}:cifar_cnn").sync_steps == 20
+    plain = tmp_path / "cnn.py"
+    plain.write_text(SMALL_CNN)
+    assert sync_steps_directive(str(plain)) == 0
+    assert profile_in_process(f"{plain}:cifar_cnn").sync_steps == 0
+    bad = tmp_path / "bad_sync.py"
+    bad.write_text("#MSCHED --sync-steps=many\nimport torch.nn as nn\ndef f():\n    return nn.Linear(2, 2)\n")
+    with pytest.raises(ProfileError, match="whole number"):
+        profile_in_process(f"{bad}:f")
+
+
+def test_gavel_a3c_file_declares_its_synchronous_rollout():
+    from msched.estimate.training_data import gavel_model_spec
+
+    assert sync_steps_directive(gavel_model_spec("a3c").rpartition(":")[0]) == 20
+    for other in ("resnet18", "transformer", "lm", "recommendation", "cyclegan"):
+        assert sync_steps_directive(gavel_model_spec(other).rpartition(":")[0]) == 0
 
 
 def test_per_kind_fields_of_a_torchvision_model():

@@ -180,6 +180,32 @@ def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
 
 
 @settings(max_examples=150, deadline=None)
+@given(bookings(), st.booleans())
+def test_a_pristine_timeline_finds_starts_from_its_sorted_keys_as_from_a_heap(case, shared):
+    """`Timeline.sorted_pristine`: a timeline with nothing booked since it was built or copied (the round's
+    base, a copy of a booked copy, a copy of a list-built timeline whose heaps it copies) answers a start
+    from its sorted heap keys as its heap does (start and node, so the same placement), before and
+    between bookings."""
+    nodes, running, ops = case
+
+    def run(fast: bool) -> list:
+        Timeline.sorted_pristine = fast
+        try:
+            tl = Timeline(0.0, tuple(nodes), tuple(running)) if shared else Timeline(0.0, list(nodes), list(running))
+            seen = []
+            for t, g, length, copy_here in ops:
+                if copy_here:
+                    tl = tl.copy()
+                    seen.append([(u, k, tl.start_time(u, k), tl.place(u, k)) for u in TYPES for k in (1, 2, 4, 8)])
+                seen.append(_book(tl, t, g, length))
+            return seen + [tl.free]
+        finally:
+            Timeline.sorted_pristine = True
+
+    assert run(True) == run(False)
+
+
+@settings(max_examples=150, deadline=None)
 @given(bookings())
 def test_free_times_from_the_start_cache_equal_a_pass_over_the_nodes(case):
     """`Timeline.free_at_from_starts`: each type's first free GPU, read as a one-GPU job's earliest start,
@@ -445,6 +471,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
     monkeypatch.setattr(Timeline, "scan_dirty", False)
     monkeypatch.setattr(Timeline, "free_at_from_starts", False)
+    monkeypatch.setattr(Timeline, "sorted_pristine", False)
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)

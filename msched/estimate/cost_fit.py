@@ -22,7 +22,7 @@ FIXED = {"e_conv_spatial": 1.0}          # the scale the generation efficiencies
 # LSTM step runs (~2 forward, ~3 backward, ~7 us each at ~1.4 GHz); only recurrent rows (Gavel's LM) move it
 # c_in (ms per MB of a whole loop's input, host side): set before any fit from a host copy of the batch plus a
 # pageable copy over PCIe (~10 GB/s together: 0.1 ms per MB); only rows with large inputs move it
-INITIAL = {"phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_in": 0.1, "c_step": 0.05, "h_replica": 0.3,
+INITIAL = {"q_overlap": 4.0, "phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_in": 0.1, "c_step": 0.05, "h_replica": 0.3,
            "dp_bytes": 1.0, "dp_module": 0.01, "dp_fixed": 1.0}
 PRIOR_WEIGHT = 0.03   # a weak pull of log-parameters toward their start: keeps unseen ones put
 POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other generations' (log) mean:
@@ -46,12 +46,21 @@ RUN_PRIOR_WEIGHT = 1.0
 # one host factor per type (RTX 2080 Ti float +0.10 in log, half -0.09; half files below float on every
 # Turing and Ampere machine). Set before any run to HOST_POOL_WEIGHT's value, not tuned; 0 disables it.
 FILE_HOST_WEIGHT = 1.0
+# predict11: two optional degrees of freedom for host-bound rows (off: the shipped model before predict11),
+# chosen by the nested cross-validation in bench/bench_estimate.py (--nested-variants), not by the held-out rows:
+# - FIT_OVERLAP: the exponent of the smooth maximum of GPU and host time (`q_overlap`, SMOOTH_Q = 4 when
+#   not fitted) fitted: how much a host-bound iteration still waits on the GPU (a loop that synchronises on
+#   the loss each step adds part of the GPU time to the host's);
+# - GEN_CALL: a per-generation factor on the per-layer GPU-side cost (`gen_call`: a small kernel's floor
+#   differs between generations, so the best type of a launch-bound model is not only its host's).
+FIT_OVERLAP = False
+GEN_CALL = False
 # physical ranges (log-space bounds): efficiencies relative to a spatial convolution's, memory-traffic
 # multipliers of the bytes the terms count. Without them a parameter that only small layers inform (the
 # classifier's linear layer at batch 12) soaks up fixed costs and wrecks the large layers of a family the
 # fit never saw (VGG's 100M-parameter linears).
 BOUNDS = {"e_": (0.2, 2.0), "a_conv_grouped": (0.25, 50.0), "a_": (0.25, 8.0), "eff:": (0.05, 3.0),
-          "bw:": (0.2, 5.0), "file:": (0.33, 3.0)}
+          "bw:": (0.2, 5.0), "file:": (0.33, 3.0), "q_overlap": (1.5, 12.0), "call:": (0.25, 4.0)}
 MIN_MODELS_FOR_DEFAULT = 3   # generations measured on fewer models do not shape the unseen-generation default
 
 
@@ -74,13 +83,16 @@ def file_key(gpu_type: str, num_gpus: int, precision: str) -> str:
 
 def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable, *,
         host_pool_weight: float | None = None, run_prior_weight: float | None = None,
-        file_host_weight: float | None = None) -> dict:
+        file_host_weight: float | None = None, fit_overlap: bool | None = None, gen_call: bool | None = None) -> dict:
     """Fit on `rows` (profiles by model name, spec rows by type) and return the parameter file's data.
     `host_pool_weight`, `run_prior_weight`, `file_host_weight`: HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT and
-    FILE_HOST_WEIGHT unless given (the benchmark's cross-validation of them)."""
+    FILE_HOST_WEIGHT unless given (the benchmark's cross-validation of them); `fit_overlap`, `gen_call`:
+    FIT_OVERLAP and GEN_CALL unless given."""
     host_pool = HOST_POOL_WEIGHT if host_pool_weight is None else host_pool_weight
     run_prior = RUN_PRIOR_WEIGHT if run_prior_weight is None else run_prior_weight
     file_weight = FILE_HOST_WEIGHT if file_host_weight is None else file_host_weight
+    overlap = FIT_OVERLAP if fit_overlap is None else fit_overlap
+    with_call = GEN_CALL if gen_call is None else gen_call
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -96,8 +108,9 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     eff_keys = sorted({(g, pclass[k]) for g, t, pclass in per_row for k in COMPUTE_KINDS if t["C_" + k] > 0})
     counts = {g: sum(1 for gg, _t, _p in per_row if gg == g) for g in gens}
     bw_fixed = max(gens, key=lambda g: counts[g])
-    free_shared = [n for n in SHARED if n not in FIXED]
+    free_shared = [n for n in SHARED if n not in FIXED] + (["q_overlap"] if overlap else [])
     bw_free = [g for g in gens if g != bw_fixed]
+    call_free = bw_free if with_call else []
     types = sorted({specs.get(r.gpu_type).gpu_type for r in usable})
     multi_types = sorted({f"{specs.get(r.gpu_type).gpu_type}:{r.num_gpus}" for r in usable if r.num_gpus > 1})
     # each measurement file's host factor relative to its type's, for types measured in more than one file
@@ -115,7 +128,7 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     runs_free = [k for k in sorted(run_rows) if k != run_fixed]
     names = [*free_shared, *(f"eff:{g}:{c}" for g, c in eff_keys), *(f"bw:{g}" for g in bw_free),
              *(f"run:{k}" for k in runs_free), *(f"host:{t}" for t in types), *(f"link:{t}" for t in multi_types),
-             *(f"file:{k}" for k in files)]
+             *(f"file:{k}" for k in files), *(f"call:{g}" for g in call_free)]
     x0 = np.array([math.log(INITIAL.get(n, 0.5 if n.startswith(("e_", "eff:")) else 1.0)) for n in names])
 
     tarr = {key: np.array([t[key] for _g, t, _p in per_row]) for key in per_row[0][1]}
@@ -144,20 +157,24 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
         host = np.exp(x[at:at + len(types)])
         at += len(types)
         link = np.exp(x[at:at + len(multi_types)])
-        filef = np.exp(x[at + len(multi_types):])
-        return shared, eff_vals, bw, host, link, run, filef
+        at += len(multi_types)
+        filef = np.exp(x[at:at + len(files)])
+        call = {bw_fixed: 1.0, **{g: math.exp(v) for g, v in zip(call_free, x[at + len(files):], strict=True)}}
+        return shared, eff_vals, bw, host, link, run, filef, call
 
     def predict(x):
-        shared, eff_vals, bw, host, link, run, filef = unpack(x)
+        shared, eff_vals, bw, host, link, run, filef, call = unpack(x)
         padded = np.append(eff_vals, 1.0)   # index -1: a kind with no FLOPs in this row
         eff = {k: padded[kind_idx[k]] for k in COMPUTE_KINDS}
         ebw = np.array([bw[g] for g in gens])[gen_idx]
         return combine(tarr, shared, eff, ebw, host[type_idx] * np.append(filef, 1.0)[file_idx],
-                       np.append(link, 1.0)[link_idx], gpuf=np.append(run, 1.0)[run_idx])
+                       np.append(link, 1.0)[link_idx], gpuf=np.append(run, 1.0)[run_idx],
+                       callf=np.array([call.get(g, 1.0) for g in gens])[gen_idx] if call_free else 1.0)
 
     groups = [np.array([n_shared + i for i, (_g, c) in enumerate(eff_keys) if c == cls])
               for cls in sorted({c for _g, c in eff_keys})]
     groups.append(np.array([n_shared + n_eff + i for i in range(n_bw)]))   # bandwidth, relative to bw_fixed's 0
+    groups.append(np.array([len(names) - len(call_free) + i for i in range(len(call_free))]))   # call, likewise
     # the host factor is the machine's software more than the GPU's: each type's is pulled toward its run's
     # (log) mean, so a slow GPU (K80) shows in its generation's efficiency rather than as a slow host that a
     # never-measured type of the same run would inherit
@@ -171,7 +188,7 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     groups = [g for g in groups if len(g) > 1]
 
     run_at = slice(n_shared + n_eff + n_bw, n_shared + n_eff + n_bw + n_run)
-    file_at = slice(len(names) - len(files), len(names))
+    file_at = slice(len(names) - len(call_free) - len(files), len(names) - len(call_free))
 
     def residuals(x):
         pooled = [w * (x[g] - x[g].mean()) for g, w in zip(groups, weights, strict=True)]
@@ -192,7 +209,7 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     with threadpool_limits(limits=1, user_api="blas"):
         res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.1, max_nfev=400, method="trf",
                             bounds=(np.array(lower), np.array(upper)))
-    shared, eff_vals, bw, host, link, run, filef = unpack(res.x)
+    shared, eff_vals, bw, host, link, run, filef, call = unpack(res.x)
     gen_eff: dict[str, dict[str, float]] = {}
     for (g, c), v in zip(eff_keys, eff_vals, strict=True):
         gen_eff.setdefault(g, {})[c] = float(v)
@@ -218,6 +235,9 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     broad = [g for g in gens if models_per_gen[g] >= MIN_MODELS_FOR_DEFAULT] or gens
     out["default_eff"] = _geomean_rows({g: gen_eff[g] for g in broad if g in gen_eff})
     out["default_bw"] = _geomean([out["gen_bw"][g] for g in broad])
+    if call_free:
+        out["gen_call"] = {g: float(v) for g, v in call.items()}
+        out["default_call"] = _geomean([call[g] for g in broad])
     out["fit"]["models_per_generation"] = models_per_gen
     return out
 

@@ -15,7 +15,8 @@ For each layer kind of the profile (`calls_by_kind`, `flops_by_kind`, `bytes_by_
   a small layer cannot fill a large GPU, so efficiency grows with a layer's work);
 - a per-layer fixed cost: GPU side (a small kernel cannot fill the GPU: `c_gpu / clock`) plus host side
   (Python dispatch and kernel launch: `c_host` per call), the iteration being the smooth maximum of the
-  GPU and host times, since launches overlap with the GPU's work;
+  GPU and host times, since launches overlap with the GPU's work (their sum in a loop that waits for the
+  GPU every step: a model file's `#MSCHED --sync-steps=N`, an RL rollout sampling each action on the host);
 - a per-time-step cost of recurrent layers (`c_step / clock` per step of the profile's `recurrent_steps`,
   GPU side): cuDNN runs an LSTM's steps one after another as small kernels whatever the batch, so a
   language model's step has a floor its FLOPs do not show;
@@ -149,6 +150,9 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
     # memory and copies it to the GPU (MB per iteration; `c_in` ms per MB, on the host side)
     t["I"] = b * input_elements(profile) * 4.0 / 1e6 if optimizer else 0.0
     t["O_calls"] = float(sum(1 for _k, v in params_by_kind_items(profile) if v)) if optimizer else 0.0
+    # a loop whose host waits for the GPU's result every step (Profile.sync_steps: a rollout's action
+    # sampling) gets no overlap of the two: 1 makes the iteration their sum (`combine`)
+    t["S"] = 1.0 if int(_get(profile, "sync_steps") or 0) > 0 else 0.0
     return t, pclass
 
 
@@ -170,12 +174,15 @@ def _smax(a, b, q: float = SMOOTH_Q):
     return (a ** q + b ** q) ** (1.0 / q)
 
 
-def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9, gpuf=1.0):
+def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_small: float = 1e-9, gpuf=1.0,
+            callf=1.0):
     """ms per iteration from `terms` and parameters. `p` holds the shared parameters, `eff[kind]` the
     kind's generation x precision efficiency, `ebw` the generation's bandwidth efficiency, `hostf` and
     `linkf` the measured machine's host-speed and interconnect factors (1 for a type known only by its spec),
-    `gpuf` its measurement run's GPU-time factor (the run's software stack; 1 for the reference run).
-    Works on floats (prediction) and numpy arrays (fitting) alike."""
+    `gpuf` its measurement run's GPU-time factor (the run's software stack; 1 for the reference run),
+    `callf` the generation's factor on the per-layer GPU-side cost (1 where none was fitted). The GPU and
+    host times overlap in a smooth maximum whose exponent is the parameter file's `q_overlap` where fitted
+    (SMOOTH_Q otherwise). Works on floats (prediction) and numpy arrays (fitting) alike."""
     gpu = 0.0
     for k in COMPUTE_KINDS:
         c = (t["C_" + k] + p["phi"] * t["K_" + k]) / (p["e_" + k] * eff[k]) + xp_small
@@ -183,9 +190,11 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
         gpu = gpu + _smax(c, m)
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
-    gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] + p.get("c_step", 0.0) * t["T"]) * gpuf
+    gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] * callf + p.get("c_step", 0.0) * t["T"]) * gpuf
     host = hostf * (p["c_host"] * t["L"] * (1.0 + p["h_replica"] * t["N"]) + p.get("c_in", 0.0) * t["I"])
-    one = _smax(gpu, host)
+    # the host's launches run ahead of the GPU, so the two overlap (a smooth maximum), except in a loop that
+    # waits for the GPU every step (t["S"] = 1: Profile.sync_steps), where they add (predict11: A3C)
+    one = (1.0 - t["S"]) * _smax(gpu, host, p.get("q_overlap", SMOOTH_Q)) + t["S"] * (gpu + host)
     # the machine's multi-GPU factor is its interconnect's: it scales the bytes all-reduced alone; replicating
     # the modules and the per-GPU fixed cost are the host's work (nn.DataParallel's Python thread), scaled by
     # its host factor (predict9: with one factor over all three, only VGG's rows, where the bytes dominate,
@@ -205,6 +214,9 @@ class CostModel:
         self.gen_bw: dict[str, float] = dict(data["gen_bw"])
         self.default_eff: dict[str, float] = dict(data.get("default_eff") or _geomean_rows(self.gen_eff))
         self.default_bw: float = float(data.get("default_bw") or _geomean(list(self.gen_bw.values())))
+        # each generation's factor on the per-layer GPU-side cost (predict11; absent in older files: 1)
+        self.gen_call: dict[str, float] = dict(data.get("gen_call") or {})
+        self.default_call: float = float(data.get("default_call") or _geomean(list(self.gen_call.values())))
         # the measured machines' own host speed (by GPU type) and multi-GPU topology (by "type:count"),
         # 1 for a machine never measured
         self.type_host: dict[str, float] = dict(data.get("type_host") or {})
@@ -255,7 +267,7 @@ class CostModel:
         gpuf = self.run_gpu.get(self.type_run.get(spec.gpu_type) or run or self.default_run, 1.0)
         link = self.type_link.get(f"{spec.gpu_type}:{n}", self.default_link.get(n, 1.0))
         return float(combine(t, self.shared, eff, self.bandwidth_efficiency(spec.generation), host, link,
-                             gpuf=gpuf))
+                             gpuf=gpuf, callf=self.gen_call.get(spec.generation, self.default_call)))
 
 
 def _geomean(values: list[float]) -> float:

@@ -80,6 +80,11 @@ class Profile:
     # once per call): cuDNN runs each step as its own small kernels, whatever the batch, so an LSTM's time
     # has a per-step part its FLOPs do not show (msched.estimate.cost_model's `c_step`)
     recurrent_steps: int = 0
+    # host-GPU round trips in one iteration that nothing overlaps (`#MSCHED --sync-steps=N` in a model
+    # file: a reinforcement-learning rollout samples each step's action on the host from the GPU's output
+    # and steps its environment before the next forward pass); 0: the host's launches run ahead of the GPU
+    # (msched.estimate.cost_model: above 0, the iteration is the GPU's time plus the host's, not their maximum)
+    sync_steps: int = 0
     build: str = "meta"               # "meta" or "meta-params" (the fallback)
     seconds: float = 0.0              # time taken to build and count
     versions: dict[str, str] = field(default_factory=dict)
@@ -254,9 +259,8 @@ def load_factory(path: str, factory: str):
     return fn
 
 
-def input_shape_directive(path: str) -> tuple[int, ...] | None:
-    """`#MSCHED --input-shape=3,32,32` (or `3x32x32`) in a model file: one sample's input shape, for a
-    model that does not take a 3-channel square image. None when the file has no such line."""
+def _directive(path: str, name: str) -> str | None:
+    """The value of `#MSCHED --NAME=VALUE` in a model file, or None when the file has no such line."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
@@ -267,16 +271,39 @@ def input_shape_directive(path: str) -> tuple[int, ...] | None:
             continue
         for w in words[1:]:
             key, _, value = w.partition("=")
-            if key == "--input-shape":
-                try:
-                    dims = tuple(int(d) for d in value.replace("x", ",").split(",") if d.strip())
-                except ValueError:
-                    raise ProfileError(f"{path}: #MSCHED --input-shape={value}: expected integers such as "
-                                       "3,32,32") from None
-                if not dims or min(dims) < 1:
-                    raise ProfileError(f"{path}: #MSCHED --input-shape={value}: dimensions must be positive")
-                return dims
+            if key == name:
+                return value
     return None
+
+
+def input_shape_directive(path: str) -> tuple[int, ...] | None:
+    """`#MSCHED --input-shape=3,32,32` (or `3x32x32`) in a model file: one sample's input shape, for a
+    model that does not take a 3-channel square image. None when the file has no such line."""
+    value = _directive(path, "--input-shape")
+    if value is None:
+        return None
+    try:
+        dims = tuple(int(d) for d in value.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise ProfileError(f"{path}: #MSCHED --input-shape={value}: expected integers such as 3,32,32") from None
+    if not dims or min(dims) < 1:
+        raise ProfileError(f"{path}: #MSCHED --input-shape={value}: dimensions must be positive")
+    return dims
+
+
+def sync_steps_directive(path: str) -> int:
+    """`#MSCHED --sync-steps=20` in a model file: host-GPU round trips per iteration that nothing overlaps
+    (Profile.sync_steps); 0 when the file has no such line."""
+    value = _directive(path, "--sync-steps")
+    if value is None:
+        return 0
+    try:
+        steps = int(value)
+    except ValueError:
+        raise ProfileError(f"{path}: #MSCHED --sync-steps={value}: expected a whole number such as 20") from None
+    if steps < 0:
+        raise ProfileError(f"{path}: #MSCHED --sync-steps={value}: must not be negative")
+    return steps
 
 
 def build_user(path: str, factory: str):
@@ -526,6 +553,7 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
     start = time.perf_counter()
     ms = parse_spec(spec)
     example = None
+    sync = sync_steps_directive(ms.path) if ms.is_file else 0   # a bad line fails before any model code runs
     if ms.is_file:
         model, build, example = build_user(ms.path, ms.factory)
         size = input_size or DEFAULT_INPUT_SIZE
@@ -536,7 +564,7 @@ def profile_in_process(spec: str, input_size: int | None = None) -> Profile:
     if size < 1:
         raise ProfileError(f"input size must be positive, got {size}")
     prof = walk(model, size, ms.text, build, example_input=example)
-    return Profile(**{**asdict(prof), "seconds": round(time.perf_counter() - start, 4)})
+    return Profile(**{**asdict(prof), "sync_steps": sync, "seconds": round(time.perf_counter() - start, 4)})
 
 
 def profile_subprocess(spec: str, input_size: int | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_RELEASES = 256
 LP_METHOD = "highs"
+FLOW_METHOD = "highs-ipm"   # lp_flow_bound's (HiGHS' interior point; its dual simplex takes as long on the bench traces)
 SIMPLE_FAST = True          # snapshot_simple_bound summed without the instance's objects; off: through simple_bound
                             # (tests/test_fast_paths.py)
 
@@ -291,3 +292,185 @@ def _snapshot_instance(snapshot, default_runtime_s: float | None, with_busy: boo
         jobs.append(BoundJob(p.job_id, now, p.num_gpus, rt))
     busy = [Busy(r.gpu_type, r.num_gpus, max(now, r.est_end)) for r in snapshot.running] if with_busy else []
     return jobs, cap, busy
+
+
+# ----------------------------------------------------------------------------- the sum of completion times
+@dataclass(frozen=True)
+class FlowBound:
+    """A lower bound on the sum (and mean) of the jobs' flow times (end - release, a trace's JCT)."""
+
+    total_flow_s: float                  # the LP bound on sum_j (C_j - r_j)
+    mean_flow_s: float                   # total_flow_s over the jobs counted
+    floor_s: float                       # sum_j of the fastest runtime (no wait, no contention), for comparison
+    jobs: int
+    intervals: int                       # intervals of the time grid (the last one open-ended)
+    step_s: float                        # the fine grid's step (a given grid's widest interval)
+    solved: bool                         # False: the LP failed and total_flow_s is the floor
+    skipped: tuple[str, ...] = ()
+
+
+def _flow_grid(usable: Sequence[BoundJob], origin: float, step_s: float | None, max_fine: int,
+               growth: float) -> tuple[list[float], float]:
+    """The interval starts: a uniform step from origin until well past the last release (the fine part),
+    then steps growing by `growth` each, up to a horizon no schedule worth counting passes; the last
+    interval, from the last start on, is open-ended (and has no capacity row)."""
+    import statistics
+    fastest = [min(j.runtime_s.values()) for j in usable]
+    last_release = max(j.release for j in usable)
+    median = statistics.median(fastest)
+    fine_until = last_release + 10 * median
+    if step_s is None:
+        step_s = max(median / 4, (fine_until - origin) / max_fine, 1e-6)
+    step_s = max(step_s, 1e-9)
+    total = sum(j.num_gpus * min(j.runtime_s.values()) for j in usable)
+    horizon = last_release + max(max(j.runtime_s.values()) for j in usable) + total
+    grid = [origin]
+    while grid[-1] < fine_until:
+        grid.append(grid[-1] + step_s)
+    step = step_s
+    while grid[-1] < horizon:
+        step *= 1 + growth
+        grid.append(grid[-1] + step)
+    return grid, step_s
+
+
+def lp_flow_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], *, origin: float | None = None,
+                  busy: Sequence[Busy] = (), step_s: float | None = None, grid: Sequence[float] | None = None,
+                  max_fine: int = 200, growth: float = 0.1, method: str = FLOW_METHOD) -> FlowBound:
+    """A lower bound on the sum of flow times (end - release) of any schedule in which every job runs on
+    one GPU type (preemptive or not, never two types at once), by an interval-indexed LP relaxation
+    (Hall, Schulz, Shmoys & Wein's, with Goemans' mean busy time):
+
+        intervals  I_k = [tau_k, tau_{k+1}), k < K, and I_K = [tau_K, inf) (no capacity row: dropped)
+        variables  y[j,t,k] >= 0   the fraction of job j's work done on type t in I_k (only where the
+                                   interval ends after the release r_j; L[j,k] = max(tau_k, r_j)), C_j
+        minimise   sum_j C_j
+        subject to sum_{t,k} y[j,t,k] = 1                                    every job runs
+                   sum_j g_j p[j,t] y[j,t,k] <= G_t |I_k| - busy GPU-time    per type and interval
+                   sum_t p[j,t] y[j,t,k] <= tau_{k+1} - L[j,k]                a job runs on one type at a
+                                                                              time, after its release
+                   C_j >= r_j + sum_{t,k} p[j,t] y[j,t,k]                    its runtime after its release
+                   C_j >= sum_{t,k} y[j,t,k] (L[j,k] + p[j,t] / 2)           mean busy time + half its
+                                                                              runtime, on its one type t
+
+    A schedule gives a feasible point (y its work per interval, the type integral): a job's mean busy
+    time is at least the weighted lower ends of the intervals it runs in, and its end is its mean busy
+    time plus half its runtime (at least, when preempted). The grid's rounding loses at most one step per
+    job delayed across an interval boundary; the per-node fit (wide jobs on one node) is dropped too.
+    `grid` (interval starts, the first at origin) replaces the automatic one (`_flow_grid`: a fine step
+    of a quarter of the median fastest runtime, at most `max_fine` steps to 10 medians past the last
+    release, then growing by `growth`). Solved with HiGHS (scipy's linprog); the result is the bound on
+    sum_j (C_j - r_j)."""
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    cap, usable, skipped, busy = _usable(jobs, capacity, busy)
+    if origin is None:
+        origin = min((j.release for j in usable), default=0.0)
+    usable = [BoundJob(j.job_id, max(j.release, origin), j.num_gpus, j.runtime_s) for j in usable]
+    floor = sum(min(j.runtime_s.values()) for j in usable)
+    n = len(usable)
+    if not n:
+        return FlowBound(0.0, 0.0, 0.0, 0, 0, 0.0, True, tuple(skipped))
+    if grid is None:
+        tau, step = _flow_grid(usable, origin, step_s, max_fine, growth)
+    else:
+        tau = sorted(float(g) for g in grid)
+        step = max((b - a for a, b in zip(tau[:-1], tau[1:], strict=True)), default=0.0)     # its widest closed interval
+    scale = max([max(j.runtime_s.values()) for j in usable] + [tau[-1] - origin, 1.0])
+    tau_s = (np.asarray(tau) - origin) / scale
+    n_int = len(tau_s)                                    # interval k in [0, n_int): the last one open
+    types = sorted(cap)
+    tindex = {t: i for i, t in enumerate(types)}
+    length = np.diff(tau_s)
+    cap_rhs = np.zeros((len(types), n_int - 1))
+    for t in types:
+        cap_rhs[tindex[t]] = cap[t] * length
+    for b in busy:
+        until = (b.until - origin) / scale
+        cap_rhs[tindex[b.gpu_type]] -= b.num_gpus * np.clip(np.minimum(tau_s[1:], until) - tau_s[:-1], 0, None)
+    cap_rhs = np.clip(cap_rhs, 0, None)
+
+    # variables: y blocks per job (types x its intervals), then C_j
+    ub_r: list = []
+    ub_c: list = []
+    ub_v: list = []
+    ub_b: list = []
+    eq_r: list = []
+    eq_c: list = []
+    col = 0
+    row = 0
+    y_cols_per_job = []
+    spans = []
+    for jn, j in enumerate(usable):
+        r = (j.release - origin) / scale
+        k0 = max(0, int(np.searchsorted(tau_s, r, side="right")) - 1)
+        ks = np.arange(k0, n_int)
+        lower = np.maximum(tau_s[ks], r)
+        jtypes = sorted(j.runtime_s)
+        m = len(ks)
+        p = np.array([j.runtime_s[t] / scale for t in jtypes])
+        cols = col + np.arange(len(jtypes) * m).reshape(len(jtypes), m)
+        col += len(jtypes) * m
+        y_cols_per_job.append((jn, jtypes, ks, cols, p, lower, r))
+        spans.append(m)
+    n_y = col
+    c_base = n_y
+    n_var = n_y + n
+    for jn, jtypes, ks, cols, p, lower, r in y_cols_per_job:
+        # every job runs
+        eq_r.append(np.full(cols.size, jn))
+        eq_c.append(cols.ravel())
+        # a job on one type at a time, within each closed interval after its release
+        closed = ks < n_int - 1
+        nk = int(closed.sum())
+        if nk:
+            rows = row + np.arange(nk)
+            ub_r.append(np.tile(rows, len(jtypes)))
+            ub_c.append(cols[:, closed].ravel())
+            ub_v.append(np.repeat(p, nk))
+            ub_b.append(tau_s[ks[closed] + 1] - lower[closed])
+            row += nk
+        # C_j >= r_j + sum p y
+        ub_r.append(np.full(cols.size + 1, row))
+        ub_c.append(np.append(cols.ravel(), c_base + jn))
+        ub_v.append(np.append(np.repeat(p, len(ks)), -1.0))
+        ub_b.append(np.array([-r]))
+        row += 1
+        # C_j >= sum y (L + p / 2)
+        ub_r.append(np.full(cols.size + 1, row))
+        ub_c.append(np.append(cols.ravel(), c_base + jn))
+        ub_v.append(np.append((lower[None, :] + p[:, None] / 2).ravel(), -1.0))
+        ub_b.append(np.array([0.0]))
+        row += 1
+    # capacity per type and closed interval
+    cap_row0 = row
+    for jn, jtypes, ks, cols, p, _lower, _r in y_cols_per_job:
+        closed = ks < n_int - 1
+        g = usable[jn].num_gpus
+        for i, t in enumerate(jtypes):
+            ub_r.append(cap_row0 + tindex[t] * (n_int - 1) + ks[closed])
+            ub_c.append(cols[i, closed])
+            ub_v.append(np.full(int(closed.sum()), g * p[i]))
+    row = cap_row0 + len(types) * (n_int - 1)
+    ub_b.append(cap_rhs.ravel())
+    a_ub = coo_matrix((np.concatenate(ub_v), (np.concatenate(ub_r), np.concatenate(ub_c))),
+                      shape=(row, n_var)).tocsr()
+    er, ec = np.concatenate(eq_r), np.concatenate(eq_c)
+    a_eq = coo_matrix((np.ones(er.size), (er, ec)), shape=(n, n_var)).tocsr()
+    cost = np.zeros(n_var)
+    cost[c_base:] = 1.0
+    try:
+        res = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(ub_b), A_eq=a_eq, b_eq=np.ones(n),
+                      bounds=(0, None), method=method)
+    except (ValueError, MemoryError) as exc:          # pragma: no cover - solver refused the model
+        log.warning("LP flow bound failed (%s); using the floor", exc)
+        return FlowBound(floor, floor / n, floor, n, n_int, step, False, tuple(skipped))
+    if res.status != 0 or res.x is None:
+        log.warning("LP flow bound not solved (%s); using the floor", res.message)
+        return FlowBound(floor, floor / n, floor, n, n_int, step, False, tuple(skipped))
+    total_end = float(res.fun) * scale
+    total_flow = total_end - sum(j.release - origin for j in usable)
+    total_flow = max(total_flow * (1 - 1e-7), floor * (1 - 1e-9))
+    return FlowBound(total_flow, total_flow / n, floor, n, n_int, step, True, tuple(skipped))

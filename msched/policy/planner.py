@@ -90,6 +90,8 @@ DEFAULT_BATCH_OBJECTIVE = "makespan"   # what balanced plans such a batch for (`
                                        # measured against it in BENCHMARKS.md (planner9: a trade, not a flaw)
 LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
+SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (below 2 nothing can move; more is a
+                             # plan-changing lever, measured only: bench_sim.py --search-min-head, BENCHMARKS.md)
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
                              # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
@@ -216,7 +218,8 @@ class OptimizingPolicy(MschedPolicy):
         if self.planner == "greedy":
             self.last_search = {"planner": "greedy"}
             return self.plan_for_order(snapshot, order, starving)
-        journal: list | None = [] if PREFIX_RESUME else None
+        # its journal serves the search only when the search's snapshot is this one (no tail: `_split`)
+        journal: list | None = [] if PREFIX_RESUME and len(order) - len(starving) <= self.head_jobs else None
         built = self.construct(snapshot, order, starving, journal=journal)
         placed = built[0]
 
@@ -225,7 +228,7 @@ class OptimizingPolicy(MschedPolicy):
 
         free = [j for j in order if j.job_id not in starving]
         now = snapshot.now
-        if len(free) < 2 or all(j.job_id in placed and placed[j.job_id].start <= now for j in free):
+        if len(free) < SEARCH_MIN_HEAD or all(j.job_id in placed and placed[j.job_id].start <= now for j in free):
             # nothing to search: one job, or every job starts now on its earliest-completion type (an
             # online queue that keeps up); no order or retyping can end any of them sooner
             self.last_search = {"planner": "optimize", "evals": 1, "improved": False, "timed_out": False}

@@ -42,6 +42,8 @@ class Timeline:
                           # (`_scan`) instead of a heap copied from the origin; off: the heap
                           # (tests/test_fast_paths.py)
     free_at_from_starts = True   # `free_at` from start_time(type, 1) (off: a pass over every node)
+    sorted_pristine = True   # a pristine timeline's start from its sorted heap keys (`_sorted_entries`, which
+                             # its copies' `_scan` reads anyway) instead of a heap built for it too; off: the heap
 
     def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
                  unknown_busy_s: float = 3600.0):
@@ -213,6 +215,12 @@ class Timeline:
                     value = self._scan(origin, gpu_type, g, dirty)
                     top[g] = value
                     return None if value is None else value[0]
+            if h is None and self._pristine and Timeline.sorted_pristine:
+                # nothing booked: every node's key is current, and the smallest is the heap's top
+                keys = self._sorted_entries(gpu_type, g)
+                value = (keys[0][0], keys[0][3]) if keys else None
+                top[g] = value
+                return None if value is None else value[0]
             if h is None:
                 h = self._heap(gpu_type, g)
             ver = self.version

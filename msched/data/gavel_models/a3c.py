@@ -4,10 +4,15 @@ Learning", 2016, in the LSTM variant of the widely used PyTorch port that Gavel'
 3x3 stride-2 convolutions of 32 channels with ELU on a 1 x 42 x 42 frame, an LSTM cell of 256 units, a
 linear actor over Pong's 6 actions and a linear critic). One step is one update: 20 environment steps
 forward through the network, then one backward pass. The emulator's own steps run on the CPU and no
-layer profile sees them (BENCHMARKS.md reports A3C separately).
+layer profile sees them (BENCHMARKS.md reports A3C separately). Each step samples its action on the host
+from the network's output before the emulator can step and the next forward pass start, so the host and
+the GPU take turns instead of overlapping: the `--sync-steps` line below tells msched's cost model so (it
+adds the two times rather than taking their maximum).
 
     msched estimate msched/data/gavel_models/a3c.py:a3c --batch-size 1
 """
+
+#MSCHED --sync-steps=20
 
 import torch
 import torch.nn as nn
