@@ -146,6 +146,29 @@ def test_a_settled_queue_gives_light_rounds_and_every_change_a_full_one(slurm_cl
 
 
 @pytest.mark.slurm
+def test_a_job_whose_text_ends_in_spaces_costs_no_extra_full_round(slurm_cluster, ordinary_user, janitor,
+                                                                    settled_queue):
+    """A full round that wrote nothing records the digest of its own tight read; the tight read's padding
+    hides a value's own trailing spaces, so before both sides of the digest dropped the spaces before
+    each separator (client._digest_lines), one job named `x ` made that digest differ from the light
+    round's squeue: one more full round after every round that planned, for everybody, while the job
+    stayed in `squeue -t all`. Now the round after the settled one is light."""
+    reorderer, *_ = settled_queue
+    proc = ordinary_user.run(["sbatch", "--parsable", "--hold", "--job-name=trailing   ", "--comment=note   ",
+                              "--gres=gpu:1", "--time=60", "--output=/dev/null", "--wrap=true"],
+                             env={"SLURM_CONF": str(slurm_cluster.conf)}, cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr
+    job_id = janitor.add(proc.stdout.strip().split(";")[0])
+    shown = slurm_cluster.run(["squeue", "-h", "-j", job_id, "-O", "Name:|,Comment:|"], check=True).stdout
+    assert shown.startswith("trailing   |note   |")     # Slurm keeps the spaces: the case is real
+    outcomes = [reorderer.round()]
+    while outcomes[-1].result is not None and outcomes[-1].result.update_calls and len(outcomes) < 6:
+        outcomes.append(reorderer.round())
+    assert outcomes[-1].result is not None and outcomes[-1].result.update_calls == 0    # planned, wrote nothing
+    assert reorderer.round().light
+
+
+@pytest.mark.slurm
 def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settled_queue):
     """A round whose last planned round wrote (or the first round) cannot be light, so it runs no digest
     squeue: it records the digest of its own tight read (CliClient.read_digest), which is the digest the

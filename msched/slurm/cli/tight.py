@@ -198,9 +198,8 @@ def _record(widths: tuple[int, ...]):  # noqa: ANN202 - a struct.Struct
 def digest_line(values: tuple[bytes, ...]) -> bytes:
     """A record's line as `squeue -h -O <DIGEST_JOB_FIELDS, each Field:SEP>` prints it: each field's value
     (`_print_str` with no width prints it whole) followed by SEP, then a newline. The tight read pads a
-    value with spaces, so a value that itself ends in spaces comes back without them: its line then
-    differs from squeue's, which only makes the next round read the queue (never the other way: equal
-    lines are equal values)."""
+    value with spaces, so a value that itself ends in spaces comes back without them: both sides of the
+    digest drop the spaces before each separator (`msched.slurm.cli.client._digest_lines`)."""
     return _SEP.join([v.rstrip(b" ") for v in _DIGEST_PICK(values)]) + _DIGEST_END
 
 
