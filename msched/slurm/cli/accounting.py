@@ -123,8 +123,8 @@ _PLAIN_END = re.compile(r" EndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?= \w+=|$)")
 def _ended_before(line: str, since: float) -> str | None:
     """The job id of a jobcomp line (stripped) that `parse_jobcomp` would read with an end time before
     `since`, told without its ~20 us regex: the line starts `JobId=<digits>` and holds no other `JobId=`,
-    holds one `JobState=` (a space before it, none after), and exactly one `EndTime=`, a plain timestamp before `since` followed by the next
-    field or the line's end. `_JOBCOMP_RE` then reads the same id, a job state and that end time (a
+    holds one `JobState=` (a space before it, none after), and exactly one `EndTime=`, a plain timestamp
+    before `since` followed by the next field or the line's end. `_JOBCOMP_RE` then reads the same id, a job state and that end time (a
     value ends at the first ` <word>=`, and a later key of the same name would be another `JobId=` or
     `EndTime=`); its state is not blank. None: any other line (read whole)."""
     if not line.startswith("JobId=") or line.count("JobId=") != 1 or line.count("JobState=") != 1 \

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -99,17 +100,17 @@ log = logging.getLogger(__name__)
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 
 
+_SPACES_BEFORE_SEP = re.compile(b" +" + SEP.encode())
+
+
 def _digest_lines(squeue_out: bytes) -> bytes:
     """The digest squeue's output (or the tight read's lines of it) without the spaces before each field
     separator. The tight read pads every value with spaces, so it cannot see a value's own trailing
     spaces; without this, one job named `x ` (pending, or ended within MinJobAge) made the digest a full
     round records of its own read differ from the light round's squeue: one more full round after every
-    round that planned, for everybody. What is
-    lost is only what the tight read cannot see either (a user's spaces before a separator in their own
-    text), so the plan cannot depend on it."""
-    import re
-
-    return re.sub(rb" +" + SEP.encode(), SEP.encode(), squeue_out)
+    round that planned, for everybody. What is lost is only what the tight read cannot see either (a
+    user's spaces before a separator in their own text), so the plan cannot depend on it."""
+    return _SPACES_BEFORE_SEP.sub(SEP.encode(), squeue_out)
 
 
 def _digest(setup: str, outputs: Iterable[bytes]) -> str:
@@ -153,6 +154,21 @@ def _failed(command: str, message: str, default: type[SlurmError] = SlurmError) 
     return classify_error(line, default)(f"{os.path.basename(command)}: {line}")
 
 
+def _not_found(command: str) -> SlurmUnavailable:
+    """A Slurm command that is not installed (every way the client runs one says it alike)."""
+    return SlurmUnavailable(f"{command} not found: is the Slurm client installed?")
+
+
+def _no_answer(command: str, timeout_s: float) -> SlurmUnavailable:
+    """A Slurm command killed after `timeout_s` (every way the client runs one says it alike)."""
+    return SlurmUnavailable(f"{os.path.basename(command)} did not answer within {timeout_s:g}s")
+
+
+def _prefetch_key(argv: list[str], env: Mapping[str, str]) -> tuple:
+    """What a started read is found by: the same command line in the same environment."""
+    return tuple(argv), tuple(sorted(env.items()))
+
+
 class _Started:
     """A read-only command started in the background, its output going to unnamed files (no pipe to
     drain meanwhile: 15 MB of squeue at 10,000 jobs); `result` waits for it as `CliClient._raw` runs one."""
@@ -172,13 +188,12 @@ class _Started:
     def result(self) -> subprocess.CompletedProcess[bytes]:
         try:
             if self.proc is None:
-                raise SlurmUnavailable(f"{self.argv[0]} not found: is the Slurm client installed?")
+                raise _not_found(self.argv[0])
             try:
                 rc = self.proc.wait(timeout=max(0.0, self.deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.abandon()
-                raise SlurmUnavailable(f"{os.path.basename(self.argv[0])} did not answer within "
-                                       f"{self.timeout_s:g}s") from None
+                raise _no_answer(self.argv[0], self.timeout_s) from None
             self.out.seek(0)
             self.err.seek(0)
             return subprocess.CompletedProcess(self.argv, rc, self.out.read(), self.err.read())
@@ -254,9 +269,9 @@ class CliClient(SlurmClient):
             return subprocess.run(argv, input=input, capture_output=True, text=True, errors="replace",
                                   env=self._env(), timeout=limit, preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
-            raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+            raise _not_found(argv[0]) from None
         except subprocess.TimeoutExpired:
-            raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {limit:g}s") from None
+            raise _no_answer(argv[0], limit) from None
 
     def _json_env(self) -> dict[str, str]:
         env = self._env()
@@ -280,7 +295,7 @@ class CliClient(SlurmClient):
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=self._json_env(),
                                         preexec_fn=die_with_parent(os.getpid()))
             except FileNotFoundError:
-                raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+                raise _not_found(argv[0]) from None
             killed: list[bool] = []
             timer = threading.Timer(self.timeout_s, lambda: (killed.append(True), proc.kill()))
             timer.start()
@@ -296,7 +311,7 @@ class CliClient(SlurmClient):
                     proc.kill()
                     proc.wait()
             if killed:
-                raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s")
+                raise _no_answer(argv[0], self.timeout_s)
             if rc != 0:
                 err.seek(0)
                 raise _failed(argv[0], err.read().decode("utf-8", errors="replace"))
@@ -305,16 +320,16 @@ class CliClient(SlurmClient):
         """Run a read-only command, its output as bytes; a missing or hung command is SlurmUnavailable.
         A command `prefetch` started with the same argv and environment is collected instead (once)."""
         argv = [self._cmd(argv[0]), *argv[1:]]
-        started = self._prefetched.pop((tuple(argv), tuple(sorted(env.items()))), None)
+        started = self._prefetched.pop(_prefetch_key(argv, env), None)
         if started is not None:
             return started.result()
         try:
             return subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
         except FileNotFoundError:
-            raise SlurmUnavailable(f"{argv[0]} not found: is the Slurm client installed?") from None
+            raise _not_found(argv[0]) from None
         except subprocess.TimeoutExpired:
-            raise SlurmUnavailable(f"{os.path.basename(argv[0])} did not answer within {self.timeout_s:g}s") from None
+            raise _no_answer(argv[0], self.timeout_s) from None
 
     def prefetch(self) -> bool:
         """`SlurmClient.prefetch`: start the round's reads now, in the background, each into a file: the
@@ -323,12 +338,12 @@ class CliClient(SlurmClient):
         cluster) then overlaps what the round does before it needs the queue (importing the planning
         core, the policy, the estimator). A command not collected is ended by `close`."""
         env = self._env()
-        reads = [["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]]
+        reads = [self._sinfo_argv()]
         if self.config.tight_queue:
             reads.insert(0, ["squeue", "-h", "-t", "all", "-O", tight_format(NARROW)])
         for argv in reads:
             argv = [self._cmd(argv[0]), *argv[1:]]
-            key = (tuple(argv), tuple(sorted(env.items())))
+            key = _prefetch_key(argv, env)
             if key not in self._prefetched:
                 self._prefetched[key] = _Started(argv, env, self.timeout_s)
         return True
@@ -355,6 +370,11 @@ class CliClient(SlurmClient):
     @staticmethod
     def _format(fields: Iterable[str]) -> str:
         return ",".join(f"{f}:{SEP}" for f in fields)
+
+    def _sinfo_argv(self) -> list[str]:
+        """The one sinfo every node read runs (`nodes`, the digest, `prefetch`: a started one is collected
+        only by the same command line)."""
+        return ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]
 
     # -- reads --------------------------------------------------------------------------------------
     def now(self) -> float:
@@ -445,7 +465,7 @@ class CliClient(SlurmClient):
         moving text between two of their own text fields; the README says so)."""
         outputs = []
         for argv in (["squeue", "-h", "-t", "all", "-S", "i", "-O", self._format(DIGEST_JOB_FIELDS)],
-                     ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]):
+                     self._sinfo_argv()):
             stdout, _ = self._clean_read(argv)
             if stdout is None:
                 return None
@@ -489,7 +509,7 @@ class CliClient(SlurmClient):
         self._node_types = {n.name: n.gpu_type for n in self.nodes()}
 
     def nodes(self) -> list[SlurmNode]:
-        argv = ["sinfo", "-h", "-N", "-O", self._format(NODE_FIELDS)]
+        argv = self._sinfo_argv()
         proc = self._raw(argv, self._env())
         err = proc.stderr.decode("utf-8", errors="replace")
         # as `_run` reads it (text mode: invalid UTF-8 replaced, universal newlines)
