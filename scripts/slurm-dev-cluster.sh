@@ -22,7 +22,8 @@
 # SLURM_DEV_SCHEDULER=builtin gives SchedulerType=sched/builtin instead of Slurm's default sched/backfill.
 # Everything (config, state, logs, pid files, fake GPU device files, the job completion file) lives in
 # DIR (default: .slurm-dev in the repository). Ports derive from DIR so clusters in different
-# directories can coexist; SLURM_DEV_PORT_BASE overrides. `up` prints the line to eval:
+# directories can coexist (the next free ten when another process listens there; the choice is kept
+# in DIR/port-base); SLURM_DEV_PORT_BASE overrides. `up` prints the line to eval:
 #   export SLURM_CONF=DIR/slurm.conf
 # Daemons run as root (SlurmUser=root); jobs run as the user who submitted them.
 set -euo pipefail
@@ -105,11 +106,49 @@ resolve_dir() {
     RUN="$DIR/run"
     if [[ -n "${SLURM_DEV_PORT_BASE:-}" ]]; then
         PORT_BASE="$SLURM_DEV_PORT_BASE"
+    elif [[ "$(cat "$DIR/port-base" 2>/dev/null)" =~ ^[0-9]{5}$ ]]; then
+        PORT_BASE="$(cat "$DIR/port-base")"      # chosen by an earlier `up` (choose_port_base)
     else
-        # 20000-31999: below Linux's ephemeral range (32768-60999), where a client's outgoing connection
-        # could already hold a port the daemon then fails to bind
-        PORT_BASE=$(( 20000 + ($(printf '%s' "$DIR" | cksum | cut -d' ' -f1) % 1200) * 10 ))
+        PORT_BASE="$(hashed_port_base)"
     fi
+}
+
+# 20000-31999: below Linux's ephemeral range (32768-60999), where a client's outgoing connection
+# could already hold a port the daemon then fails to bind. Ten ports per directory.
+hashed_port_base() { echo $(( 20000 + ($(printf '%s' "$DIR" | cksum | cut -d' ' -f1) % 1200) * 10 )); }
+
+ports_listening() {  # ports_listening LO HI: succeed when a TCP socket listens on a port in LO..HI
+    local f _ addr _ st _
+    for f in /proc/net/tcp /proc/net/tcp6; do
+        [[ -r "$f" ]] || continue
+        while read -r _ addr _ st _; do
+            [[ "$st" == 0A && "$addr" == *:* ]] || continue
+            local port=$((16#${addr##*:}))
+            (( port >= $1 && port <= $2 )) && return 0
+        done < <(tail -n +2 "$f")
+    done
+    return 1
+}
+
+# A fresh controller's ports: the directory's hashed base unless something already listens there (two
+# directories can hash alike: a test's tmp_path met the plugin cluster's base, and its slurmctld asked
+# the other cluster's controller), else the next free ten. Remembered in DIR/port-base so later
+# `up`/`down`/`status` agree. Ports +8/+9 belong to this directory's own MariaDB/slurmdbd when they run.
+choose_port_base() {
+    [[ -n "${SLURM_DEV_PORT_BASE:-}" ]] && return 0
+    local top=$((PORT_BASE + 9)) tries=0
+    daemon_alive "$RUN/mariadbd.pid" mariadbd && top=$((PORT_BASE + 7))
+    if ports_listening "$PORT_BASE" "$top"; then
+        [[ $top -eq $((PORT_BASE + 9)) ]] || die "ports $PORT_BASE-$top are taken while this directory's accounting daemons run: \
+run \`$0 down --dir $DIR\` first"
+        PORT_BASE="$(hashed_port_base)"
+        while ports_listening "$PORT_BASE" $((PORT_BASE + 9)); do
+            tries=$((tries + 1)); (( tries < 1200 )) || die "no ten free ports in 20000-31999"
+            PORT_BASE=$(( 20000 + (PORT_BASE - 20000 + 10) % 12000 ))
+        done
+        log "ports of $(hashed_port_base) are taken: using $PORT_BASE"
+    fi
+    echo "$PORT_BASE" >"$DIR/port-base"
 }
 
 clients_env() { export SLURM_CONF="$CONF"; }
@@ -341,6 +380,8 @@ stop_accounting() {
 }
 
 controller_answers() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+# Another directory's controller on the same port answers too: only ours, alive, counts.
+own_controller_answers() { daemon_alive "$RUN/slurmctld.pid" slurmctld && controller_answers; }
 
 # Every node of ours is in one of the states the extended regex $1 names.
 all_nodes_in() {
@@ -414,6 +455,7 @@ do_up() {
         else
             rm -f "$DIR/plugins" "$DIR/cli_filter.lua" "$DIR/job_submit.lua"
         fi
+        choose_port_base
         write_config
         [[ -f "$DIR/jobcomp.txt" ]] && mv -f "$DIR/jobcomp.txt" "$DIR/jobcomp.txt.1"
         : >"$DIR/jobcomp.txt"
@@ -427,7 +469,7 @@ do_up() {
     if [[ $fresh -eq 1 ]]; then
         /usr/sbin/slurmctld -c -f "$CONF" 9>&- || die "slurmctld failed to start (see $DIR/log/slurmctld.log)"
     fi
-    wait_until 20 controller_answers || die "slurmctld does not answer (see $DIR/log/slurmctld.log)"
+    wait_until 20 own_controller_answers || die "slurmctld does not answer (see $DIR/log/slurmctld.log)"
     for n in "${NODES[@]}"; do
         if ! daemon_alive "$RUN/slurmd-$n.pid" slurmd; then
             mkdir -p "$DIR/spool/$n"

@@ -5,6 +5,7 @@ request option, an unreachable controller, backend selection."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -131,14 +132,29 @@ def test_up_refuses_without_root(slurm_cluster, ordinary_user, tmp_path):
 @pytest.mark.slow
 def test_separate_cluster_up_runs_a_job_and_down_stops_its_daemons(slurm_cluster, tmp_path):
     """A second cluster in its own directory (ports derive from it): up, a job runs, down stops
-    exactly its daemons (by pid file), leaving the session's cluster untouched."""
+    exactly its daemons (by pid file), leaving the session's cluster untouched. Something already
+    listens on the port the directory hashes to (as another cluster's did when two test directories
+    hashed alike, and the new slurmctld died while the other cluster's controller answered for it): up
+    takes the next free ports and remembers them."""
     sdir = tmp_path / "c2"
+    sdir.mkdir()
+    crc = subprocess.run(["cksum"], input=str(sdir), capture_output=True, text=True, check=True)
+    hashed = 20000 + int(crc.stdout.split()[0]) % 1200 * 10
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", hashed))
+    squatter.listen()
     t0 = time.monotonic()
-    up = subprocess.run(["bash", str(SCRIPT), "up", "--dir", str(sdir)], capture_output=True, text=True, timeout=180)
+    try:
+        up = subprocess.run(["bash", str(SCRIPT), "up", "--dir", str(sdir)], capture_output=True, text=True,
+                            timeout=180)
+    finally:
+        squatter.close()
     up_s = time.monotonic() - t0
     try:
         assert up.returncode == 0, up.stderr
         assert up.stdout.strip() == f"export SLURM_CONF={sdir / 'slurm.conf'}"
+        base = int((sdir / "port-base").read_text())
+        assert base != hashed and f"SlurmctldPort={base}\n" in (sdir / "slurm.conf").read_text()
         pids = {p.name: int(p.read_text()) for p in (sdir / "run").glob("*.pid")}
         assert set(pids) == {"slurmctld.pid", "slurmd-n1.pid", "slurmd-n2.pid", "slurmd-n3.pid", "slurmd-n4.pid"}
         client = CliClient(Config(), env={"SLURM_CONF": str(sdir / "slurm.conf")})
