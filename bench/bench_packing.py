@@ -55,7 +55,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
              only_when_busy: bool = False, when_waiting: bool = True, wait_share: float | None = None,
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
              kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None,  # noqa: ANN001
-             spread_s: float | None = None, spread_draw: int = 0, queue_share: float = 1.0) -> dict:
+             spread_s: float | None = None, spread_draw: int = 0, queue_share: float = 1.0,
+             exclude: bool = False) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
@@ -65,7 +66,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
                                          when_waiting=when_waiting, wait_share=wait_share, guard=guard,
                                          memory=memory, reasons=(reasons := {}), packed_types=(types_of := {}),
-                                         queue_share=queue_share, refusals=(refusals := {})))
+                                         queue_share=queue_share, refusals=(refusals := {}), exclude=exclude))
     trace = list(w.jobs) if spread_s is None else moved(list(w.jobs), seed + 1000 * spread_draw, spread_s)
     bound = trace_bound(trace, truth, cluster)
     fifo = replay(trace, "fifo", base, bound=bound) if "fifo" in kinds else None
@@ -402,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queue-share", type=float, default=1.0, metavar="X",
                     help="the looser queue rule: pack when at least this share of the queued shard jobs it may "
                          "meet are good partners (default 1: each of them, msub's rule)")
+    ap.add_argument("--exclude", action="store_true",
+                    help="the round keeps pending shard jobs off the nodes of bad partners (ExcNodeList; "
+                         "config pack_exclude)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -449,14 +453,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
           f", memory {args.memory}, predictor {args.predictor}"
-          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{', ExcNodeList lever' if args.exclude else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
                      not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
-                     args.control_jitter, args.spread, args.spread_draw, args.queue_share)
+                     args.control_jitter, args.spread, args.spread_draw, args.queue_share, args.exclude)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])

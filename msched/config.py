@@ -35,6 +35,10 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     pack_threshold = 1.0                   # least predicted combined throughput of a pair that is packed
     pack_guard     = "bound"               # "bound": each job's 10% quantile own speed >= 0.5x solo, inside
                                            #   the data, on its best shard type; "mean": the mean forest only
+    pack_exclude   = false                 # reorder: keep a pending shard job off the nodes where a shard job
+                                           #   it would pair badly with runs alone (ExcNodeList)
+    pack_queue_share = 1.0                 # msub: pack when this share of the queued shard jobs are good
+                                           #   partners (each running one must be; < 1 needs pack_exclude)
     type_lever     = "feature"             # how msched steers a job's GPU type: "feature" (--constraint)
                                            # or "partition" (-p, where a site gives each type its partition)
     priority_lever = "priority"            # reorder: write the order as explicit priorities, or as "nice"
@@ -127,6 +131,8 @@ class Config:
     shard_partition: str = "shared"
     pack_threshold: float = 1.0
     pack_guard: str = "bound"               # the packing guard (msched.estimate.interference: "bound" or "mean")
+    pack_exclude: bool = False              # reorder: ExcNodeList keeps bad pairs apart (msched.rounds.packing)
+    pack_queue_share: float = 1.0           # msub: the looser queue rule (msched.policy.packing.submit_verdict)
     type_lever: str = "feature"
     type_partitions: Mapping[str, str] = MappingProxyType({})
     priority_lever: str = "priority"        # reorder: "priority" (explicit) or "nice" (msched.rounds.core.diff_plan)
@@ -185,6 +191,13 @@ class Config:
             raise ConfigError(f"pack_guard {self.pack_guard!r} is not one of {', '.join(PACK_GUARDS)}")
         if self.priority_lever not in PRIORITY_LEVERS:
             raise ConfigError(f"priority_lever {self.priority_lever!r} is not one of {', '.join(PRIORITY_LEVERS)}")
+        if not isinstance(self.pack_exclude, bool):
+            raise ConfigError(f"pack_exclude {self.pack_exclude!r} must be true or false")
+        if not isinstance(self.pack_queue_share, int | float) or not 0 < self.pack_queue_share <= 1:
+            raise ConfigError(f"pack_queue_share {self.pack_queue_share!r} must be a number in (0, 1]")
+        if self.pack_queue_share < 1 and not self.pack_exclude:
+            raise ConfigError("pack_queue_share below 1 packs beside bad partners in the queue: it needs "
+                              "pack_exclude = true (the round keeps them apart)")
         if not isinstance(self.begin_time_lever, bool):
             raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
         if not isinstance(self.tight_queue, bool):

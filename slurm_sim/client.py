@@ -128,6 +128,12 @@ class SimClient(SlurmClient):
             raise SlurmError(f"job {job_id} is held: release it before setting a nice offset")
         self.sim.set_nice(job, int(nice))
 
+    def set_exc_nodes(self, job_id: str, nodes: str) -> None:
+        try:
+            self.sim.set_exc_nodes(self._pending(job_id), nodes)
+        except SimError as exc:
+            raise SlurmError(f"scontrol: error: {exc}") from None
+
     def set_begin_time(self, job_id: str, when: float | None) -> None:
         self.sim.set_begin_time(self._pending(job_id), self.sim.now if when is None else float(when))
 

@@ -280,6 +280,7 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                                    incumbent=incumbent, settle_options=setup.settle,
                                    begin_times=setup.begin_times,
                                    pack_guard=setup.packing.guard if setup.packing is not None else "bound",
+                                   pack_exclude=setup.packing is not None and setup.packing.exclude,
                                    usable_memory=usable_memory if KEEP_USABLE_MEMORY else usable_by_type)
                 round_s_total += _time.perf_counter() - r0
                 incumbent = result.incumbent

@@ -239,6 +239,8 @@ class ShardRuns:
             if c in closed:
                 continue
             for n in sim.classes[c].nodes:
+                if n in job.exc_nodes:          # ExcNodeList (the round keeps it from a bad partner's node)
+                    continue
                 for other in self.open_slots.get(n, ()):
                     if (job.job_id, other) in self.barred:
                         continue
@@ -394,6 +396,7 @@ class SimPacking:
                                          # that must be good partners (1: each, msub's rule)
     refusals: dict | None = None         # when given: the guard's queue refusals judged by the truth
                                          # (`judge_refusal`) -> count
+    exclude: bool = False                # the round's ExcNodeList lever (config `pack_exclude`)
 
     def runs(self, sim) -> ShardRuns:  # noqa: ANN001
         return ShardRuns(self.truth).attach(sim)
@@ -421,6 +424,7 @@ class SimPacking:
         from msched.msub.packing import MAX_PARTNERS
 
         queued = []
+        running = set()                              # the running ones (id of their speeds): msub's %T
         for j in sim.active.values():                # every shard job it may meet, as msub's squeue
             if j.shards:
                 t = sim.job_view(j).tag
@@ -428,6 +432,8 @@ class SimPacking:
                 if s is None or len(queued) >= MAX_PARTNERS:
                     return note("a queued shard job it cannot check", decision, tj)   # msub's rule
                 queued.append((s, t))
+                if j.state == "RUNNING":
+                    running.add(id(s))
         model = load_model()
         slower = model.slower_for(self.guard)
         peak = self.memory or peak_gb
@@ -453,6 +459,8 @@ class SimPacking:
                                            slower, every=every, own=model.own_speed,
                                            some=self.guard == "bound", best_types=types if self.guard == "bound" else (),
                                            queue_share=self.queue_share if every else 1.0,
+                                           required=[s for s, _ in here if id(s) in running]
+                                           if self.exclude and every else (),
                                            wait_s=min(waits) if waits and self.when_waiting else None,
                                            runtime_s=est.seconds if est is not None else None,
                                            horizon_s=plan_end - sim.now if plan_end is not None and self.when_waiting

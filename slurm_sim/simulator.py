@@ -130,6 +130,7 @@ class SimJob:
     classes: tuple[int, ...] = ()            # node classes the request allows now
     writes: int = 0                          # scontrol updates of this job (priority, features, hold, release)
     shards: int = 0                          # a shard job (gres/shard: shares a GPU; slurm_sim.packing)
+    exc_nodes: frozenset[int] = frozenset()  # nodes it may not start on (scontrol update ExcNodeList=)
     view: SlurmJob | None = field(default=None, repr=False)
     key: tuple = ()
 
@@ -351,6 +352,19 @@ class Simulator:
         self._updates += 1
         job.writes += 1
 
+    def set_exc_nodes(self, job: SimJob, names: str) -> None:
+        """Slurm's `scontrol update JobId= ExcNodeList=a,b` on a pending job ("": none): it starts on none
+        of them (a job with every node of its partitions excluded waits, BadConstraints on Slurm)."""
+        index = {name: i for i, name in enumerate(self.node_names)}
+        wanted = [n for n in (names or "").split(",") if n]
+        if any(n not in index for n in wanted):
+            raise SimError("Invalid node name specified")
+        job.exc_nodes = frozenset(index[n] for n in wanted)
+        job.view = None
+        self._needs_pass = True
+        self._updates += 1
+        job.writes += 1
+
     def set_features(self, job: SimJob, features: str) -> None:
         self._check_features(features)
         job.features = features or ""
@@ -555,6 +569,8 @@ class Simulator:
                 continue
             cls = self.classes[c]
             levels = self.by_free[c]
+            if job.exc_nodes:
+                levels = [lv - job.exc_nodes for lv in levels]
             if g <= cls.gpus:
                 for f in range(max(g, 0), cls.gpus + 1):
                     if levels[f]:
@@ -698,6 +714,8 @@ class Simulator:
                 limit = self.limit_in(job, c)
                 if job.num_gpus <= cls.gpus:
                     for n in cls.nodes:
+                        if n in job.exc_nodes:
+                            continue
                         t = profile(n).earliest(job.num_gpus, limit)
                         if t is not None and (best is None or t < best[0]):
                             best = (t, c, (n,))
@@ -743,7 +761,7 @@ class Simulator:
                 begin_time=job.begin_time if job.state == PENDING and job.begin_time > self.now else None,
                 nice=job.nice,
                 gpu_index=self.packing.gpu_index(job.job_id) if job.shards and job.state == RUNNING else (),
-                shards=job.shards)
+                shards=job.shards, exc_nodes=",".join(self.node_names[n] for n in sorted(job.exc_nodes)))
         return job.view
 
     def node_view(self, n: int) -> SlurmNode:

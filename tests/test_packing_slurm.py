@@ -223,3 +223,45 @@ def test_the_round_reads_which_gpu_each_shard_job_holds(shard_cluster, ordinary_
     finally:
         if ids:
             shard_cluster.run(["scancel", *ids])
+
+
+def test_the_round_keeps_a_shard_job_off_a_nodes_open_shard_and_release_clears_it(shard_cluster, ordinary_user,
+                                                                                  tmp_path):
+    """The packing round's node lever on real Slurm (pack12): a pending shard job's ExcNodeList, written
+    as root through the hold journal (the entry on disk before the call), keeps it off the node where a
+    shard job runs alone with an open shard (here the cluster's only shard node: it waits, BadConstraints),
+    though Slurm would have put it there; what `msched reorder --release` runs first (the journal's replay,
+    everything) clears it, and the job then joins the open shard."""
+    from msched.config import Config
+    from msched.rounds.holds import apply_exclusions, replay
+    from msched.slurm.cli import CliClient
+    from msched.store.db import Store
+    from msched.store.holds import HoldJournal
+
+    client = CliClient(Config(), env={"SLURM_CONF": str(shard_cluster.conf)})
+    journal = HoldJournal(Store(f"sqlite:///{tmp_path}/msched.db"))
+    ids: list[str] = []
+
+    def reason(job: str) -> str:
+        return shard_cluster.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.strip()
+
+    try:
+        ids.append(_submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1"]))
+        alone = wait_for(lambda: _gpu_indices(shard_cluster, ids[0]), timeout=30, message="the first job running")
+        ids.append(_submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1", "--hold"]))
+        written, skipped = apply_exclusions(client, {ids[1]: ("n4",)}, client.jobs(), journal)
+        assert written == {ids[1]: "n4"} and skipped == []
+        assert [(e.job_id, e.kind, e.value) for e in journal.open_entries()] == [(ids[1], "exc_nodes", "n4")]
+        assert "ExcNodeList=n4" in shard_cluster.run(["scontrol", "show", "job", ids[1]]).stdout
+        released = ordinary_user.run(["scontrol", "release", ids[1]], env={"SLURM_CONF": str(shard_cluster.conf)})
+        assert released.returncode == 0, released.stderr
+        wait_for(lambda: reason(ids[1]) == "PENDING BadConstraints", timeout=30, message="Slurm to keep it off n4")
+        # the same list again: the journal says it is written, no call
+        assert apply_exclusions(client, {ids[1]: ("n4",)}, client.jobs(), journal) == ({}, [])
+        assert replay(client, journal, jobs=client.jobs(), everything=True) == [ids[1]]     # --release
+        assert journal.open_entries() == []
+        joined = wait_for(lambda: _gpu_indices(shard_cluster, ids[1]), timeout=30, message="the job to start")
+        assert joined == alone                         # the open shard beside the first job
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])

@@ -561,3 +561,34 @@ def test_short_first_in_plan_keeps_the_batch_makespan_and_lowers_its_sum_of_ends
     total = sum(ends(plan).values()) / H
     assert plan.est_makespan_end / H == 11.0 and 29.0 <= total <= 31.0
     assert {d.job_id for d in plan.decisions} == set("abcde")
+
+
+def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget():
+    """`settled_work`: a head whose every job has been pending `settled_s` (60 s) or longer was searched
+    by earlier rounds (the queue's order, a start point, carries their plan on), so its search gets that
+    share of the budget, at least MIN_EVALS decodes; a head with a job pending less than that gets the
+    whole budget, as do a batch submitted together and every head with `settled_work` 1 (the default).
+    The plan stays a whole plan."""
+    from msched.policy.planner import DEFAULT_SETTLED_S, MIN_EVALS
+
+    assert DEFAULT_SETTLED_S == 60.0
+    batch = two_gpus_five_jobs(online=True)            # submitted 0-4 s before 0
+    old, fresh = replace(batch, now=61.0), replace(batch, now=59.0)     # job 'a' pending 61 s / 59 s
+    whole = get_policy("msched", objective="makespan", time_box_s=120)
+    whole.plan(old)
+    assert not whole.last_search["settled"] and whole.last_search["evals"] > MIN_EVALS
+    share = get_policy("msched", objective="makespan", time_box_s=120, settled_work=0.0)
+    plan = share.plan(old)
+    assert share.last_search["settled"] and share.last_search["evals"] == MIN_EVALS
+    assert sorted(d.job_id for d in plan.decisions) == list("abcde") and all(d.est_end for d in plan.decisions)
+    share.plan(fresh)
+    assert not share.last_search["settled"] and share.last_search["evals"] > MIN_EVALS
+    never = get_policy("msched", objective="makespan", time_box_s=120, settled_work=0.0, settled_s=None)
+    never.plan(old)
+    assert not never.last_search["settled"]
+    share.plan(replace(two_gpus_five_jobs(), now=61.0))      # a batch submitted together: the whole budget
+    assert not share.last_search["settled"] and share.last_search["evals"] > MIN_EVALS
+    with pytest.raises(ValueError, match="settled_work must be in"):
+        get_policy("msched", settled_work=1.5)
+    with pytest.raises(ValueError, match="settled_s must be"):
+        get_policy("msched", settled_s=-1)

@@ -60,6 +60,8 @@ def packable_shape(req, gpus, pinned) -> str:  # noqa: ANN001 - SbatchRequest, G
         return "packing needs a GPU request without a GPU type"
     if tuple(gpus.options) != ("gres",):
         return "packing needs the GPU asked as --gres=gpu:1"
+    if req.has("exclude"):
+        return "packing needs no --exclude (the round sets a shard job's excluded nodes: config pack_exclude)"
     return ""
 
 
@@ -77,25 +79,29 @@ def queued_partners(config, sbatch: str) -> tuple[list, int]:  # noqa: ANN001
     msched cannot predict: untagged ones) from one squeue; ([], 0) when none or squeue fails. A shard
     job is one whose gres request names shards (`%b`). Only the tags' models and batch sizes are used,
     to predict; nothing here is trusted (a comment that forges a line only adds a partner to check).
-    Reading stops past MAX_PARTNERS (then the job is not packed: not every partner was checked)."""
+    Reading stops past MAX_PARTNERS (then the job is not packed: not every partner was checked). A third
+    item: the indices of the running ones among the tags (`%t`: the looser queue rule's `required`)."""
     from msched.msub.cluster_view import _run
     from msched.tag import parse_comment
 
     out = _run([os.path.join(os.path.dirname(sbatch), "squeue"), "-h", "-t", "PD,R",
-                "-p", config.shard_partition, "-o", "%b %k"])
-    tags, unknown = [], 0
+                "-p", config.shard_partition, "-o", "%b %t %k"])
+    tags, unknown, running = [], 0, set()
     for line in (out or "").splitlines():
-        gres, _, comment = line.strip().partition(" ")
+        gres, _, rest = line.strip().partition(" ")
         if "shard" not in gres:
             continue                      # a whole-GPU job in the partition: never a partner
+        state, _, comment = rest.partition(" ")
         tag = parse_comment(comment.strip())[0]
         if tag is not None:
+            if state == "R":
+                running.add(len(tags))
             tags.append(tag)
         else:
             unknown += 1
         if len(tags) + unknown > MAX_PARTNERS:
             break
-    return tags, unknown
+    return tags, unknown, running
 
 
 def may_meet(tag, gpu_type: str) -> bool:  # noqa: ANN001 - a JobTag
@@ -157,7 +163,9 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     kept = [t for t in types if t in sharing] if types else sharing
     if not kept:
         return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
-    partners, unknown = queued_partners(config, sbatch)
+    partners, unknown, *rest = queued_partners(config, sbatch)
+    running = {id(partners[i]) for i in (rest[0] if rest else ())}
+    share = float(getattr(config, "pack_queue_share", 1.0))
     if unknown or len(partners) > MAX_PARTNERS:
         return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
     times = times_of([tag.model, tag.pref, tag.ref, *(m for p in partners for m in (p.model, p.pref, p.ref))])
@@ -176,6 +184,8 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
             here = [p for p in partners if may_meet(p, gpu_type)]     # the shard jobs it may meet on the type
             others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in here
                       if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
+            required = [o[2] for o, p in zip(others, here, strict=False) if id(p) in running] \
+                if len(others) == len(here) else []
             if len(others) < len(here):          # one it may meet has no estimate here: no pair is vouched for
                 refused.append(f"{len(here) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
                 continue
@@ -190,6 +200,7 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
                 model.combined_throughput, type_usable_gb(gpu_type),
                 float(getattr(config, "pack_threshold", DEFAULT_THRESHOLD)), slower,
                 every=every, own=model.own_speed, some=guard == "bound", best_types=kept if guard == "bound" else (),
+                queue_share=share if every else 1.0, required=required if every else (),
                 **_wait(gpu_type, [gpu_type], free_at, estimates, now, plan_end))
             if predicted is None:
                 refused.append(f"{reason} with {where}" + (f" on {gpu_type}" if len(kept) > 1 else ""))

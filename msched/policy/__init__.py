@@ -15,7 +15,7 @@ _COMMON = frozenset({"slack", "backfill", "unknown_runtime_s"})
 _REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity", "managed_first", "planner",
                          "time_box_s", "head_jobs", "tolerance", "cpsat_jobs", "cpsat_work", "lp_start",
                          "informed_slack", "batch_objective", "price_quantile", "price_window_s", "price_measure", "free_slack", "wait_factor",
-                         "wait_weight", "age_weight", "short_first"}
+                         "wait_weight", "age_weight", "settled_s", "settled_work", "short_first"}
 # the policies, in listing order, and the options each takes (options a policy does not know are
 # ignored for the ones listed here)
 _OPTIONS = {"fifo": _COMMON, "fastest": _COMMON | {"perf", "ranking"}, "msched-once": _COMMON,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from msched.estimate.interference import DEFAULT_THRESHOLD, MIN_OWN_SPEED, JobSpeeds, pair_fits
 from msched.util.record import record
@@ -30,6 +30,7 @@ from msched.util.record import record
 WAIT_SHARE = 0.0              # submit_verdict: least wait, as a share of the stretch sharing costs the job
 BEST_TYPE_SLACK = 0.1         # on_best_type: solo on the type at most this much slower than on its best one
 MAX_PENDING = 200             # shard jobs paired per round at most (the rest keep their order)
+EXCLUDE_HEAD = 32             # shard_exclusions: pending jobs kept apart from the bad partners ahead of them
 
 
 @record
@@ -63,6 +64,8 @@ class PackingPlan:
     gpu_types: dict = None           # job id -> GPU type
     pairs: tuple = ()                # Pair, the lone running job's partner first
     alone: tuple = ()                # pending jobs without a partner at or above the threshold
+    excluded: dict = None            # job id -> the shard nodes it must not start on (`shard_exclusions`;
+                                     # None: the lever is off)
 
 
 def solo_runtime_s(speeds: JobSpeeds, iterations: int | None, gpu_type: str) -> float | None:
@@ -91,7 +94,7 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
                    wait_s: float | None = None, runtime_s: float | None = None,
                    wait_share: float = WAIT_SHARE, horizon_s: float | None = None,
                    some: bool = False, best_types: Sequence[str] = (),
-                   queue_share: float = 1.0) -> tuple[float | None, str]:
+                   queue_share: float = 1.0, required: Sequence[JobSpeeds] = ()) -> tuple[float | None, str]:
     """msub's decision for one packable job (and the simulator's replay of it): (the mean predicted
     combined throughput with the partners it would likely share with, or None when it is not packed;
     the reason). Not packed: no estimate on the shard type, too big beside most partners, or a mean
@@ -121,6 +124,9 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     `queue_share` (with `every`; 1, the default: each of them): the looser queue rule, packed when at
     least this share of the queued shard jobs are good partners (the mean, the own speed and the horizon
     over those); the round must then keep the bad ones apart (bench_packing --queue-share measures it).
+    `required` (with the looser rule): partners (by identity: the speeds given in `partners`) that must
+    each be good whatever the share, the running shard jobs: one alone on a GPU has an open shard the job
+    would join as it is submitted, before any round can keep the two apart (config `pack_exclude`).
 
     `horizon_s`: how long the round's plan runs (its estimated last end minus now). A job the schedule
     waits for is not to be slowed, so it is not packed when it would run past that end slowed by its
@@ -146,6 +152,9 @@ def submit_verdict(mine: JobSpeeds, my_peak: float | None, partners: Sequence[tu
     values = [predict(mine, s, gpu_type) for s in fitting]
     if every and queue_share < 1.0:      # the looser rule: only the good partners count
         good = [(s, v) for s, v in zip(fitting, values, strict=True) if v >= threshold]
+        kept = {id(s) for s, _ in good}
+        if missing := sum(id(s) not in kept for s in required):
+            return None, f"{missing} running shard job(s) it may join at once not good partners"
         if len(good) < need:
             return None, (f"predicted combined throughput < {threshold:g} beside {len(fitting) - len(good)} of "
                           f"{len(known)} queued shard jobs (needs {queue_share:.0%} good)")
@@ -190,6 +199,67 @@ def pair_rate(a: JobSpeeds, b: JobSpeeds, gpu_type: str, combined: float,
     return total
 
 
+def pair_value(a: ShardJob, b: ShardJob, gpu_type: str, predict: Callable[[JobSpeeds, JobSpeeds, str], float],
+               usable_gb: float | None, threshold: float = DEFAULT_THRESHOLD,
+               slower: Callable[[JobSpeeds, JobSpeeds, str], float | None] | None = None) -> float | None:
+    """The one rule for two shard jobs on one GPU of `gpu_type`, in the round's pairing and in its
+    exclusions (`shard_exclusions`), on Slurm and in the simulator alike: their predicted combined
+    throughput when both have an estimate there, they fit its memory together (`pair_fits`), the slower
+    keeps >= MIN_OWN_SPEED (`slower`; None: no bound known, not held against the pair) and the combined
+    reaches `threshold`; None when any of these fails (a job without an estimate pairs with no one)."""
+    if a.speeds is None or b.speeds is None or gpu_type not in a.speeds.iter_ms or gpu_type not in b.speeds.iter_ms:
+        return None
+    if not pair_fits((a.peak_gb, b.peak_gb), usable_gb):
+        return None
+    low = slower(a.speeds, b.speeds, gpu_type) if slower is not None else None
+    if low is not None and low < MIN_OWN_SPEED:
+        return None
+    value = predict(a.speeds, b.speeds, gpu_type)
+    return value if value >= threshold else None
+
+
+def shard_exclusions(pending: Sequence[ShardJob], lone: Mapping[str, Sequence[ShardJob]],
+                     node_type: Mapping[str, str], ok: Callable[[ShardJob, ShardJob, str], bool],
+                     allowed: Mapping[str, frozenset[str]] | None = None,
+                     head: int = EXCLUDE_HEAD) -> dict[str, tuple[str, ...]]:
+    """{pending shard job: the shard nodes it must not start on} (sorted names; () for none). Slurm fills
+    an open shard with whichever shard job starts next on the node, and within a GPU type the round's
+    priorities and features cannot say "not beside this job"; the excluded node list can (`scontrol
+    update ExcNodeList=`). `node_type`: every shard node's GPU type; `ok(a, b, type)`: whether a and b
+    may share a GPU of the type (`pair_value`'s rule). A pending job is kept off
+    - a node where a shard job runs alone on a GPU that it must not pair with (`lone`: node -> those jobs;
+      any of them counts, since Slurm may give it any open shard there; the cost is the node's free
+      GPUs, which it may not take either while that job runs alone there);
+    - among the first `head` pending jobs in start order (`pending` is in it: the round's new
+      priorities), every node where a job ahead of it that it must not pair with may start: that job
+      starts first and the next may join it before the next round can say where it went. The job
+      behind waits (it could start only after the one ahead anyway, unless backfill jumps it) and is
+      kept only off that job's node once it runs.
+    `allowed`: job -> the GPU types it may land on (nodes of other types are never named: no writes).
+    Pure; `ok` is called once per pair and type."""
+    memo: dict[tuple[str, str, str], bool] = {}
+
+    def fine(a: ShardJob, b: ShardJob, t: str) -> bool:
+        key = (min(a.job_id, b.job_id), max(a.job_id, b.job_id), t)
+        if key not in memo:
+            memo[key] = ok(a, b, t)
+        return memo[key]
+
+    out: dict[str, tuple[str, ...]] = {}
+    may: dict[str, set[str]] = {}            # the head's jobs: the nodes each may start on
+    for k, p in enumerate(pending):
+        types = allowed.get(p.job_id) if allowed is not None else None
+        mine = [n for n in node_type if types is None or node_type[n] in types]
+        bad = {n for n in mine if any(not fine(p, q, node_type[n]) for q in lone.get(n, ()))}
+        if k < head:
+            for q in pending[:k]:
+                bad.update(n for n in may[q.job_id] if n not in bad and n in mine
+                           and not fine(p, q, node_type[n]))
+            may[p.job_id] = set(mine) - bad
+        out[p.job_id] = tuple(sorted(bad))
+    return out
+
+
 def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobSpeeds, str], float],
                     shard_types: Sequence[str], usable_gb: Callable[[str], float | None] = lambda t: None, *,
                     threshold: float = DEFAULT_THRESHOLD,
@@ -218,12 +288,9 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
         for t in types:
             if best_type and not (on_best_type(a.speeds, t, shard_types) and on_best_type(b.speeds, t, shard_types)):
                 continue
-            if t in a.speeds.iter_ms and t in b.speeds.iter_ms and pair_fits((a.peak_gb, b.peak_gb), usable_gb(t)):
-                low = slower(a.speeds, b.speeds, t) if slower is not None else None
-                if low is None or low >= MIN_OWN_SPEED:
-                    value = predict(a.speeds, b.speeds, t)
-                    if value >= threshold:
-                        options.append((pair_rate(a.speeds, b.speeds, t, value, own), value, t))
+            value = pair_value(a, b, t, predict, usable_gb(t), threshold, slower)
+            if value is not None:
+                options.append((pair_rate(a.speeds, b.speeds, t, value, own), value, t))
         return max(options)[1:] if options else None
 
     order: list[str] = []

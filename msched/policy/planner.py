@@ -90,6 +90,9 @@ DEFAULT_BATCH_OBJECTIVE = "makespan"   # what balanced plans such a batch for (`
                                        # measured against it in BENCHMARKS.md (planner9: a trade, not a flaw)
 LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
+DEFAULT_SETTLED_S = 60.0     # a head whose every job has been pending this long (a round at the default interval)...
+DEFAULT_SETTLED_WORK = 1.0   # ... gets this share of the search budget (1: the whole, today's rule; BENCHMARKS.md,
+                             # the planner's tenth round)
 SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (below 2 nothing can move; more is a
                              # plan-changing lever, measured only: bench_sim.py --search-min-head, BENCHMARKS.md)
 SHORT_FIRST_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)   # `_short_first`'s candidates: this share of the head first
@@ -135,7 +138,8 @@ class OptimizingPolicy(MschedPolicy):
                  head_jobs: int = DEFAULT_HEAD_JOBS, tolerance: float | None = None,
                  objective: str = "balanced", cpsat_jobs: int = DEFAULT_CPSAT_JOBS,
                  cpsat_work: float = DEFAULT_CPSAT_WORK, lp_start: str = "makespan",
-                 batch_objective: str = DEFAULT_BATCH_OBJECTIVE, short_first: float | None = None,
+                 batch_objective: str = DEFAULT_BATCH_OBJECTIVE, settled_s: float | None = DEFAULT_SETTLED_S,
+                 settled_work: float = DEFAULT_SETTLED_WORK, short_first: float | None = None,
                  clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
         if planner not in PLANNERS:
@@ -161,6 +165,16 @@ class OptimizingPolicy(MschedPolicy):
         # this share (of the time from the oldest job's submission) of the plan's (`_Search._short_first`;
         # None: off)
         self.short_first = short_first
+        if settled_s is not None and settled_s < 0:
+            raise ValueError(f"settled_s must be >= 0 or None (got {settled_s})")
+        if not 0 <= settled_work <= 1:
+            raise ValueError(f"settled_work must be in [0, 1] (got {settled_work})")
+        # a head every job of which has been pending `settled_s` or longer was searched by earlier rounds,
+        # whose plan the queue's order carries on (a start point): its search gets `settled_work` of the
+        # budget (at least MIN_EVALS decodes), unless the queue is a batch submitted together; 1 = the whole
+        # budget for every head (`_Search`)
+        self.settled_s = settled_s
+        self.settled_work = float(settled_work)
         self.lp_start = lp_start
         self.batch_objective = batch_objective
         self.planner = planner
@@ -253,7 +267,7 @@ class OptimizingPolicy(MschedPolicy):
         self.last_search = {"planner": self.planner, "evals": search.evals, "improved": improved,
                             "timed_out": search.timed_out, "head": len(head), "tail": len(tail),
                             "seconds": self.clock() - t0, "greedy": search.greedy_score, "best": search.best_score,
-                            "reused": search.reused, "lp_start": search.lp_start,
+                            "reused": search.reused, "lp_start": search.lp_start, "settled": search.settled,
                             "cpsat_phases": len(search.cpsat_runs),
                             "cpsat_deterministic_s": sum(r.deterministic_s for r in search.cpsat_runs)}
         if search.timed_out and search.evals <= 1:
@@ -384,6 +398,13 @@ class _Search:
         # timeline is copied)
         per_eval = len(snapshot.pending) + len(snapshot.running) + len(snapshot.nodes)
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
+        # a head searched by earlier rounds (`settled_s`, `settled_work`): a share of the budget; not a batch
+        # submitted together (planned for the makespan, where the budget measurably pays: BENCHMARKS.md)
+        self.settled = policy.settled_work < 1.0 and policy.settled_s is not None and bool(head) and \
+            all(snapshot.now - j.submit_time >= policy.settled_s for j in head) and \
+            not snapshot.submitted_together(BATCH_SHARE)
+        if self.settled:
+            self.max_evals = max(MIN_EVALS, int(self.max_evals * policy.settled_work))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
         # the JCT measure's weights (`age_weight`; None: every end weighs 1) and planned waits' (`wait_weight`)

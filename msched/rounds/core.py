@@ -170,6 +170,7 @@ class RoundResult:
     held_back: int = 0                    # jobs whose updates wait for a later round (write budget)
     packing: object = None                # the shard jobs' pairing (msched.policy.packing.PackingPlan)
     begin_times: list = field(default_factory=list)   # begin-time lever writes (msched.policy.reservations)
+    exclusions: dict = field(default_factory=dict)    # packing's ExcNodeList writes: job id -> node list
 
 
 # --------------------------------------------------------------------------------- reading
@@ -730,7 +731,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None,
               incumbent: Incumbent | None = None, settle_options: SettleOptions | None = None,
               lever: TypeLever = FEATURE_LEVER, begin_times=None, journal=None,  # noqa: ANN001
-              priority_lever: str = "priority", pack_guard: str = "bound",
+              priority_lever: str = "priority", pack_guard: str = "bound", pack_exclude: bool = False,
+              exclusion_journal=None,  # noqa: ANN001
               usable_memory: Callable[[set[str]], Mapping[str, float]] = usable_by_type) -> RoundResult:
     """One round, the entry point of the real reorderer and of the simulator alike: read once, plan,
     keep of the plan what is worth its writes against the incumbent (`msched.rounds.settle`), write
@@ -741,7 +743,10 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     `result.incumbent` (None: none known, the plan is written as it stands). `begin_times` (a
     `msched.policy.reservations.BeginTimeOptions`, off unless enabled) adds the begin-time lever after
     the other writes, each recorded in the hold `journal` first (msched.rounds.holds.apply_begin_times).
-    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`). `usable_memory`: as
+    `pack_guard`: the packing guard for the shard jobs' pairing (config `pack_guard`); `pack_exclude` (config
+    `pack_exclude`): pending shard jobs are kept off the nodes of bad partners (ExcNodeList, written
+    before the priorities through `exclusion_journal`: the hold journal, or a function that opens it,
+    called only when there is a pairing; msched.rounds.holds.apply_exclusions). `usable_memory`: as
     `build_snapshot`'s."""
     if jobs is None:
         jobs = client.jobs()
@@ -775,7 +780,8 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
     if wait or priority_only:           # far from the head: written as the job nears it (settle.deferred)
         wanted = [u for u in wanted if u.job_id not in wait and
                   (u.job_id not in priority_only or u.field in ("priority", "nice"))]
-    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard) \
+    shard_updates, packing = packing_round(jobs, nodes, estimator, gpu_type_of, planned=wanted, guard=pack_guard,
+                                           exclude=pack_exclude) \
         if priority_lever == "priority" and not (SKIP_SHARDLESS and not _NODES.shard_parts()) \
         else ([], None)        # the Packing issue (explicit priorities); no shard partition: nothing to pair
     wanted = with_pairing(wanted, shard_updates, packing)
@@ -789,11 +795,19 @@ def run_round(client: SlurmClient, policy, estimator: Estimator, *, now: float |
                          if snap.pending else float("inf"))
     report.held_back += waiting
     result.submit_price = policy_prices(policy, jobs, estimator, now, snap.gpu_types, gpu_type_of)
+    if packing is not None and packing.excluded:     # before the priorities that would start a job there
+        from msched.rounds.holds import apply_exclusions
+        ex_journal = exclusion_journal() if callable(exclusion_journal) else exclusion_journal
+        result.exclusions, skipped = apply_exclusions(client, packing.excluded, jobs, ex_journal, dry_run=dry_run)
+        ex_calls = 0 if dry_run else len(result.exclusions) + len(skipped)
+    else:
+        ex_calls = 0
     if not dry_run and updates:
         if journal is not None and priority_lever == "nice":
             from msched.rounds.holds import record_nice_originals
             record_nice_originals(journal, [u for u in updates if u.field == "nice"])
         result.updates, result.skipped, result.update_calls = apply_updates(client, updates)
+    result.update_calls += ex_calls
     if begin_times is not None and begin_times.enabled:
         _begin_time_lever(client, result, jobs, plan, begin_times, journal, policy)
     written = {u.job_id for u in result.updates}

@@ -79,6 +79,16 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
                     continue
                 released.append(e.job_id)
             outcome.setdefault("restored", []).append(e.id)
+        elif e.kind == "exc_nodes":
+            # the nodes the packing round keeps a pending shard job off (apply_exclusions); kept while
+            # msched steers the job, cleared by --release
+            if not everything:
+                continue
+            if not undone(e, client.set_exc_nodes, ""):
+                continue
+            log.info("job %s: excluded nodes cleared (set by msched: %s)", e.job_id, e.reason)
+            released.append(e.job_id)
+            outcome.setdefault("cleared", []).append(e.id)
         elif e.kind == "begin_time":
             try:
                 when = float(e.value)
@@ -100,6 +110,67 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
     for what, ids in outcome.items():
         journal.close(ids, what)
     return released
+
+
+# ------------------------------------------------------------------------------ the packing round's exclusions
+
+
+def apply_exclusions(client: SlurmClient, excluded: dict[str, tuple[str, ...]], jobs: Sequence[SlurmJob],  # noqa: PLR0912
+                     journal, *, dry_run: bool = False) -> tuple[dict[str, str], list[str]]:  # noqa: ANN001
+    """Write the packing round's excluded nodes (`PackingPlan.excluded`: job -> node names) where they
+    differ from what the job has: msched's last write, from the journal's open `exc_nodes` entry (the
+    queue read does not carry ExcNodeList), or the read's `exc_nodes` without a journal (the simulator).
+    Each write is recorded in the journal *before* its Slurm call and the job's older entries closed
+    after it, so `--release` clears it whatever happens; a job whose list empties is cleared and its
+    entries closed. msub never packs a job that names excluded nodes itself, so the list is msched's.
+    Returns ({job id: list written}, job ids skipped: no longer pending, or refused with a warning).
+    Slurm unreachable raises (the entries stay open)."""
+    open_by_job: dict[str, list] = {}
+    if journal is not None:
+        for e in journal.open_entries("exc_nodes"):
+            open_by_job.setdefault(e.job_id, []).append(e)
+    pending = {j.job_id: j for j in jobs if j.is_pending}
+    written: dict[str, str] = {}
+    skipped: list[str] = []
+    for job_id, names in excluded.items():
+        job = pending.get(job_id)
+        if job is None:
+            continue
+        value = ",".join(names)
+        have = open_by_job[job_id][-1].value if job_id in open_by_job else \
+            (job.exc_nodes if journal is None else "")
+        if _journal_value(value) == _journal_value(have):
+            continue
+        if dry_run:
+            written[job_id] = value
+            continue
+        new_id = journal.record_hold(job_id, "exc_nodes", _journal_value(value), "packing: kept off a bad partner's node") \
+            if journal is not None and value else None
+        try:
+            client.set_exc_nodes(job_id, value)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            gone = isinstance(exc, JobNotPending)
+            if not gone:
+                log.warning("job %s: Slurm refused the excluded nodes, skipped this round: %s", job_id, exc)
+            skipped.append(job_id)
+            if new_id is not None:
+                journal.close([new_id], "gone" if gone else "refused")
+            continue
+        written[job_id] = value
+        if journal is not None and open_by_job.get(job_id):
+            journal.close([e.id for e in open_by_job[job_id]], "moved" if value else "cleared")
+    return written, skipped
+
+
+def _journal_value(nodes: str) -> str:
+    """A node list as the journal keeps it (its value column holds 64 characters): itself, or a digest."""
+    if len(nodes) <= 64:
+        return nodes
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(nodes.encode()).hexdigest()[:56]
 
 
 # ------------------------------------------------------------------------------ the begin-time lever

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from msched.policy.packing import PackingPlan, ShardJob, pair_shard_jobs
+from msched.policy.packing import PackingPlan, ShardJob, pair_shard_jobs, pair_value, shard_exclusions
 from msched.slurm.base import SlurmJob, SlurmNode
 from msched.slurm.feature_expr import combine, split
 
@@ -193,12 +193,15 @@ def _by_gpu(held: list[SlurmJob], per_gpu: int = SHARDS_PER_GPU) -> list[list[Sl
 
 def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimator,  # noqa: ANN001
                   gpu_type_of: Callable[[str], str] | None = None, *, threshold: float | None = None,
-                  planned: Sequence = (), guard: str = "bound") -> tuple[list, PackingPlan | None]:
+                  planned: Sequence = (), guard: str = "bound", exclude: bool = False) -> tuple[list, PackingPlan | None]:
     """(the updates that bring Slurm's shard jobs to the pairing, the pairing) — ([], None) when the
     cluster has no shard nodes or no shard job waits. `planned`: the round's other updates; the
     priorities they give shard jobs (the planner's) are the ones the pairing permutes. Never raises
     for one bad job. `guard`: config `pack_guard` ("bound": the quantile guard's `guard_slower` and
-    both jobs on their best shard type; "mean": the mean forest's `slower_speed`)."""
+    both jobs on their best shard type; "mean": the mean forest's `slower_speed`). `exclude` (config
+    `pack_exclude`): the plan also says which shard nodes each pending shard job must not start on
+    (`PackingPlan.excluded`, `exclusions`), which the round writes as ExcNodeList
+    (msched.rounds.holds.apply_exclusions)."""
     from msched.estimate.interference import DEFAULT_THRESHOLD, InterferenceError, load_model, type_usable_gb
     from msched.rounds.core import Update
 
@@ -221,6 +224,12 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=slower, own=model.own_speed, best_type=guard == "bound")
     by_id = {j.job_id: j for j in jobs}
+    if exclude:
+        threshold_ = DEFAULT_THRESHOLD if threshold is None else threshold
+        plan = plan._replace(excluded=exclusions(
+            jobs, known, nodes, canon, types,
+            lambda a, b, t: pair_value(a, b, t, model.combined_throughput, type_usable_gb(t), threshold_, slower)
+            is not None, plan.priorities))
     updates = []
     for job_id, gpu_type in plan.gpu_types.items():
         job = by_id[job_id]
@@ -233,3 +242,35 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         if prio != by_id[job_id].priority and prio >= 1:
             updates.append(Update(job_id, "priority", int(prio), by_id[job_id].priority))
     return updates, plan
+
+
+def exclusions(jobs: Sequence[SlurmJob], known: Sequence[ShardJob], nodes: Sequence[SlurmNode],
+               canon: Callable[[str], str], types: Sequence[str],
+               ok: Callable[[ShardJob, ShardJob, str], bool],
+               priorities: Mapping[str, int] | None = None) -> dict[str, tuple[str, ...]]:
+    """{pending shard job: shard nodes it must not start on} (msched.policy.packing.shard_exclusions): the
+    running shard jobs alone on a GPU (`_by_gpu`, each node's shards per GPU) are the partners it may be
+    given; a job may land on the types its constraint names (all shard types when it names none); the
+    pending ones start in the order of `priorities` (the pairing's; else the ones they hold)."""
+    priorities = priorities or {}
+    shard_nodes = {n.name: canon(n.gpu_type) for n in nodes
+                   if SHARD_FEATURE in n.features and n.gpu_type and canon(n.gpu_type) in types}
+    per_gpu = {n.name: (n.shards_per_gpu or SHARDS_PER_GPU) for n in nodes if n.name in shard_nodes}
+    by_id = {j.job_id: j for j in known}
+    held: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.job_id in by_id and job.is_running and job.nodes and job.nodes.split(",")[0] in shard_nodes:
+            held.setdefault(job.nodes.split(",")[0], []).append(job)
+    lone = {}
+    for name, here in held.items():
+        alone = [g[0] for g in _by_gpu(here, per_gpu[name]) if len(g) == 1 and max(1, g[0].shards) < per_gpu[name]]
+        if alone:
+            lone[name] = [by_id[j.job_id] for j in alone]
+    pending = sorted((j for j in known if not j.running), key=lambda j: -priorities.get(j.job_id, j.priority))
+    slurm_job = {j.job_id: j for j in jobs if j.job_id in by_id}
+    allowed = {}
+    for j in pending:
+        job = slurm_job[j.job_id]
+        _user, named = split(job.features or "", lambda n: canon(n) if canon(n) in types else None)
+        allowed[j.job_id] = frozenset(named) if named else frozenset(types)
+    return shard_exclusions(pending, lone, shard_nodes, ok, allowed)

@@ -458,7 +458,9 @@ class Reorderer:
                                # a dry run without a database leaves it out
                                begin_times=BeginTimeOptions.from_config(self.config) if journal is not None else None,
                                journal=journal, priority_lever=self.config.priority_lever,
-                               pack_guard=self.config.pack_guard)
+                               pack_guard=self.config.pack_guard, pack_exclude=self.config.pack_exclude,
+                               # opened only when the round pairs shard jobs (the light path stays light)
+                               exclusion_journal=(lambda: self.journal) if self.store is not None else None)
         except SlurmError as exc:
             raise _fail(f"Slurm failed during the round: {one_line(exc)}; every update already written "
                         "leaves a valid queue; the next round re-plans") from None

@@ -92,6 +92,8 @@ class SlurmJob:
     begin_time: float | None = None   # a pending job's begin time (`StartTime=`/--begin; squeue's eligible_time)
     gpu_index: tuple[int, ...] = ()   # the GPUs (indices) it holds on its first node, as Slurm says; () unknown
     shards: int = 0                   # gres/shard it asks for (all nodes; 0: not a shard job)
+    exc_nodes: str = ""               # ExcNodeList, as the simulator shows it ("" where the read has none:
+                                      # the cli backend's round knows msched's own from the hold journal)
 
     def held_until(self, now: float) -> float | None:
         """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
@@ -321,6 +323,11 @@ class SlurmClient(abc.ABC):
         """Shift a pending job's priority by a nice offset (priority minus nice) that Slurm's multifactor
         plugin keeps applying as the job ages (an explicit priority would freeze it)."""
         raise SlurmError(f"the {self.name} backend cannot set a nice offset")
+
+    def set_exc_nodes(self, job_id: str, nodes: str) -> None:
+        """Replace a pending job's excluded nodes (`ExcNodeList=`, comma-separated names; "": none): the
+        packing round's lever (msched.rounds.packing). Record it in the hold journal first."""
+        raise SlurmError(f"the {self.name} backend cannot set excluded nodes")
 
     def set_begin_time(self, job_id: str, when: float | None) -> None:
         """Keep a pending job from starting before `when` (epoch seconds; None: from now on). Slurm

@@ -24,7 +24,8 @@ from sqlalchemy import select, update
 
 from msched.store.schema import Hold
 
-KINDS = ("hold", "begin_time", "nice")    # nice: the job's own offset, put back by --release
+KINDS = ("hold", "begin_time", "nice", "exc_nodes")    # nice: the job's own offset, put back by --release;
+                                                        # exc_nodes: packing's ExcNodeList, cleared by --release
 
 
 class HoldJournal:

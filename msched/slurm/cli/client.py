@@ -715,6 +715,9 @@ class CliClient(SlurmClient):
         value = "now" if when is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
         self._run(["scontrol", "update", f"jobid={job_id}", f"StartTime={value}"], error=JobNotPending)
 
+    def set_exc_nodes(self, job_id: str, nodes: str) -> None:
+        self._run(["scontrol", "update", f"jobid={job_id}", f"ExcNodeList={nodes}"], error=JobNotPending)
+
     def hold(self, job_id: str) -> None:
         self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)
 
