@@ -107,8 +107,10 @@ def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, floa
     if FIT_CACHE is not None:
         import hashlib
 
+        # the fitting code and the spec rows the terms are computed from (a spec value changed: refit)
         code = (REPO / "msched" / "estimate" / "cost_fit.py").read_bytes() + \
-            (REPO / "msched" / "estimate" / "cost_model.py").read_bytes()
+            (REPO / "msched" / "estimate" / "cost_model.py").read_bytes() + \
+            (REPO / "msched" / "data" / "gpu_specs.csv").read_bytes()
         extra_key = () if cost_fit.FILE_HOST_WEIGHT == 1.0 else (("file_host_weight", cost_fit.FILE_HOST_WEIGHT),)
         extra_key += tuple((name.upper(), True) for name, on in flags.items() if on)
         key = hashlib.sha256(repr((sorted(map(tuple, rows)), sorted(profiles), weights, *extra_key)).encode()
@@ -424,19 +426,28 @@ def nested_fit_weights(rows, profiles, specs, only: set[str] | None = None
     return out
 
 
+LOTO_FITS: dict[str, CostModel] = {}   # leave_one_type_out's fits by left-out type ("*every*": the fit on every row)
+
+
 def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None = None
                        ) -> dict[str, list[tuple[FitRow, dict[str, float]]]]:
     types = sorted(t for t in {specs.get(r.gpu_type).gpu_type for r in rows} if only is None or t in only)
     out = {}
+    # the fit on every row: each type's in-sample error beside its left-out one, so what leaving the type out
+    # costs is told from what the model misses on those rows anyway (predict12: V100's recommendation rows)
+    every = fitted(rows, profiles, specs) if types else None
+    LOTO_FITS["*every*"] = every
     for t in types:
         held = [r for r in rows if specs.get(r.gpu_type).gpu_type == t]
         kept = [r for r in rows if specs.get(r.gpu_type).gpu_type != t]
-        cm = fitted(kept, profiles, specs)
+        cm = LOTO_FITS[t] = fitted(kept, profiles, specs)
         # the type's own host factor is unknown; its measurement run's (the same machine setup) is used
         out[t] = [(r, {"cost_model": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
                                                       r.batch_size, r.num_gpus, r.optimizer, run=r.run),
                        "cost_model_any_host": cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
-                                                              r.batch_size, r.num_gpus, r.optimizer)})
+                                                              r.batch_size, r.num_gpus, r.optimizer),
+                       "in_sample": every.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision,
+                                                       r.batch_size, r.num_gpus, r.optimizer, run=r.run)})
                   for r in held]
         gen = specs.get(t).generation
         sibling = any(specs.get(r.gpu_type).generation == gen for r in kept)
@@ -445,6 +456,121 @@ def leave_one_type_out(rows, profiles, specs, quick: bool, only: set[str] | None
         if quick and len(out) >= 2:
             break
     return out
+
+
+def loto_by_job_type(loto: dict) -> list[str]:
+    """Markdown rows: each left-out type's error by model (job type) where the type has Gavel's rows, left out
+    against in-sample (the fit on every row), with each job type's share of the type's total error."""
+    out = []
+    for t, res in loto.items():
+        if not any(r.optimizer for r, _p in res):
+            continue
+        total = sum(abs(math.log(p["cost_model"] / r.iter_ms)) for r, p in res)
+        for model in sorted({r.model for r, _p in res}):
+            sub = [(r, p) for r, p in res if r.model == model]
+            loto_err = [math.log(p["cost_model"] / r.iter_ms) for r, p in sub]
+            ins = [abs(math.log(p["in_sample"] / r.iter_ms)) for r, p in sub if p.get("in_sample")]
+            out.append(f"| {t.split(' ')[0]} | {model} | {len(sub)} | {statistics.fmean(map(abs, loto_err)):.3f} | "
+                       f"{statistics.fmean(loto_err):+.3f} | {statistics.fmean(ins):.3f} | "
+                       f"{sum(map(abs, loto_err)) / total:.0%} |")
+    return out
+
+
+def loto_leans_on(loto: dict, specs) -> list[str]:
+    """Markdown rows: what a left-out type's prediction takes from the fit without it, beside the fit on every
+    row: its generation's efficiencies (the classes its rows use; `default` where the generation has no row
+    of that class left), bandwidth efficiency, its run's GPU-time factor and the host's cost per call."""
+    every = LOTO_FITS.get("*every*")
+    out = []
+    for label in loto:
+        t = label.split(" ")[0]
+        cm = LOTO_FITS.get(t)
+        if cm is None or every is None:
+            continue
+        spec = specs.get(t)
+        g = spec.generation
+        classes = sorted({c for c in every.gen_eff.get(g, {})})
+
+        def eff(m, c, g=g):
+            own = m.gen_eff.get(g, {}).get(c)
+            return f"{own:.3f}" if own is not None else f"default {m.default_eff.get(c, 1.0):.3f}"
+        run = every.type_run.get(t, "")
+        host_out = cm.run_host.get(run, cm.default_host) * cm.shared["c_host"]
+        host_in = every.type_host.get(t, every.default_host) * every.shared["c_host"]
+        out.append(f"| {t} | {g} | " + ", ".join(f"{c} {eff(cm, c)} ({eff(every, c)})" for c in classes)
+                   + f" | {cm.bandwidth_efficiency(g):.3f} ({every.bandwidth_efficiency(g):.3f}) | "
+                   f"{cm.run_gpu.get(run, 1.0):.3f} ({every.run_gpu.get(run, 1.0):.3f}) | "
+                   f"{host_out:.3f} ({host_in:.3f}) |")
+    return out
+
+
+def _per_sm_clock(spec, tflops: float) -> float:
+    """FLOPs per SM per clock cycle of a rate in TFLOPS on a type."""
+    return tflops * 1e12 / max(spec.sm_count * spec.boost_clock_mhz * 1e6, 1.0)
+
+
+def fp64_study(rows, profiles, specs, loto: dict) -> list[str]:
+    """What double precision reaches on each type measured in it (1 GPU: 3 x the profile's FLOPs x batch over
+    the iteration time, median over models, as a fraction of the FP64 peak and per SM per clock), and, for a
+    left-out type whose generation has no double row left, its double rows' error under the FP64 efficiencies
+    the other types could lend: the shipped default (geometric mean of the fitted generations), the
+    generations of the same FP64:FP32 ratio class (1/2-1/4 or 1/16-1/64), the 1/32-rate parts' FP64 rate per SM
+    per clock carried over, and the generation's own fitted value (every row: what one efficiency can do)."""
+    lines = ["| type | FP64:FP32 peak | achieved / FP64 peak (median) | FLOPs per SM per clock | fitted FP64 efficiency "
+             "(every row) |", "|---|---|---|---|---|"]
+    every = LOTO_FITS.get("*every*")
+    ach: dict[str, float] = {}
+    for t in sorted({specs.get(r.gpu_type).gpu_type for r in rows if r.precision == "double"}):
+        spec = specs.get(t)
+        fr = [3.0 * float(profiles[r.model]["flops"]) * r.batch_size / (r.iter_ms / 1e3) / 1e12 / spec.fp64_tflops
+              for r in rows if specs.get(r.gpu_type).gpu_type == t and r.precision == "double" and r.num_gpus == 1]
+        ach[t] = statistics.median(fr)
+        lines.append(f"| {t} | 1/{spec.fp32_tflops / spec.fp64_tflops:.0f} | {ach[t]:.2f} ({len(fr)} models) | "
+                     f"{_per_sm_clock(spec, ach[t] * spec.fp64_tflops):.1f} of "
+                     f"{_per_sm_clock(spec, spec.fp64_tflops):.0f} | "
+                     f"{every.efficiency(spec.generation, 'fp64') if every else float('nan'):.3f} |")
+    for label, res in loto.items():
+        t = label.split(" ")[0]
+        cm, spec = LOTO_FITS.get(t), specs.get(t)
+        held = [(r, p) for r, p in res if r.precision == "double"]
+        if cm is None or not held or "fp64" in cm.gen_eff.get(spec.generation, {}):
+            continue
+        half_rate = spec.fp64_tflops * 4 >= spec.fp32_tflops
+        gens: dict[str, list] = defaultdict(list)
+        for r in rows:
+            s = specs.get(r.gpu_type)
+            if r.precision == "double" and s.gpu_type != t and "fp64" in cm.gen_eff.get(s.generation, {}):
+                gens[s.generation].append(s)
+        same = [g for g, ss in gens.items() if (ss[0].fp64_tflops * 4 >= ss[0].fp32_tflops) == half_rate]
+        low = [g for g, ss in gens.items() if ss[0].fp64_tflops * 16 <= ss[0].fp32_tflops]
+        own_peak = _per_sm_clock(spec, spec.fp64_tflops)
+        rules = {"shipped: default (geometric mean of the fitted generations)": cm.default_eff.get("fp64", 1.0),
+                 "same FP64:FP32 class (" + ",".join(sorted(same)) + ")":
+                     _gmean([cm.gen_eff[g]["fp64"] for g in same]),
+                 "1/32 parts' FP64 rate per SM per clock (" + ",".join(sorted(low)) + ")":
+                     _gmean([cm.gen_eff[g]["fp64"] * _gmean([_per_sm_clock(s, s.fp64_tflops) for s in gens[g]])
+                             / own_peak for g in low]),
+                 "its generation's own (fit on every row; not available left out)":
+                     every.efficiency(spec.generation, "fp64") if every else float("nan")}
+        lines += ["", f"{t}'s {len(held)} double rows, left out, by the FP64 efficiency its generation "
+                  f"({spec.generation}) is given:", "", "| FP64 efficiency from | value | mean abs log error | "
+                  "mean log error |", "|---|---|---|---|"]
+        for name, value in rules.items():
+            if not value or math.isnan(value):
+                continue
+            data = json.loads(json.dumps(cm.data))
+            data["gen_eff"].setdefault(spec.generation, {})["fp64"] = value
+            alt = CostModel(data)
+            errs = [math.log(alt.iteration_ms(profiles[r.model], spec, r.precision, r.batch_size, r.num_gpus,
+                                              r.optimizer, run=r.run) / r.iter_ms) for r, _p in held]
+            lines.append(f"| {name} | {value:.3f} | {statistics.fmean(map(abs, errs)):.3f} | "
+                         f"{statistics.fmean(errs):+.3f} |")
+    return lines
+
+
+def _gmean(values: list[float]) -> float:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else float("nan")
 
 
 def noisy_file_diagnosis(data: Path, profiles: dict, gpu_type: str, num_gpus: int, precision: str) -> str:
@@ -665,8 +791,8 @@ def main(argv: list[str] | None = None) -> int:
           + " | ".join(f"{v:.3f}" for v in vals) + " |")
     print("\n### Leave one GPU type out (its rows removed from everything; known only by its spec row)\n")
     print("| type | rows | mean abs log error | float | half | double | 1 GPU | 2-4 GPUs | best-type accuracy "
-          "| error, host of every machine | error outside noisy files |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| error, host of every machine | error outside noisy files | in-sample (fit on every row) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for t, res in loto.items():
         a = log_errors(res, "cost_model", origin)
         pr = log_errors(res, "cost_model", origin, key=lambda r: r.precision)
@@ -678,11 +804,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {t} | {len(res)} | {cell(a, 'all')} | {cell(pr, 'float')} | {cell(pr, 'half')} | "
               f"{cell(pr, 'double')} | {cell(ng, '1')} | {cell(ng, '2-4')} | {acc:.3f} of {n_cfg} | "
               f"{cell(log_errors(res, 'cost_model_any_host', origin), 'all')} | "
-              f"{cell(log_errors([x for x in res if (x[0].gpu_type, x[0].num_gpus, x[0].precision) not in noisy], 'cost_model', origin), 'all')} |")
+              f"{cell(log_errors([x for x in res if (x[0].gpu_type, x[0].num_gpus, x[0].precision) not in noisy], 'cost_model', origin), 'all')} | "
+              f"{cell(log_errors(res, 'in_sample', origin), 'all')} |")
         bound = [x for x in res if origin[x[0]] == "gavel" and x[0].model not in training_data.CPU_BOUND]
         if bound and len(bound) < len(res):
             print(f"| {t}, GPU-bound rows only | {len(bound)} | {cell(log_errors(bound, 'cost_model', origin), 'all')} "
-                  "| | | | | | | | |")
+                  f"| | | | | | | | | {cell(log_errors(bound, 'in_sample', origin), 'all')} |")
+    job_rows = loto_by_job_type(loto)
+    if job_rows:
+        print("\nLeft-out types with Gavel's rows, by job type (mean abs log error left out, mean log error left out, "
+              "in-sample; share of the type's total error):\n")
+        print("| type | job type | rows | left out | signed | in-sample | share |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(job_rows))
+    leans = loto_leans_on(loto, specs)
+    if leans:
+        print("\nWhat a left-out type's prediction takes from the fit without it (in brackets: the fit on every row; "
+              "efficiencies by precision class, the host's ms per call = c_host x host factor):\n")
+        print("| type | generation | efficiencies | bandwidth efficiency | run GPU-time factor | host ms per call |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(leans))
+    if any(r.precision == "double" for r in rows):
+        print("\nDouble precision (FP64) on each type measured in it:\n")
+        print("\n".join(fp64_study(rows, profiles, specs, loto)))
     if noisy:
         print("\nNoisy measurement files (median log(p90/p10) of their iterations above "
               f"{training_data.NOISY_SPREAD:g}; fitted and counted like the rest): "

@@ -12,8 +12,8 @@ it with the simulator's reader (truth and cluster checks on) and prints seconds 
 per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s and < 2 GB).
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
-                                        [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew]
-                                        [--search-work N] [--search-min-head N]
+                                        [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew] [--cuts13-anew]
+                                        [--search-work N] [--search-min-head N] [--settled-work F]
 """
 
 from __future__ import annotations
@@ -62,14 +62,17 @@ def online_trace(n: int, truth: PerfTable, cluster, seed: int, load: float):
                  cluster=cluster), gap
 
 
-def run(n: int, policies: list[str], seed: int, load: float, planner: str | None = None) -> None:
+def run(n: int, policies: list[str], seed: int, load: float, planner: str | None = None,
+        settled_work: float | None = None) -> None:
     truth = PerfTable.load(default_truth_path())
     cluster = parse_cluster(CLUSTER)
     perf, refs = knowledge(truth)
     t0 = time.perf_counter()
     trace, gap = online_trace(n, truth, cluster, seed, load)
     t_trace = time.perf_counter() - t0
-    options = {"planner": planner} if planner else {}
+    options: dict = {"planner": planner} if planner else {}
+    if settled_work is not None:
+        options["settled_work"] = settled_work
     setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), round_s=60.0, policy_options=options)
     t0, c0 = time.perf_counter(), time.process_time()
     bound = trace_bound(trace, truth, cluster)
@@ -177,6 +180,14 @@ def cuts12_anew() -> None:
     timeline.Timeline.sorted_pristine = False
 
 
+def cuts13_anew() -> None:
+    """Switch off planner13's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): a new base timeline's unchanged node lists copied from the last base."""
+    import msched.policy.timeline as timeline
+
+    timeline.SHARE_LISTS = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -196,11 +207,16 @@ def main() -> None:
                     help="planner11's plan-identical cuts switched off (see cuts_anew): the other half of a pair")
     ap.add_argument("--cuts12-anew", action="store_true",
                     help="planner12's plan-identical cuts switched off (see cuts12_anew)")
+    ap.add_argument("--cuts13-anew", action="store_true",
+                    help="planner13's plan-identical cuts switched off (see cuts13_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     ap.add_argument("--search-min-head", type=int, default=None,
                     help="no search for fewer free pending jobs (msched.policy.planner.SEARCH_MIN_HEAD, 2; more "
                          "changes plans)")
+    ap.add_argument("--settled-work", type=float, default=None,
+                    help="msched's settled_work option: the share of the search budget a head pending since "
+                         "earlier rounds gets (msched.policy.planner; changes plans)")
     a = ap.parse_args()
     if a.search_min_head is not None:
         import msched.policy.planner as planner
@@ -212,6 +228,8 @@ def main() -> None:
         cuts_anew()
     if a.cuts12_anew:
         cuts12_anew()
+    if a.cuts13_anew:
+        cuts13_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 
@@ -221,9 +239,9 @@ def main() -> None:
         trace_load(lines, a.seed)
     policies = (["fifo"] if a.fifo else []) + [p for p in a.policy.split(",") if p]
     if a.jobs and policies:
-        run(a.jobs, policies, a.seed, a.load, a.planner)
+        run(a.jobs, policies, a.seed, a.load, a.planner, a.settled_work)
     if a.full and policies:
-        run(100_000, policies, a.seed, a.load, a.planner)
+        run(100_000, policies, a.seed, a.load, a.planner, a.settled_work)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,27 @@ def test_spec_table_has_every_issue_type_with_a_public_source():
         specs.require("no-such-gpu")
 
 
+# FP32 lanes per SM of each chip family (NVIDIA's architecture whitepapers), by compute capability
+FP32_LANES_PER_SM = {3.7: 192, 6.0: 64, 6.1: 128, 7.0: 64, 7.5: 64, 8.0: 64, 8.6: 128, 8.9: 128, 9.0: 128}
+# FP64:FP32 rates: the HPC chips (GK210, GP100, GV100, GA100, GH100) 1/3 or 1/2; the others 1/32 or 1/64
+HPC_CHIPS = {3.7, 6.0, 7.0, 8.0, 9.0}
+
+
+def test_spec_rows_agree_with_their_chips_lanes_and_clock():
+    """Every shipped row's peak is its SMs x clock x the chip family's lanes (2 FLOPs per FMA), within 2%:
+    a typo in a throughput, SM count or clock shows here (predict12 checked the measured types' rows this way:
+    V100 SXM2 16 GB 15.7 TFLOPS = 80 SMs x 1530 MHz x 128, TITAN V 14.9 = 80 x 1455 x 128)."""
+    specs = load_specs()
+    for name in specs.names():
+        s = specs.require(name)
+        per_sm_clock = s.sm_count * s.boost_clock_mhz * 1e6 / 1e12
+        lanes = FP32_LANES_PER_SM[s.compute_capability]
+        assert s.fp32_tflops == pytest.approx(2 * lanes * per_sm_clock, rel=0.02), name
+        ratio = s.fp32_tflops / s.fp64_tflops
+        allowed = (2, 3) if s.compute_capability in HPC_CHIPS else (32, 64)
+        assert any(ratio == pytest.approx(r, rel=0.03) for r in allowed), (name, ratio)
+
+
 def test_site_spec_rows_and_slurm_aliases(tmp_path):
     extra = tmp_path / "site.csv"
     extra.write_text("gpu_type,aliases,name,generation,fp32_tflops,fp16_tflops,memory_gb,memory_bw_gbs,sm_count\n"

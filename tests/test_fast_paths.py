@@ -74,7 +74,8 @@ def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data):
     the nodes whose free GPUs or jobs changed rebuilt and the others moved to the new clock, holds the
     free times a fresh build gives, round after round: jobs end and start (some as new objects equal to
     the old), GPUs go busy with no job to explain them, the clock stands still or jumps past ends, now
-    and then a job on two nodes (built anew then)."""
+    and then a job on two nodes (built anew then). A node's unchanged list is the last base's own
+    (`SHARE_LISTS`): booking a copy of either base changes neither."""
     import msched.policy.timeline as timeline
 
     draw = data.draw
@@ -88,6 +89,11 @@ def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data):
         for t in TYPES:
             for g in (1, 2, 4, 8):
                 assert shared.start_time(t, g) == fresh.start_time(t, g)
+        for t in TYPES:          # bookings on a copy leave its base and a base that shares its lists alone
+            p = shared.place(t, 1)
+            if p is not None:
+                shared.commit(p, p.start + 500.0)
+        assert Timeline(now, tuple(nodes), tuple(running)).free == fresh.free
         now += draw(st.sampled_from((0.0, 1.0, 60.0, 3000.0)))
         kept = []
         for r in running:
@@ -455,6 +461,7 @@ def _plain_paths(monkeypatch) -> None:
 
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
     monkeypatch.setattr(timeline, "SHIFT_BASE", False)
+    monkeypatch.setattr(timeline, "SHARE_LISTS", False)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._JobMemo, "keep_items", False)
     monkeypatch.setattr(core._NodeMemo, "keep", False)

@@ -90,8 +90,14 @@ DEFAULT_BATCH_OBJECTIVE = "makespan"   # what balanced plans such a batch for (`
                                        # measured against it in BENCHMARKS.md (planner9: a trade, not a flaw)
 LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
+DEFAULT_SETTLED_S = 60.0     # a head whose every job has been pending this long (a round at the default interval)...
+DEFAULT_SETTLED_WORK = 0.0   # ... gets this share of the search budget, at least MIN_EVALS decodes (1: the whole, the
+                             # rule before; 0 measured plan for plan the same or within 0.002 on the bench's online
+                             # workloads, batches excluded, and 0.8x plan()'s CPU on the 20k trace: BENCHMARKS.md,
+                             # the planner's tenth round)
 SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (below 2 nothing can move; more is a
                              # plan-changing lever, measured only: bench_sim.py --search-min-head, BENCHMARKS.md)
+SHORT_FIRST_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)   # `_short_first`'s candidates: this share of the head first
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
                              # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
@@ -134,7 +140,9 @@ class OptimizingPolicy(MschedPolicy):
                  head_jobs: int = DEFAULT_HEAD_JOBS, tolerance: float | None = None,
                  objective: str = "balanced", cpsat_jobs: int = DEFAULT_CPSAT_JOBS,
                  cpsat_work: float = DEFAULT_CPSAT_WORK, lp_start: str = "makespan",
-                 batch_objective: str = DEFAULT_BATCH_OBJECTIVE,
+                 batch_objective: str = DEFAULT_BATCH_OBJECTIVE, settled_s: float | None = DEFAULT_SETTLED_S,
+                 settled_work: float = DEFAULT_SETTLED_WORK, settled_evals: int = MIN_EVALS,
+                 short_first: float | None = None,
                  clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
         if planner not in PLANNERS:
@@ -154,6 +162,27 @@ class OptimizingPolicy(MschedPolicy):
             raise ValueError(f"unknown lp_start {lp_start!r}; choose one of {', '.join(LP_STARTS)}")
         if batch_objective not in BATCH_OBJECTIVES:
             raise ValueError(f"unknown batch_objective {batch_objective!r}; choose one of {', '.join(BATCH_OBJECTIVES)}")
+        if short_first is not None and short_first < 0:
+            raise ValueError(f"short_first must be >= 0 (got {short_first})")
+        # a makespan plan's shortest jobs first, on the types it gave them, when its makespan stays within
+        # this share (of the time from the oldest job's submission) of the plan's (`_Search._short_first`;
+        # None: off)
+        self.short_first = short_first
+        if settled_s is not None and settled_s < 0:
+            raise ValueError(f"settled_s must be >= 0 or None (got {settled_s})")
+        if not 0 <= settled_work <= 1:
+            raise ValueError(f"settled_work must be in [0, 1] (got {settled_work})")
+        # a head every job of which has been pending `settled_s` or longer was searched by earlier rounds,
+        # whose plan the queue's order carries on (a start point): its search gets `settled_work` of the
+        # budget (at least MIN_EVALS decodes), unless the queue is a batch submitted together; 1 = the whole
+        # budget for every head (`_Search`)
+        if settled_evals < 1:
+            raise ValueError(f"settled_evals must be >= 1 (got {settled_evals})")
+        self.settled_s = settled_s
+        self.settled_work = float(settled_work)
+        # ... and at least `settled_evals` plans scored (MIN_EVALS; 3 or 5 made philly seed 2's makespan
+        # fifo's, 0.901 -> 1.000: BENCHMARKS.md, the planner's tenth round)
+        self.settled_evals = int(settled_evals)
         self.lp_start = lp_start
         self.batch_objective = batch_objective
         self.planner = planner
@@ -246,7 +275,7 @@ class OptimizingPolicy(MschedPolicy):
         self.last_search = {"planner": self.planner, "evals": search.evals, "improved": improved,
                             "timed_out": search.timed_out, "head": len(head), "tail": len(tail),
                             "seconds": self.clock() - t0, "greedy": search.greedy_score, "best": search.best_score,
-                            "reused": search.reused, "lp_start": search.lp_start,
+                            "reused": search.reused, "lp_start": search.lp_start, "settled": search.settled,
                             "cpsat_phases": len(search.cpsat_runs),
                             "cpsat_deterministic_s": sum(r.deterministic_s for r in search.cpsat_runs)}
         if search.timed_out and search.evals <= 1:
@@ -377,6 +406,13 @@ class _Search:
         # timeline is copied)
         per_eval = len(snapshot.pending) + len(snapshot.running) + len(snapshot.nodes)
         self.max_evals = max(MIN_EVALS, policy.search_work // max(1, per_eval))
+        # a head searched by earlier rounds (`settled_s`, `settled_work`): a share of the budget; not a batch
+        # submitted together (planned for the makespan, where the budget measurably pays: BENCHMARKS.md)
+        self.settled = policy.settled_work < 1.0 and policy.settled_s is not None and bool(head) and \
+            all(snapshot.now - j.submit_time >= policy.settled_s for j in head) and \
+            not snapshot.submitted_together(BATCH_SHARE)
+        if self.settled:
+            self.max_evals = max(policy.settled_evals, int(self.max_evals * policy.settled_work))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
         # the JCT measure's weights (`age_weight`; None: every end weighs 1) and planned waits' (`wait_weight`)
@@ -484,10 +520,49 @@ class _Search:
                 o, fx, s = self._improve(list(order), fixed, best_s, cp_placed)
                 if self.key(s) < self.key(best_s):
                     order, fixed, best_s = o, fx, s
+        # a makespan plan: its shortest jobs first where the makespan allows (`short_first`)
+        chosen = None
+        if self.objective == "makespan" and self.p.short_first is not None and not self.timed_out:
+            chosen = self._short_first(order, fixed, best_s)
+            if chosen is not None:
+                order, fixed, best_s = chosen
         # balanced's reference may have dropped during the search: re-rank against the greedy plan
-        improved = self.key(best_s) < self.key(g_score)
+        improved = chosen is not None or self.key(best_s) < self.key(g_score)
         self.best_score = best_s if improved else g_score
         return (order, fixed, True) if improved else (greedy_order, None, False)
+
+    def _short_first(self, order: list[PendingJob], fixed: dict[str, str] | None,
+                     s: Score) -> tuple[list[PendingJob], dict[str, str], Score] | None:
+        """The makespan plan (order, fixed) with its shortest jobs moved to the front (on the types its
+        decode gave them, each job's length its runtime there): the shortest SHORT_FIRST_SHARES of the head
+        in shortest-first order, then the rest in the plan's order. Of those whose makespan end is within
+        `short_first` x (the plan's end - the oldest job's submission) of the plan's, the one with the
+        smallest sum of ends, if below the plan's (None: none). A batch planned for its makespan runs
+        long jobs first on every type, and its short jobs wait behind them (jct13, BENCHMARKS.md: on
+        the static bench batch's seed 9 the <0.5 h jobs' waits were 1.4x fifo's whole flow time)."""
+        _, placed = self.evaluate(order, fixed)
+        fx = dict(fixed or {})
+        for j in order:
+            p = placed.get(j.job_id)
+            if p is not None and j.managed and not j.pinned_type and j.job_id not in self.starving:
+                fx[j.job_id] = p.gpu_type
+        cap = s.last_end + self.p.short_first * max(0.0, s.last_end - self.anchor) + 1e-6
+        length = {j.job_id: j.est_runtime_s.get(fx.get(j.job_id, ""), self.length[j.job_id]) for j in order}
+        by_len = sorted(order, key=lambda j: (length[j.job_id], j.submit_time))
+        n = len(order)
+        self.max_evals = self.evals + len(SHORT_FIRST_SHARES)      # its own budget (the search's is spent)
+        best = None
+        for share in SHORT_FIRST_SHARES:
+            if self.p.clock() >= self.deadline:
+                self.timed_out = True
+                break
+            k = max(1, round(n * share))
+            front = {j.job_id for j in by_len[:k]}
+            cand = by_len[:k] + [j for j in order if j.job_id not in front]
+            cs, _ = self.evaluate(cand, fx)
+            if cs.placed >= s.placed and cs.last_end <= cap and cs.sum_end < (best[2] if best else s).sum_end - 1e-6:
+                best = (cand, fx, cs)
+        return best
 
     def _cpsat_worth_it(self, best: Score) -> bool:
         """CP-SAT for a head of CPSAT_MIN_JOBS to `cpsat_jobs` jobs, unless the best plan's makespan is

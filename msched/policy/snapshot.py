@@ -11,6 +11,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
+
+_EST_END = attrgetter("est_end")
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class ClusterSnapshot:
     def running_end(self) -> float:
         """When the last running job is expected to end (never before now): every plan's makespan is at
         least this, and scoring a plan asks for it once per decode."""
-        return max(self.now, max((r.est_end for r in self.running), default=self.now))
+        return max(self.now, max(map(_EST_END, self.running), default=self.now))
 
     @property
     def gpus_total(self) -> dict[str, int]:

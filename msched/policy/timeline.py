@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import operator
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -343,6 +344,7 @@ def _est_end(job: RunningJob) -> float:
 
 _BASE: list = []        # [(nodes, running, now, unknown_busy_s, pristine Timeline)]: the last one built
 SHIFT_BASE = True       # a new base derived from the last one (`_shifted`); off: built anew (tests/test_fast_paths.py)
+SHARE_LISTS = True      # `_shifted` keeps the last base's list of a node whose free times did not change (off: a copy)
 
 
 def _shared_base(now: float, nodes: tuple, running: tuple, unknown_busy_s: float) -> Timeline:
@@ -427,9 +429,10 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
         return None
     index, on, rest = inc
     changed = {i for i, r in enumerate(rest) if r}
-    for i, (a, b) in enumerate(zip(prev_nodes, nodes, strict=True)):
-        if a is b:
+    for i, same in enumerate(map(operator.is_, prev_nodes, nodes)):
+        if same:
             continue
+        a, b = prev_nodes[i], nodes[i]
         if a.name != b.name or a.gpu_type != b.gpu_type or a.gpus != b.gpus:
             return None
         if a.gpus_free != b.gpus_free:
@@ -461,13 +464,14 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
                 jobs[i].append(job)
     free = []
     new_rest = list(rest)
+    share = SHARE_LISTS
     for i, f in enumerate(prev.free):
         if i in changed:
             f, new_rest[i] = _node_free(now, nodes[i], jobs[i], unknown_busy_s)
         elif f and f[0] < now:
             k = bisect.bisect_left(f, now)
             f = [now] * k + f[k:]
-        else:
+        elif not share:
             f = list(f)
         free.append(f)
     t = Timeline.__new__(Timeline)
@@ -478,7 +482,11 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
     t._heaps = {}
     t._heaps_of = defaultdict(dict)
     t._top = defaultdict(dict)
-    t._owned = set(range(len(free)))
+    # a node's list unchanged since `prev` is `prev`'s own (`SHARE_LISTS`): neither timeline owns it, so a
+    # booking on either copies it first (bases are only ever copied, never booked: `_shared_base`)
+    t._owned = set() if share else set(range(len(free)))
+    if share:
+        prev._owned = set()
     t._pristine = True
     t._origin = None
     t._dirty = {}
