@@ -32,7 +32,8 @@ order and the types and keeps the plan whose decoded schedule scores best:
    job's submission), i.e. JCT first with the makespan kept near its best; a plan over that limit
    ranks by its makespan. CP-SAT solves balanced in two phases: the makespan, then the sum of ends
    under that limit. For a batch submitted together (every managed pending job with one submit time)
-   balanced plans the makespan first (`objective_for`: accepting 5%, the tolerance then, over each
+   balanced plans the makespan first (with `short_first`, off by default, then its shortest jobs first where
+   the makespan grows by at most that share of the batch's span; `objective_for`: accepting 5%, the tolerance then, over each
    round's best makespan, round after round, drifted to 1.11x the LP bound on the static bench batch).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
@@ -98,6 +99,10 @@ DEFAULT_SETTLED_WORK = 0.0   # ... gets this share of the search budget, at leas
 SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (below 2 nothing can move; more is a
                              # plan-changing lever, measured only: bench_sim.py --search-min-head, BENCHMARKS.md)
 SHORT_FIRST_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)   # `_short_first`'s candidates: this share of the head first
+CHOSEN_SHORT_FIRST = 0.1     # `short_first`'s value chosen on the tuning seeds (jct13, BENCHMARKS.md "Online mean JCT,
+                             # levers against the bound": the static bench batch's mean JCT 0.850 -> 0.666x fifo on the
+                             # held-out seeds, makespan 0.735 -> 0.763x); not the default yet: as the default it fails two
+                             # round tests (test_rounds' rate limit, test_store_light's decisions) not yet looked into
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
                              # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
@@ -164,9 +169,9 @@ class OptimizingPolicy(MschedPolicy):
             raise ValueError(f"unknown batch_objective {batch_objective!r}; choose one of {', '.join(BATCH_OBJECTIVES)}")
         if short_first is not None and short_first < 0:
             raise ValueError(f"short_first must be >= 0 (got {short_first})")
-        # a makespan plan's shortest jobs first, on the types it gave them, when its makespan stays within
-        # this share (of the time from the oldest job's submission) of the plan's (`_Search._short_first`;
-        # None: off)
+        # balanced's plan of a batch (made for its makespan first, `objective_for`): its shortest jobs first,
+        # on the types it gave them, when its makespan stays within this share (of the time from the oldest
+        # job's submission) of the plan's (`_Search._short_first`; None: off). objective="makespan" stays pure
         self.short_first = short_first
         if settled_s is not None and settled_s < 0:
             raise ValueError(f"settled_s must be >= 0 or None (got {settled_s})")
@@ -522,7 +527,8 @@ class _Search:
                     order, fixed, best_s = o, fx, s
         # a makespan plan: its shortest jobs first where the makespan allows (`short_first`)
         chosen = None
-        if self.objective == "makespan" and self.p.short_first is not None and not self.timed_out:
+        if self.objective == "makespan" and self.p.objective == "balanced" and self.p.short_first is not None \
+                and not self.timed_out:
             chosen = self._short_first(order, fixed, best_s)
             if chosen is not None:
                 order, fixed, best_s = chosen
