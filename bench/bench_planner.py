@@ -18,7 +18,8 @@
 (b) The Gavel-shaped static batch: `--gavel-jobs` jobs drawn as bench/workloads.py draws the Gavel
     workload, all at t=0, on Gavel's cluster k80:1x8,p100:1x8,v100:1x8, replayed by the simulator with
     backfill under fifo, msched and oracle; each makespan over the LP bound and over CP-SAT's best proven
-    bound (`--gavel-cp-s` per seed). `--starvation-age 0` turns the rounds' starvation guard off (a job
+    bound (`--gavel-cp-s` per seed); `--gavel-variant NAME=K:V;...` adds msched with those policy options
+    (and each msched's mean JCT over fifo's). `--starvation-age 0` turns the rounds' starvation guard off (a job
     waiting longer than the age is widened to every type, k80 included, where it runs 3-5x longer).
     Needs the shared Gavel table (MSCHED_SHARED_DATA); skipped without it.
 
@@ -145,11 +146,12 @@ def run_small(sizes: list[int], seeds: int, exact_s: float, box_s: float) -> Non
 
 
 # ----------------------------------------------------------------------------- (b)
-def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | None) -> None:
+def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | None,
+              variants: dict[str, dict] | None = None) -> None:
     import workloads as wl
 
     from slurm_sim.cluster import parse_cluster
-    from slurm_sim.compare import Classifier, SimSetup, compare
+    from slurm_sim.compare import Classifier, SimSetup, compare, replay
     from slurm_sim.metrics import trace_bound, true_runtimes
 
     try:
@@ -162,7 +164,7 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
     print(f"(b) Gavel-shaped static batch: {n_jobs} jobs at t=0 on {GAVEL_STATIC_CLUSTER}, backfill for every "
           f"policy, {guard}; CP-SAT {cp_s:g} s per seed")
     print(f"{'seed':>4} | {'LP bound':>8} {'CP bound':>8} {'CP best':>8} | {'fifo':>14} | {'msched':>14} | "
-          f"{'oracle':>14} | longest job")
+          f"{'oracle':>14} | " + "".join(f"{k:>14} | " for k in variants or {}) + "longest job")
     rows = []
     for seed in range(1, seeds + 1):
         w = wl.gavel_workload(n_jobs, seed, static=True, cluster=GAVEL_STATIC_CLUSTER)
@@ -173,19 +175,24 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
         trace = list(w.jobs)
         lb = trace_bound(trace, truth, cluster).value_s
         results = {r.policy: r.metrics for r in compare(trace, ["fifo", "msched", "oracle"], setup)}
+        for k, opts in (variants or {}).items():       # msched with other options (`--variant`), named by them
+            vs = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
+                          starvation_age_s=starvation_age_s, policy_options=dict(opts))
+            results[k] = replay(trace, "msched", vs).metrics
         jobs = [(j.job_id, j.num_gpus, {t: round(v) for t, v in true_runtimes(j, truth, cluster).items()})
                 for j in trace]
         best, bound, _ = cpsat_makespan(jobs, cluster.gpus_total, cp_s)
         bound = max(bound, lb)
         longest = max(min(rt.values()) for _, _, rt in jobs)
         cells = []
-        for p in ("fifo", "msched", "oracle"):
+        for p in results:
             ms = results[p]["makespan_s"]
             cells.append(f"{ms / lb:5.3f}/{ms / bound:5.3f}")
         rows.append({p: results[p]["makespan_s"] for p in results} | {"lb": lb, "cp": bound})
-        print(f"{seed:4d} | {lb / H:7.1f}h {bound / H:7.1f}h {best / H:7.1f}h | {cells[0]:>14} | {cells[1]:>14} | "
-              f"{cells[2]:>14} | {longest / H:.1f}h")
-    for p in ("fifo", "msched", "oracle"):
+        print(f"{seed:4d} | {lb / H:7.1f}h {bound / H:7.1f}h {best / H:7.1f}h | " + " | ".join(f"{c:>14}" for c in cells)
+              + f" | {longest / H:.1f}h" + "".join(f" | {k} mean JCT x fifo {results[k]['mean_jct_s'] / results['fifo']['mean_jct_s']:.3f}"
+                                             for k in ("msched", *(variants or {}))))
+    for p in ("fifo", "msched", "oracle", *(variants or {})):
         print(f"  {p:7s} mean makespan x LP bound {statistics.mean(r[p] / r['lb'] for r in rows):.3f}, "
               f"x CP-SAT bound {statistics.mean(r[p] / r['cp'] for r in rows):.3f}")
     print("  cells: makespan x LP bound / x CP-SAT's best proven bound")
@@ -294,6 +301,8 @@ def main() -> None:
     ap.add_argument("--no-gavel", action="store_true", help="skip (b)")
     ap.add_argument("--starvation-age", type=float, default=86400.0,
                     help="(b): the round's starvation age in seconds (0: no guard) [default: 86400]")
+    ap.add_argument("--gavel-variant", action="append", default=[], metavar="NAME=K:V;K:V",
+                    help="(b): msched with these policy options as well, a column each (repeatable)")
     ap.add_argument("--no-small", action="store_true", help="skip (a)")
     ap.add_argument("--workloads", default="",
                     help="(c): comma-separated bench workloads to replay (static, philly, alibaba, gavel) [default: none]")
@@ -306,7 +315,8 @@ def main() -> None:
     if not a.no_small:
         run_small([int(x) for x in a.jobs.split(",") if x], a.seeds, a.exact_s, a.box_s)
     if not a.no_gavel:
-        run_gavel(a.gavel_jobs, a.seeds, a.gavel_cp_s, a.starvation_age or None)
+        run_gavel(a.gavel_jobs, a.seeds, a.gavel_cp_s, a.starvation_age or None,
+                  {k: v for k, v in (parse_variant(x) for x in a.gavel_variant)})
     if a.workloads:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}

@@ -73,6 +73,22 @@ def test_two_types_three_jobs_worked_by_hand():
     assert b.floor_s <= lp_flow_bound(jobs, cap).total_flow_s <= 5 + 1e-6
 
 
+def test_per_job_flows_and_type_shares_add_up():
+    """The LP's per-job flows (`job_flow_s`) add up to its total (less the 1e-7 safety margin) and each
+    job's type shares (`job_types`) to 1; one job on one type, released at 5 on a free GPU: flow 1, all
+    of it on a. On the three-job instance above each job's flow is at least its fastest runtime."""
+    jobs = [BoundJob("1", 0, 1, {"a": 1, "b": 3}), BoundJob("2", 0, 1, {"a": 1, "b": 3}),
+            BoundJob("3", 0, 1, {"a": 2, "b": 2})]
+    b = lp_flow_bound(jobs, {"a": 1, "b": 1}, grid=grid(0.05, 8))
+    assert sum(b.job_flow_s.values()) == pytest.approx(b.total_flow_s, rel=1e-6)
+    for j in jobs:
+        assert sum(b.job_types[j.job_id].values()) == pytest.approx(1, abs=1e-6)
+        assert b.job_flow_s[j.job_id] >= min(j.runtime_s.values()) - 1e-6
+    late = lp_flow_bound([BoundJob("1", 5, 1, {"a": 1})], {"a": 1}, origin=0, grid=grid(0.1, 20))
+    assert late.job_flow_s["1"] == pytest.approx(1, abs=1e-6)
+    assert late.job_types["1"] == {"a": pytest.approx(1, abs=1e-6)}
+
+
 def test_busy_gpus_and_release_dates():
     """One GPU held until t=10 by a running job; a 1 s job released at t=0 can only run from 10 on:
     its flow is 11. On a grid of step 0.1 its pieces after 10 have mean lower ends at least 10.45 (at

@@ -307,6 +307,11 @@ class FlowBound:
     step_s: float                        # the fine grid's step (a given grid's widest interval)
     solved: bool                         # False: the LP failed and total_flow_s is the floor
     skipped: tuple[str, ...] = ()
+    # per job, the LP's flow time C_j - r_j at its optimum (job id -> seconds; empty when not solved): where
+    # the relaxation puts each job's share of the bound. Not a per-job bound (another optimum may shift flow
+    # between jobs); it shows which jobs a schedule's excess over the bound sits on (BENCHMARKS.md, jct13)
+    job_flow_s: Mapping[str, float] = field(default_factory=dict)
+    job_types: Mapping[str, Mapping[str, float]] = field(default_factory=dict)   # per job, its work's share per type
 
 
 def _flow_grid(usable: Sequence[BoundJob], origin: float, step_s: float | None, max_fine: int,
@@ -473,4 +478,7 @@ def lp_flow_bound(jobs: Sequence[BoundJob], capacity: Mapping[str, int], *, orig
     total_end = float(res.fun) * scale
     total_flow = total_end - sum(j.release - origin for j in usable)
     total_flow = max(total_flow * (1 - 1e-7), floor * (1 - 1e-9))
-    return FlowBound(total_flow, total_flow / n, floor, n, n_int, step, True, tuple(skipped))
+    job_flow = {j.job_id: float(res.x[c_base + jn]) * scale - (j.release - origin) for jn, j in enumerate(usable)}
+    shares = {usable[jn].job_id: {t: float(res.x[cols[i]].sum()) for i, t in enumerate(jtypes)}
+              for jn, jtypes, _ks, cols, _p, _lower, _r in y_cols_per_job}
+    return FlowBound(total_flow, total_flow / n, floor, n, n_int, step, True, tuple(skipped), job_flow, shares)
