@@ -575,22 +575,25 @@ def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget()
     """`settled_work`: a head whose every job has been pending `settled_s` (60 s) or longer was searched
     by earlier rounds (the queue's order, a start point, carries their plan on), so its search gets that
     share of the budget, at least MIN_EVALS decodes; a head with a job pending less than that gets the
-    whole budget, as do a batch submitted together and every head with `settled_work` 1 (the default).
-    The plan stays a whole plan."""
+    whole budget, as do a batch submitted together and every head with `settled_work` 1 (the rule before;
+    the default is 0: `settled_evals` = MIN_EVALS decodes). The plan stays a whole plan."""
     from msched.policy.planner import DEFAULT_SETTLED_S, MIN_EVALS
 
     assert DEFAULT_SETTLED_S == 60.0
     batch = two_gpus_five_jobs(online=True)            # submitted 0-4 s before 0
     old, fresh = replace(batch, now=61.0), replace(batch, now=59.0)     # job 'a' pending 61 s / 59 s
-    whole = get_policy("msched", objective="makespan", time_box_s=120)
+    whole = get_policy("msched", objective="makespan", time_box_s=120, settled_work=1.0)
     whole.plan(old)
     assert not whole.last_search["settled"] and whole.last_search["evals"] > MIN_EVALS
-    share = get_policy("msched", objective="makespan", time_box_s=120, settled_work=0.0)
+    share = get_policy("msched", objective="makespan", time_box_s=120)          # the default: 0
     plan = share.plan(old)
     assert share.last_search["settled"] and share.last_search["evals"] == MIN_EVALS
     assert sorted(d.job_id for d in plan.decisions) == list("abcde") and all(d.est_end for d in plan.decisions)
     share.plan(fresh)
     assert not share.last_search["settled"] and share.last_search["evals"] > MIN_EVALS
+    fewer = get_policy("msched", objective="makespan", time_box_s=120, settled_evals=3)   # the start points only
+    fewer.plan(old)
+    assert fewer.last_search["settled"] and fewer.last_search["evals"] == 3
     never = get_policy("msched", objective="makespan", time_box_s=120, settled_work=0.0, settled_s=None)
     never.plan(old)
     assert not never.last_search["settled"]
@@ -600,3 +603,5 @@ def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget()
         get_policy("msched", settled_work=1.5)
     with pytest.raises(ValueError, match="settled_s must be"):
         get_policy("msched", settled_s=-1)
+    with pytest.raises(ValueError, match="settled_evals must be"):
+        get_policy("msched", settled_evals=0)

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from msched.config import Config
-from msched.slurm.base import SlurmUnavailable
+from msched.slurm.base import FINISHED_STATES, SlurmUnavailable
 from msched.slurm.cli import CliClient
 from msched.slurm.cli.tight import NARROW, parse_tight
 
@@ -153,3 +153,155 @@ def test_a_name_that_leaves_a_blank_job_state_is_no_record_and_fails_no_round():
     jobs = parse_jobcomp(forged, Config(), NODE_TYPES)
     assert jobs == []
     assert parse_jobcomp(forged + "\n" + JOBCOMP[1], Config(), NODE_TYPES)[-1].job_id == JOBCOMP[1].split()[0][6:]
+
+
+# ------------------------------------------------------------------ the jobcomp tail, a line at a time
+_BYTES = st.lists(st.sampled_from([b"a", b" ", b"=", b"\n", b"\r", b"\r\n", b"\xc3", b"\xa9", b"\xc2\x85",
+                                   b"\xe2\x80\xa8", b"\x1c", b" JobId=7", b" EndTime=", b"\n\n"]),
+                  max_size=10).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(JOBCOMP) - 1), _BYTES, st.integers(-150, 3)), min_size=1,
+                max_size=40), st.integers(-120, 0), st.sampled_from([64, 257, 4096]), st.booleans())
+def test_the_jobcomp_tail_read_a_line_at_a_time_gives_the_lines_and_jobs_of_the_whole_text(
+        tmp_path_factory, picks, since_min, chunk, with_since):
+    """`jobcomp_tail_lines` (what a round reads now: forward a chunk at a time, never the whole text)
+    gives the lines of `read_jobcomp_tail(...).splitlines()` (the text a round held before) but its blank
+    ones, and so the same jobs, for recorded lines with a user's bytes in the name (newlines, carriage
+    returns, invalid UTF-8, U+0085 and U+2028, which `splitlines` also breaks at), end times from 2.5
+    hours before `since` to after it (the backward scan stops inside the file), any chunk size."""
+    from msched.slurm.cli.accounting import _local_time, jobcomp_tail_lines, parse_jobcomp, read_jobcomp_tail
+
+    base = max(_local_time(re.search(r" EndTime=(\S+)", ln).group(1)) for ln in JOBCOMP)
+    lines = []
+    for k, name, minutes in sorted(picks, key=lambda p: p[2]):     # the file is in completion order
+        line = JOBCOMP[k]
+        end = re.search(r" EndTime=(\S+)", line).group(1)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(base + 60 * minutes))
+        head, _, rest = line.replace(f" EndTime={end}", f" EndTime={stamp}").partition(" Name=")
+        lines.append(head.encode() + b" Name=" + name + b" " + rest.partition(" ")[2].encode())
+    path = tmp_path_factory.mktemp("jobcomp") / "jobcomp.txt"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    since = base + 60 * since_min if with_since else None
+    whole = read_jobcomp_tail(path, since, chunk=chunk, margin_s=1800.0)
+    streamed = list(jobcomp_tail_lines(path, since, chunk=chunk, margin_s=1800.0))
+    assert streamed == [ln for ln in whole.splitlines() if ln]
+    assert repr(parse_jobcomp(iter(streamed), Config(), NODE_TYPES, since=since)) == \
+        repr(parse_jobcomp(whole, Config(), NODE_TYPES, since=since))
+
+
+# ------------------------------------------------------------------ the tight read, a chunk at a time
+_RECORDS = [NARROW_RAW[k:k + sum(NARROW) + 1] for k in range(0, len(NARROW_RAW), sum(NARROW) + 1)]
+_COMMENT_AT = sum(NARROW[:21])          # TIGHT_FIELDS: Comment is the 22nd field
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(_RECORDS) - 1), st.binary(max_size=520).filter(lambda b: b"\0" not in b),
+                          st.sampled_from(["", "reason", "newline", "number"])), max_size=25),
+       st.integers(1, 4), st.booleans())
+def test_the_tight_read_parsed_from_its_file_a_chunk_at_a_time_reads_as_the_whole_bytes(picks, per_chunk, ragged):
+    """`parse_tight` on the open file squeue wrote (what a round reads now: CHUNK_BYTES at a time, never
+    the whole output) gives what it gives on the whole bytes: the same jobs, the same ids left for the
+    wide read, the same digest lines, or None for both (a refused read, whichever chunk refuses it), for
+    recorded records in any order and number, each with any comment (one that fills its width too) or
+    broken (an unknown reason, a record not ending in its newline, a bad number), chunks of 1-4 records."""
+    import io
+
+    from msched.slurm.cli import tight
+
+    size = sum(NARROW) + 1
+    raw = bytearray()
+    for k, comment, broken in picks:
+        rec = bytearray(_RECORDS[k])
+        rec[_COMMENT_AT:_COMMENT_AT + NARROW[21]] = comment[:NARROW[21]].ljust(NARROW[21], b" ")
+        if broken == "reason":
+            at = sum(NARROW[:18])
+            rec[at:at + NARROW[18]] = b"No such reason".ljust(NARROW[18])
+        elif broken == "newline":
+            rec[-1:] = b" "
+        elif broken == "number":
+            rec[0:3] = b"x12"
+        raw += rec
+    raw = bytes(raw) + (b"x" if ragged and picks else b"")
+    whole_lines: list = []
+    whole = parse_tight(raw, Config(), NODE_TYPES, NARROW, [], whole_lines)
+    saved = tight.CHUNK_BYTES
+    tight.CHUNK_BYTES = per_chunk * size
+    try:
+        file_lines: list = []
+        why: list[str] = []
+        fh = io.BytesIO(b"head" + raw)
+        fh.seek(4)                      # from the file's position on
+        from_file = parse_tight(fh, Config(), NODE_TYPES, NARROW, why, file_lines)
+    finally:
+        tight.CHUNK_BYTES = saved
+    assert (whole is None) == (from_file is None) and (from_file is not None or why)
+    if whole is not None:
+        assert repr(whole) == repr(from_file) and whole_lines == file_lines
+
+
+# ------------------------------------------------------------------ jobs that ended before the window, by id only
+_STATES = [b"PENDING", b"RUNNING", b"COMPLETED", b"CANCELLED", b"FAILED", b"TIMEOUT", b"COMPLETING"]
+
+
+def _field_at(index: int) -> tuple[int, int]:
+    return sum(NARROW[:index]), sum(NARROW[:index + 1])
+
+
+def _with_ends(picks: list) -> bytes:
+    """Recorded records, each with another state and end time (an epoch, squeue's %s, or blank) and its
+    own job id (Slurm's ids are unique)."""
+    raw = bytearray()
+    for n, (k, state, end) in enumerate(picks):
+        rec = bytearray(_RECORDS[k])
+        for index, value in ((0, str(1000 + n).encode()), (1, state), (8, b"" if end is None else str(end).encode())):
+            lo, hi = _field_at(index)
+            rec[lo:hi] = value.ljust(hi - lo)
+        raw += rec
+    return bytes(raw)
+
+
+_ENDS = st.lists(st.tuples(st.integers(0, len(_RECORDS) - 1), st.sampled_from(_STATES),
+                           st.none() | st.integers(1_700_000_000, 1_700_000_100)), max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ENDS, st.integers(1_699_999_990, 1_700_000_110))
+def test_jobs_that_ended_before_the_window_are_left_out_by_id_and_nothing_else_changes(picks, before):
+    """`parse_tight(ended=(before, ids))` leaves out exactly the jobs of a finished state whose end time
+    is before `before` (their ids in order), reads every other job as the whole parse does, and makes the
+    same digest lines for all."""
+    raw = _with_ends(picks)
+    lines: list = []
+    whole = parse_tight(raw, Config(), NODE_TYPES, NARROW, [], lines)
+    ids: list[str] = []
+    kept_lines: list = []
+    left = parse_tight(raw, Config(), NODE_TYPES, NARROW, [], kept_lines, (before, ids))
+    assert (whole is None) == (left is None)
+    if whole is None:
+        return
+    old = [j for j in whole[0] if j.state in FINISHED_STATES and j.end_time is not None and j.end_time < before]
+    assert repr(left) == repr(([j for j in whole[0] if j not in old], whole[1]))
+    assert ids == [j.job_id for j in old] and kept_lines == lines
+
+
+@settings(max_examples=40, deadline=None)
+@given(_ENDS, st.integers(1_699_999_990, 1_700_000_110), st.integers(-20, 20))
+def test_a_round_that_reads_finished_jobs_by_id_finds_the_same_completions(tmp_path_factory, picks, before, later):
+    """The client's round path: `jobs()` with `finished_before` set, then `finished_jobs(since)` from the
+    same read, answers as a client that parsed every job, for `since` at, after or (a fresh read then)
+    before `finished_before`; `jobs()` gives the same active jobs."""
+    raw = _with_ends(picks)
+    whole = parse_tight(raw, Config(), NODE_TYPES)
+    assume(whole is not None and not whole[1])      # the stand-in squeue prints no --json, no wide read
+    tmp = tmp_path_factory.mktemp("ended")
+    answers = []
+    for left_out in (False, True):
+        client = _client(tmp)
+        (tmp / "bin" / "squeue.out").write_bytes(raw)
+        client._slurm_config = {}          # no sacct, no jobcomp file: squeue's memory alone
+        client.finished_before = before if left_out else None
+        active = client.jobs()
+        answers.append((repr(active), repr(client.finished_jobs(since=before + later))))
+    assert answers[0] == answers[1]

@@ -92,7 +92,9 @@ DEFAULT_BATCH_OBJECTIVE = "makespan"   # what balanced plans such a batch for (`
 LP_STARTS = ("makespan", "always")   # when the LP's types are a start point (`_Search._lp_types`)
 LP_MIN_JOBS = 8              # the LP start point only for a head at least this long (an LP per round costs)
 DEFAULT_SETTLED_S = 60.0     # a head whose every job has been pending this long (a round at the default interval)...
-DEFAULT_SETTLED_WORK = 1.0   # ... gets this share of the search budget (1: the whole, today's rule; BENCHMARKS.md,
+DEFAULT_SETTLED_WORK = 0.0   # ... gets this share of the search budget, at least MIN_EVALS decodes (1: the whole, the
+                             # rule before; 0 measured plan for plan the same or within 0.002 on the bench's online
+                             # workloads, batches excluded, and 0.8x plan()'s CPU on the 20k trace: BENCHMARKS.md,
                              # the planner's tenth round)
 SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (below 2 nothing can move; more is a
                              # plan-changing lever, measured only: bench_sim.py --search-min-head, BENCHMARKS.md)
@@ -144,7 +146,7 @@ class OptimizingPolicy(MschedPolicy):
                  objective: str = "balanced", cpsat_jobs: int = DEFAULT_CPSAT_JOBS,
                  cpsat_work: float = DEFAULT_CPSAT_WORK, lp_start: str = "makespan",
                  batch_objective: str = DEFAULT_BATCH_OBJECTIVE, settled_s: float | None = DEFAULT_SETTLED_S,
-                 settled_work: float = DEFAULT_SETTLED_WORK,
+                 settled_work: float = DEFAULT_SETTLED_WORK, settled_evals: int = MIN_EVALS,
                  short_first: float | None = None,
                  clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
@@ -179,8 +181,13 @@ class OptimizingPolicy(MschedPolicy):
         # whose plan the queue's order carries on (a start point): its search gets `settled_work` of the
         # budget (at least MIN_EVALS decodes), unless the queue is a batch submitted together; 1 = the whole
         # budget for every head (`_Search`)
+        if settled_evals < 1:
+            raise ValueError(f"settled_evals must be >= 1 (got {settled_evals})")
         self.settled_s = settled_s
         self.settled_work = float(settled_work)
+        # ... and at least `settled_evals` plans scored (MIN_EVALS; 3 or 5 made philly seed 2's makespan
+        # fifo's, 0.901 -> 1.000: BENCHMARKS.md, the planner's tenth round)
+        self.settled_evals = int(settled_evals)
         self.lp_start = lp_start
         self.batch_objective = batch_objective
         self.planner = planner
@@ -410,7 +417,7 @@ class _Search:
             all(snapshot.now - j.submit_time >= policy.settled_s for j in head) and \
             not snapshot.submitted_together(BATCH_SHARE)
         if self.settled:
-            self.max_evals = max(MIN_EVALS, int(self.max_evals * policy.settled_work))
+            self.max_evals = max(policy.settled_evals, int(self.max_evals * policy.settled_work))
         typeset = set(snapshot.gpu_types)
         self.length = {j.job_id: policy.length(j, typeset) for j in head}
         # the JCT measure's weights (`age_weight`; None: every end weighs 1) and planned waits' (`wait_weight`)

@@ -400,6 +400,8 @@ class Reorderer:
             if digest is None and not self.client.digest_of_read:
                 digest = self._queue_digest()   # for the next round's light check: read before the queue
             self.client.digest_wanted = digest is None      # else the reads need not keep it
+        # the jobs that ended before the completions' window are wanted by id only: the read need not parse them
+        self.client.finished_before = self._completion_since() if not dry_run else None
         try:
             if jobs is None and nodes is None:
                 # the queue's squeue and the sinfo run while the round loads the planning core and the
@@ -714,6 +716,20 @@ class Reorderer:
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping
             log.warning("cannot prune old rounds in %s: %s (retried next round)", self.store.display_url,
                         one_line(exc))
+
+    def _completion_since(self) -> float | None:
+        """Where this round's completions look back from (`_record`): the last recorded round's time less
+        COMPLETION_OVERLAP_S, read from the store by a new process (cron's); None for a run's first round
+        or a store that cannot tell (then every finished job squeue remembers is read)."""
+        if self._last_completion_check is None and self.store is not None:
+            try:
+                db = self._db
+                rid = self._run_id if self._run_id is not None else db.run_id(self.run_kind, self.run_name)
+                last = db.last_round_time(rid) if rid is not None else None
+            except Exception:  # noqa: BLE001 - only a cheaper read is lost; the round reads the store again
+                return None
+            self._last_completion_check = None if last is None else last - COMPLETION_OVERLAP_S
+        return self._last_completion_check
 
     def _record(self, result: Any, jobs: list[SlurmJob], now: float, *, state_key: str | None = None,
                 unchanged: tuple | None = None, queue_digest: str | None = None) -> tuple[int, int, float]:

@@ -371,6 +371,10 @@ class SlurmClient(abc.ABC):
     # each job's line costs ~5 us of CPU per job, measured at 10,000 pending)
     digest_of_read = False
     digest_wanted = True
+    # jobs that ended before this time are wanted by id only (the round's completions look back to it): the
+    # next `jobs()` may leave them out of what it parses (the command line's tight read does), and
+    # `finished_jobs(since)` with `since` at or after it answers as if they were read. None: read them all
+    finished_before: float | None = None
 
     def read_digest(self, setup: str = "") -> str | None:
         """The digest `queue_digest` would give now, of the last `jobs()` and `nodes()` reads themselves

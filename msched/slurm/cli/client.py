@@ -49,6 +49,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from msched.config import Config, load_config
 from msched.slurm.base import (
@@ -72,9 +73,9 @@ from msched.slurm.base import (
 from msched.slurm.cli.accounting import (
     HISTORY_DEFAULT_S,
     SACCT_STATES,
+    jobcomp_tail_lines,
     parse_jobcomp,
     parse_sacct,
-    read_jobcomp_tail,
 )
 from msched.slurm.cli.parsers import (
     DIGEST_JOB_FIELDS,
@@ -185,7 +186,10 @@ class _Started:
         except FileNotFoundError:
             self.proc = None
 
-    def result(self) -> subprocess.CompletedProcess[bytes]:
+    def result(self, to_file: bool = False) -> subprocess.CompletedProcess:
+        """The finished command; its standard output as bytes, or with `to_file` the open file itself (at
+        its start; the caller closes it), for a read parsed a chunk at a time."""
+        kept = False
         try:
             if self.proc is None:
                 raise _not_found(self.argv[0])
@@ -196,9 +200,12 @@ class _Started:
                 raise _no_answer(self.argv[0], self.timeout_s) from None
             self.out.seek(0)
             self.err.seek(0)
-            return subprocess.CompletedProcess(self.argv, rc, self.out.read(), self.err.read())
+            kept = to_file
+            return subprocess.CompletedProcess(self.argv, rc, self.out if to_file else self.out.read(),
+                                               self.err.read())
         finally:
-            self.out.close()
+            if not kept:
+                self.out.close()
             self.err.close()
 
     def abandon(self) -> None:
@@ -230,7 +237,9 @@ class CliClient(SlurmClient):
         self._bin_dir = Path(bin_dir) if bin_dir else None
         self._node_types: dict[str, str | None] = {}
         self._slurm_config: dict[str, str] | None = None
-        self._last_queue: tuple[float, list[SlurmJob]] | None = None    # (monotonic time, every job read)
+        # (monotonic time, every job read, the `finished_before` it left out jobs by, their ids)
+        self._last_queue: tuple[float, list[SlurmJob], float | None, list[str]] | None = None
+        self._ended: tuple[float, list[str]] | None = None     # the last read's jobs left out (`parse_tight`)
         self.last_read = ""                     # how the last queue read read it: "tight" or "json"
         # the last queue read's lines as the digest's squeue prints them, and the last sinfo's output
         # (`read_digest`); None where that read cannot give them (--json, an error printed)
@@ -316,13 +325,16 @@ class CliClient(SlurmClient):
                 err.seek(0)
                 raise _failed(argv[0], err.read().decode("utf-8", errors="replace"))
 
-    def _raw(self, argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[bytes]:
+    def _raw(self, argv: list[str], env: Mapping[str, str], *, to_file: bool = False) -> subprocess.CompletedProcess:
         """Run a read-only command, its output as bytes; a missing or hung command is SlurmUnavailable.
-        A command `prefetch` started with the same argv and environment is collected instead (once)."""
+        A command `prefetch` started with the same argv and environment is collected instead (once).
+        `to_file`: the output is the open (unnamed) file it went to, at its start; the caller closes it."""
         argv = [self._cmd(argv[0]), *argv[1:]]
         started = self._prefetched.pop(_prefetch_key(argv, env), None)
+        if started is None and to_file:
+            started = _Started(argv, env, self.timeout_s)
         if started is not None:
-            return started.result()
+            return started.result(to_file)
         try:
             return subprocess.run(argv, capture_output=True, env=env, timeout=self.timeout_s,
                                   preexec_fn=die_with_parent(os.getpid()))
@@ -384,27 +396,36 @@ class CliClient(SlurmClient):
         """One read of every job Slurm remembers (`_queue`: the tight read or `squeue --json`), states
         filtered here."""
         wanted = {s.upper() for s in states}
-        queue = self._queue()
-        self._last_queue = (time.monotonic(), queue)
+        queue = self._queue(self.finished_before)
+        before, ended = self._ended or (None, [])
+        self._last_queue = (time.monotonic(), queue, before, ended)
         return [j for j in queue if j.state in wanted or "ALL" in wanted]
 
-    def _queue_for_completions(self) -> list[SlurmJob]:
+    def _queue_for_completions(self, since: float | None) -> tuple[list[SlurmJob], list[str]]:
         """The queue as `jobs()` read it up to QUEUE_REUSE_S ago, else a fresh read. A round reads
         the queue, plans, writes, then records completions: reading a 10,000-job queue again costs a
         second `squeue --json` (32 MB at 10,000 jobs, seconds of squeue and controller time, measured
         on the dev cluster). A job that ends after the round's read is found by the next round (its
-        completion window overlaps the last one, and squeue keeps finished jobs for MinJobAge)."""
+        completion window overlaps the last one, and squeue keeps finished jobs for MinJobAge).
+        With it, the ids of the jobs that read left out (ended before `finished_before`): it is used only
+        for a `since` at or after that time, whose answer cannot hold them."""
         last = self._last_queue
         self._last_queue = None                 # once: a later call reads afresh
-        if last is not None and time.monotonic() - last[0] <= QUEUE_REUSE_S:
-            return last[1]
-        return self._queue()
+        if last is not None and time.monotonic() - last[0] <= QUEUE_REUSE_S and \
+                (last[2] is None or (since is not None and since >= last[2])):
+            return last[1], last[3]
+        return self._queue(), []
 
-    def _queue(self) -> list[SlurmJob]:
+    def _queue(self, ended_before: float | None = None) -> list[SlurmJob]:
         """Every job Slurm remembers, in job id order: the tight read (msched.slurm.cli.tight) where the
-        configuration has it on and it can read this queue, else `squeue --json`. `last_read` says which."""
+        configuration has it on and it can read this queue, else `squeue --json`. `last_read` says which.
+        `ended_before`: the tight read may leave out the jobs that ended before it (`_ended` holds their
+        ids; `parse_tight`)."""
         self._read_lines = None
+        self._ended = None if ended_before is None else (ended_before, [])
         jobs = self._tight_queue() if self.config.tight_queue else None
+        if jobs is None:
+            self._ended = None
         self.last_read = "tight" if jobs is not None else "json"
         if jobs is None:
             # parsed as it arrives from the pipe: at 10,000 jobs (32 MB of JSON) the text is never whole
@@ -429,9 +450,11 @@ class CliClient(SlurmClient):
             return None
         jobs, cut = first
         if cut:
+            known = len(self._ended[1]) if self._ended is not None else 0
             again = self._tight_read(["-t", "all", "-j", ",".join(cut)], WIDE, lines) \
                 if len(cut) <= REREAD_MAX else None
-            if again is None or again[1] or sorted(j.job_id for j in again[0]) != sorted(cut):
+            left_out = self._ended[1][known:] if self._ended is not None else []
+            if again is None or again[1] or sorted([j.job_id for j in again[0]] + left_out) != sorted(cut):
                 log.info("queue: %d jobs with text longer than the tight read's widths: read by squeue --json",
                          len(cut))
                 return None
@@ -443,12 +466,15 @@ class CliClient(SlurmClient):
 
     def _tight_read(self, selection: list[str], widths: tuple[int, ...],
                     lines: list[tuple[int, bytes]] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
-        stdout, message = self._clean_read(["squeue", "-h", *selection, "-O", tight_format(widths)])
+        # parsed from the file squeue wrote, a chunk at a time: its 15 MB at 10,000 jobs (1.5 KB a job, finished
+        # ones within MinJobAge too) are never whole in memory (tenth pass)
+        stdout, message = self._clean_read(["squeue", "-h", *selection, "-O", tight_format(widths)], to_file=True)
         if stdout is None:
             log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)
             return None
         why: list[str] = []
-        out = parse_tight(stdout, self.config, self._node_types, widths, why, lines)
+        with stdout:
+            out = parse_tight(stdout, self.config, self._node_types, widths, why, lines, self._ended)
         if out is None:
             log.info("queue: the tight read cannot read this queue (%s): read by squeue --json",
                      _one_line("; ".join(why) or "no reason"))
@@ -492,14 +518,16 @@ class CliClient(SlurmClient):
             return lambda: None
         return lambda: _digest(setup, [_digest_lines(lines), sinfo])
 
-    def _clean_read(self, argv: list[str]) -> tuple[bytes | None, str]:
+    def _clean_read(self, argv: list[str], *, to_file: bool = False) -> tuple[bytes | BinaryIO | None, str]:
         """(standard output, "") of a read-only command that exited 0 and printed nothing on stderr, else
         (None, its one-line error): squeue -O names an unknown field on stderr and still exits 0, so a
         read that must be whole treats any error text as a failed read. An unreachable controller raises
-        SlurmUnavailable, as every read does."""
-        proc = self._raw(argv, self._env())
+        SlurmUnavailable, as every read does. `to_file`: the output as its open file (`_raw`)."""
+        proc = self._raw(argv, self._env(), to_file=to_file)
         if proc.returncode == 0 and not proc.stderr.strip():
             return proc.stdout, ""
+        if to_file:
+            proc.stdout.close()
         message = _one_line(proc.stderr.decode("utf-8", errors="replace"))
         if proc.returncode != 0 and classify_error(message) is SlurmUnavailable:
             raise SlurmUnavailable(f"{os.path.basename(argv[0])}: {message}")
@@ -566,16 +594,19 @@ class CliClient(SlurmClient):
                 found.setdefault(job.job_id, job)
         loc = conf.get("JobCompLoc", "")
         if conf.get("JobCompType", "").endswith("filetxt") and loc and os.path.isfile(loc):
-            try:
-                text = read_jobcomp_tail(Path(loc), since)
+            try:       # read a line at a time: the tail is never whole in memory (tenth pass)
+                ended = parse_jobcomp(jobcomp_tail_lines(Path(loc), since), self.config, self._node_types,
+                                      since=since)
             except OSError:
-                text = ""
-            for job in parse_jobcomp(text, self.config, self._node_types, since=since):
+                ended = []
+            for job in ended:
                 found.setdefault(job.job_id, job)
-        queue = self._queue_for_completions()
+        queue, ended = self._queue_for_completions(since)
         # a job squeue shows in any other state is not finished, whatever a forged sacct or jobcomp line says
         for j in queue:
             found.pop(j.job_id, None)
+        for job_id in ended:        # ended before `since`: none of them is kept below
+            found.pop(job_id, None)
         found.update((j.job_id, j) for j in queue if j.state in FINISHED_STATES)
         jobs = [j for j in found.values() if j.state in FINISHED_STATES]
         if since is not None:
