@@ -646,6 +646,16 @@ def type_left_out_accuracy(held, rows) -> tuple[float, int]:
     return (right / total if total else float("nan")), total
 
 
+def _print_table(title: str, header: tuple[str, ...], rows: list[str]) -> None:
+    """A markdown table of already formatted rows under its title; nothing when there are no rows."""
+    if not rows:
+        return
+    print(f"\n{title}:\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("\n".join(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="three families and two types only")
@@ -810,20 +820,13 @@ def main(argv: list[str] | None = None) -> int:
         if bound and len(bound) < len(res):
             print(f"| {t}, GPU-bound rows only | {len(bound)} | {cell(log_errors(bound, 'cost_model', origin), 'all')} "
                   f"| | | | | | | | | {cell(log_errors(bound, 'in_sample', origin), 'all')} |")
-    job_rows = loto_by_job_type(loto)
-    if job_rows:
-        print("\nLeft-out types with Gavel's rows, by job type (mean abs log error left out, mean log error left out, "
-              "in-sample; share of the type's total error):\n")
-        print("| type | job type | rows | left out | signed | in-sample | share |")
-        print("|---|---|---|---|---|---|---|")
-        print("\n".join(job_rows))
-    leans = loto_leans_on(loto, specs)
-    if leans:
-        print("\nWhat a left-out type's prediction takes from the fit without it (in brackets: the fit on every row; "
-              "efficiencies by precision class, the host's ms per call = c_host x host factor):\n")
-        print("| type | generation | efficiencies | bandwidth efficiency | run GPU-time factor | host ms per call |")
-        print("|---|---|---|---|---|---|")
-        print("\n".join(leans))
+    _print_table("Left-out types with Gavel's rows, by job type (mean abs log error left out, mean log error left "
+                 "out, in-sample; share of the type's total error)",
+                 ("type", "job type", "rows", "left out", "signed", "in-sample", "share"), loto_by_job_type(loto))
+    _print_table("What a left-out type's prediction takes from the fit without it (in brackets: the fit on every "
+                 "row; efficiencies by precision class, the host's ms per call = c_host x host factor)",
+                 ("type", "generation", "efficiencies", "bandwidth efficiency", "run GPU-time factor",
+                  "host ms per call"), loto_leans_on(loto, specs))
     if any(r.precision == "double" for r in rows):
         print("\nDouble precision (FP64) on each type measured in it:\n")
         print("\n".join(fp64_study(rows, profiles, specs, loto)))
