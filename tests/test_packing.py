@@ -146,11 +146,11 @@ def test_a_queued_shard_job_packed_for_another_type_is_no_partner_to_check(tmp_p
     _site(tmp_path, monkeypatch)
     monkeypatch.setattr(msub_packing, "load_model", BadBesideTheBig)
     big = JobTag(model="resnet50", ref="resnet50", bs=256, pack=1.2, added="a100")
-    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big], 0))
+    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big], 0, set()))
     argv, tag, _ = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
     assert tag.added == "titanxp" and argv[-1] == "--constraint=titanxp", tag
     assert "reference mix" in tag.why
-    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big._replace(added="")], 0))
+    monkeypatch.setattr(msub_packing, "queued_partners", lambda config, sbatch: ([big._replace(added="")], 0, set()))
     argv, tag, warnings = _submit(["--model=resnet18", "--batch-size=32", "--pack", "--gres=gpu:1", "--time=0:10:00"])
     assert tag.pack is None and "--gres=shard:1" not in argv        # packed for any type: met anywhere
     assert any("beside a queued shard job" in w for w in warnings), warnings

@@ -74,7 +74,7 @@ def shard_types(nodes, config) -> list[str]:  # noqa: ANN001 - cluster_view node
     return sorted(gpus, key=lambda t: -gpus[t])
 
 
-def queued_partners(config, sbatch: str) -> tuple[list, int]:  # noqa: ANN001
+def queued_partners(config, sbatch: str) -> tuple[list, int, set[int]]:  # noqa: ANN001
     """(tags of the managed shard jobs pending or running in the shard partition, the shard jobs there
     msched cannot predict: untagged ones) from one squeue; ([], 0) when none or squeue fails. A shard
     job is one whose gres request names shards (`%b`). Only the tags' models and batch sizes are used,
@@ -163,8 +163,8 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
     kept = [t for t in types if t in sharing] if types else sharing
     if not kept:
         return no(f"shard nodes have none of the GPU types chosen for it ({'|'.join(types)})")
-    partners, unknown, *rest = queued_partners(config, sbatch)
-    running = {id(partners[i]) for i in (rest[0] if rest else ())}
+    partners, unknown, running_at = queued_partners(config, sbatch)
+    running = {id(partners[i]) for i in running_at}
     share = float(getattr(config, "pack_queue_share", 1.0))
     if unknown or len(partners) > MAX_PARTNERS:
         return no(f"{unknown or 'too many'} shard job(s) in the queue msched cannot check as partners")
@@ -184,11 +184,10 @@ def consider_packing(tag, settings, req, gpus, pinned, config, sbatch: str, node
             here = [p for p in partners if may_meet(p, gpu_type)]     # the shard jobs it may meet on the type
             others = [(p.model, p.bs, s, p.mem, solo_runtime_s(s, p.iters, gpu_type)) for p in here
                       if (s := speeds_from_tag(p, times)) and gpu_type in s.iter_ms]
-            required = [o[2] for o, p in zip(others, here, strict=False) if id(p) in running] \
-                if len(others) == len(here) else []
             if len(others) < len(here):          # one it may meet has no estimate here: no pair is vouched for
                 refused.append(f"{len(here) - len(others)} queued shard job(s) without an estimate on {gpu_type}")
                 continue
+            required = [o[2] for o, p in zip(others, here, strict=True) if id(p) in running]
             where = f"{len(others)} shard jobs in the queue"
             every = bool(others)
             if not others:
