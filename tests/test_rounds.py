@@ -950,26 +950,28 @@ def test_the_report_shows_a_simulated_runs_churn_as_the_simulator_counted_it(tmp
     assert run.rounds.max_writes_per_job == m["max_writes_per_job"]
 
 
-def test_moves_are_rate_limited_by_what_changed():
+@pytest.mark.parametrize("share", [None, 1.0])
+def test_moves_are_rate_limited_by_what_changed(share):
     """Against a bad incumbent (WorstFirst's plan held, longest first), a round that saw nothing change
     makes at most `drift_share` of the queue in optional moves and one after two departures at most
     `moves_per_change` per departure; the rest waits (largest gain first) and is taken by later rounds,
     each shortening the held plan's makespan and its mean end. Without the limit the same round moves
     far more: the limit, not the margins, is what held them.
-    The batch is planned short first within a makespan allowance (`short_first`) and settle weighs its
-    moves by that measure (the mean end within the allowance: `Plan.measure`). Before short_first was
-    the default (jct14) the plan and settle's measure were makespan first, and the incumbent was
-    WorstFirst's shortest-first order, bad only in its types: against it the moves of largest gain (short
-    jobs planned days out, moved ahead) lengthen the mean end (one or two of them) or the makespan (four),
-    as moving a job ahead of shorter ones does, so none of them pays on the plan's own measure."""
+    The batch is planned short first within a makespan allowance (`short_first`, the default since
+    jct14); settle weighs its moves makespan first (`allowance_share` None, the default) or by the plan's
+    own measure (1.0: the mean end within the allowance, `Plan.measure`). The incumbent was WorstFirst's
+    shortest-first order until then, bad only in its types: against it the short-first plan's moves of
+    largest gain (short jobs planned days out, moved ahead) lengthen the mean end (one or two of them) and
+    the makespan (four), as moving a job ahead of shorter ones does, so none pays on either measure and
+    the round moved nothing (the test's premise was the makespan plan's moves, long jobs moved ahead)."""
     c, _b, perf = br.busy_sim(400, seed=6, plain_share=0.0)
     est = TagEstimator(perf)
     assert get_policy("msched").short_first is not None
     bad = run_round(c, WorstFirst(longest=True), est)
     c.advance(1)
     unlimited = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True,
-                          settle_options=SettleOptions(moves_per_change=None))
-    opts = SettleOptions(moves_per_change=8, drift_share=0.01)
+                          settle_options=SettleOptions(moves_per_change=None, allowance_share=share))
+    opts = SettleOptions(moves_per_change=8, drift_share=0.01, allowance_share=share)
     quiet = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True, settle_options=opts)
     managed = len(quiet.incumbent)
     assert unlimited.settle.moved > 4 * math.ceil(0.01 * managed)

@@ -33,8 +33,8 @@ order and the types and keeps the plan whose decoded schedule scores best:
    ranks by its makespan. CP-SAT solves balanced in two phases: the makespan, then the sum of ends
    under that limit. For a batch submitted together (every managed pending job with one submit time)
    balanced plans the makespan first (then, with `short_first`, on by default since jct14, its shortest jobs
-   first where the makespan grows by at most that share of the batch's span, a plan settle weighs by that
-   measure: `Plan.measure`; `objective_for`: accepting 5%, the tolerance then, over each
+   first where the makespan grows by at most that share of the batch's span, a measure the plan carries,
+   `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`; `objective_for`: accepting 5%, the tolerance then, over each
    round's best makespan, round after round, drifted to 1.11x the LP bound on the static bench batch).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
@@ -102,8 +102,8 @@ SEARCH_MIN_HEAD = 2          # no search for fewer free pending jobs than this (
 SHORT_FIRST_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)   # `_short_first`'s candidates: this share of the head first
 CHOSEN_SHORT_FIRST = 0.1     # `short_first`'s value chosen on the tuning seeds (jct13, BENCHMARKS.md "Online mean JCT,
                              # levers against the bound": the static bench batch's mean JCT 0.850 -> 0.666x fifo on the
-                             # held-out seeds, makespan 0.735 -> 0.763x); the default since jct14, settle weighing the
-                             # plan by its own measure (`Plan.measure` "allowance")
+                             # held-out seeds, makespan 0.735 -> 0.763x); the default since jct14 (settle weighs its
+                             # moves makespan first: BENCHMARKS.md "Short jobs first as the default")
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
                              # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
@@ -247,7 +247,8 @@ class OptimizingPolicy(MschedPolicy):
         among plans whose makespan is within the allowance, its makespan first past it. The allowance is
         carried as `Plan.makespan_slack_s`, the time the plan's makespan may grow and stay within it,
         whether or not this round's short-first candidates beat the makespan plan (the rounds weigh one
-        measure round after round)."""
+        measure round after round). Settle weighs it only with `SettleOptions.allowance_share` set: off
+        by default, as it drifted the batch's makespan (BENCHMARKS.md, jct14)."""
         out = self._searched(snapshot)
         slack = self.last_search.get("short_slack")
         if slack is not None:
