@@ -86,6 +86,7 @@ from msched.slurm.cli.parsers import (
     format_time_limit,
     gpu_type_on,
     node_names_in,
+    parse_excluded,
     parse_sinfo,
     parse_squeue,
 )
@@ -98,6 +99,7 @@ from msched.slurm.cli.writes import (
 )
 
 log = logging.getLogger(__name__)
+EXC_BATCH = 500            # jobs per squeue that reads excluded nodes (excluded_nodes)
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 
 
@@ -777,6 +779,21 @@ class CliClient(SlurmClient):
 
     def set_exc_nodes(self, job_id: str, nodes: str) -> None:
         self._run(["scontrol", "update", f"jobid={job_id}", f"ExcNodeList={nodes}"], error=JobNotPending)
+
+    def excluded_nodes(self, job_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """One squeue per EXC_BATCH jobs: `-t PD -j <ids> -o "%i %x"` (parsers.parse_excluded)."""
+        ids = sorted({str(int(j)) for j in job_ids if str(j).isascii() and str(j).isdigit()}, key=int)
+        out: dict[str, tuple[str, ...]] = {}
+        for at in range(0, len(ids), EXC_BATCH):
+            chunk = ids[at:at + EXC_BATCH]
+            proc = self._exec(["squeue", "-h", "-t", PENDING, "-j", ",".join(chunk), "-o", "%i %x"])
+            if proc.returncode != 0:
+                err = _failed(self._cmd("squeue"), proc.stderr or proc.stdout, JobNotPending)
+                if isinstance(err, JobNotPending):
+                    continue            # none of them is known any more ("Invalid job id specified")
+                raise err
+            out.update(parse_excluded(proc.stdout, chunk))
+        return out
 
     def hold(self, job_id: str) -> None:
         self._run(["scontrol", "hold", str(job_id)], error=JobNotPending)
