@@ -15,6 +15,7 @@ sbatch's `--dependency` (afterok:ID / afterany:ID).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from msched.estimate.perf_table import PerfTable
 from msched.slurm.base import (
@@ -184,6 +185,11 @@ class SimClient(SlurmClient):
             self.sim.set_exc_nodes(self._pending(job_id), nodes)
         except SimError as exc:
             raise SlurmError(f"scontrol: error: {exc}") from None
+
+    def excluded_nodes(self, job_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        jobs = ((str(j), self.sim.jobs.get(str(j))) for j in job_ids)
+        return {j: tuple(sorted(self.sim.node_names[n] for n in job.exc_nodes))
+                for j, job in jobs if job is not None and job.state == PENDING}
 
     def set_begin_time(self, job_id: str, when: float | None) -> None:
         self.sim.set_begin_time(self._pending(job_id), self.sim.now if when is None else float(when))
