@@ -235,3 +235,115 @@ def test_the_looser_share_needs_the_exclusion_lever():
     with pytest.raises(ConfigError, match="needs pack_exclude"):
         Config(pack_queue_share=0.5)._checked()
     assert Config(pack_queue_share=0.5, pack_exclude=True)._checked().pack_queue_share == 0.5
+
+
+# ---------------------------------------------------------------- the job owner's own ExcNodeList (pack13)
+
+def test_the_excluded_nodes_read_takes_squeues_lines_as_recorded_and_nothing_else():
+    """tests/data/slurm/squeue_excnodes.txt: `squeue -h -t PD -j 1,2,3,4,77 -o "%i %x"` on the dev cluster
+    (job 1 submitted with -x n1,n2,n3, job 2 updated to ExcNodeList=n4,n2, job 3 -x n1, job 4 none; 77 is
+    no job). Slurm compresses the lists; the read expands them."""
+    from pathlib import Path
+
+    from msched.slurm.cli.parsers import parse_excluded
+
+    out = (Path(__file__).parent / "data" / "slurm" / "squeue_excnodes.txt").read_text()
+    assert parse_excluded(out, ["1", "2", "3", "4", "77"]) == {
+        "1": ("n1", "n2", "n3"), "2": ("n2", "n4"), "3": ("n1",), "4": ()}
+    assert parse_excluded(out, ["2"]) == {"2": ("n2", "n4")}                 # only the ids asked for
+
+
+def test_the_excluded_nodes_read_leaves_out_what_is_not_its_documented_form():
+    from msched.slurm.cli.parsers import MAX_LISTED, hostlist_names, parse_excluded
+
+    lines = "\n".join([
+        "5 n1", "5 n2",                      # printed twice: neither is believed
+        "6 n1 n2",                           # a space inside the list
+        "7_3 n1",                            # a job array's element
+        "8 n[1-99999999]",                   # more names than any cluster: never expanded
+        "9 n[3-1]",                          # not a range
+        "10 gpu[01-03],cpu7",
+        " 11 n1", "12 n1 ",
+    ])
+    assert parse_excluded(lines, [str(i) for i in range(5, 13)] + ["7_3"]) == {"10": ("cpu7", "gpu01", "gpu02", "gpu03")}
+    assert hostlist_names(f"n[1-{MAX_LISTED}]") is not None and hostlist_names(f"n[0-{MAX_LISTED}]") is None
+    assert hostlist_names("a[1-64]b[1-64]c[1-2]") is None                   # 8192 names, counted first
+    assert hostlist_names("") == ()
+
+
+def _owner_setup(tmp_path, nodes: int = 3):  # noqa: ANN202
+    """A 3-node shard cluster with one pending (held) shard job b, the hold journal, and the sim's client."""
+    sim, _ = _sim(nodes)
+    b = _shard(sim)
+    sim.jobs[b].held = True
+    return sim, SimClient(sim), HoldJournal(Store(f"sqlite:///{tmp_path}/msched.db")), b
+
+
+def test_the_round_writes_the_owners_nodes_and_its_own_together(tmp_path):
+    sim, c, journal, b = _owner_setup(tmp_path)
+    n1, n2, n3 = sim.node_names
+    c.set_exc_nodes(b, n1)                                   # the owner's own, before any round
+    assert apply_exclusions(c, {b: ()}, c.jobs(), journal) == ({}, [])          # msched needs none: no call
+    assert apply_exclusions(c, {b: (n1,)}, c.jobs(), journal) == ({}, [])       # the owner's list has it
+    assert journal.open_entries() == [] and sim.jobs[b].writes == 1             # the owner's write only
+    assert apply_exclusions(c, {b: (n2,)}, c.jobs(), journal) == ({b: f"{n1},{n2}"}, [])
+    (e,) = journal.open_entries()
+    assert (e.value, e.own) == (f"{n1},{n2}", n1)
+    assert apply_exclusions(c, {b: (n2,)}, c.jobs(), journal) == ({}, [])       # unchanged: no call
+    # msched no longer needs n2: the owner's list comes back, the entry closes
+    assert apply_exclusions(c, {b: ()}, c.jobs(), journal) == ({b: n1}, []) and journal.open_entries() == []
+    assert c.excluded_nodes([b]) == {b: (n1,)}
+
+
+def test_a_list_the_owner_rewrites_after_msched_is_theirs_and_kept(tmp_path):
+    sim, c, journal, b = _owner_setup(tmp_path)
+    n1, n2, n3 = sim.node_names
+    apply_exclusions(c, {b: (n2,)}, c.jobs(), journal)
+    assert c.excluded_nodes([b]) == {b: (n2,)}
+    c.set_exc_nodes(b, n3)                     # the owner: `scontrol update ExcNodeList=n3` (drops msched's n2)
+    assert apply_exclusions(c, {b: (n2,)}, c.jobs(), journal) == ({b: f"{n2},{n3}"}, [])
+    (e,) = journal.open_entries()
+    assert e.own == n3
+    assert apply_exclusions(c, {b: ()}, c.jobs(), journal) == ({b: n3}, [])     # n3 stays when n2 goes
+    # the owner names msched's node too: all of it is theirs, nothing msched clears later
+    apply_exclusions(c, {b: (n2,)}, c.jobs(), journal)
+    c.set_exc_nodes(b, f"{n1},{n2}")
+    assert apply_exclusions(c, {b: (n2,)}, c.jobs(), journal) == ({}, []) and journal.open_entries() == []
+    assert apply_exclusions(c, {b: ()}, c.jobs(), journal) == ({}, [])
+    assert c.excluded_nodes([b]) == {b: (n1, n2)}
+
+
+def test_release_puts_the_owners_list_back_and_leaves_one_they_rewrote(tmp_path):
+    sim, c, journal, b = _owner_setup(tmp_path)
+    n1, n2, n3 = sim.node_names
+    c.set_exc_nodes(b, n1)
+    apply_exclusions(c, {b: (n2,)}, c.jobs(), journal)
+    assert replay(c, journal) == [] and c.excluded_nodes([b]) == {b: (n1, n2)}   # a round's replay keeps it
+    assert replay(c, journal, everything=True) == [b] and journal.open_entries() == []      # --release
+    assert c.excluded_nodes([b]) == {b: (n1,)}
+    apply_exclusions(c, {b: (n2,)}, c.jobs(), journal)
+    c.set_exc_nodes(b, n3)                                   # rewritten by the owner after msched's write
+    assert replay(c, journal, everything=True) == [] and journal.open_entries() == []
+    assert c.excluded_nodes([b]) == {b: (n3,)}
+
+
+def test_a_job_whose_list_cannot_be_read_gets_no_write(tmp_path):
+    sim, c, journal, b = _owner_setup(tmp_path)
+
+    class Blind(SimClient):
+        def excluded_nodes(self, job_ids):  # noqa: ANN001, ANN202
+            return {}
+    assert apply_exclusions(Blind(sim), {b: (sim.node_names[1],)}, c.jobs(), journal) == ({}, [])
+    assert journal.open_entries() == [] and sim.jobs[b].writes == 0
+
+
+def test_a_round_killed_between_its_record_and_its_write_keeps_the_owners_part(tmp_path):
+    """Two open entries (the newer never written): the owner's part is the one whose write Slurm holds."""
+    sim, c, journal, b = _owner_setup(tmp_path)
+    n1, n2, n3 = sim.node_names
+    c.set_exc_nodes(b, n1)
+    apply_exclusions(c, {b: (n2,)}, c.jobs(), journal)
+    journal.record_hold(b, "exc_nodes", f"{n1},{n3}", "killed before its call", own=n1)
+    assert apply_exclusions(c, {b: (n3,)}, c.jobs(), journal) == ({b: f"{n1},{n3}"}, [])
+    (e,) = journal.open_entries()
+    assert e.own == n1

@@ -265,3 +265,52 @@ def test_the_round_keeps_a_shard_job_off_a_nodes_open_shard_and_release_clears_i
     finally:
         if ids:
             shard_cluster.run(["scancel", *ids])
+
+
+def test_the_owners_own_excluded_nodes_are_kept_beside_mscheds_and_by_release(shard_cluster, ordinary_user,
+                                                                               tmp_path):
+    """pack13: the job's owner, an ordinary user, keeps a node of their own out of a pending shard job's
+    ExcNodeList before and after msched's write. The round (as root, through the journal) writes the union;
+    the owner's later `scontrol update ExcNodeList=` drops msched's node, and the next round puts it back
+    beside the owner's new one; `--release` (the journal's replay, everything) leaves the owner's list."""
+    from msched.config import Config
+    from msched.rounds.holds import apply_exclusions, replay
+    from msched.slurm.cli import CliClient
+    from msched.store.db import Store
+    from msched.store.holds import HoldJournal
+
+    client = CliClient(Config(), env={"SLURM_CONF": str(shard_cluster.conf)})
+    journal = HoldJournal(Store(f"sqlite:///{tmp_path}/msched.db"))
+    env = {"SLURM_CONF": str(shard_cluster.conf)}
+    ids: list[str] = []
+
+    def excluded(job: str) -> str:
+        out = shard_cluster.run(["scontrol", "show", "job", job]).stdout
+        return re.search(r"ExcNodeList=(\S*)", out).group(1)
+
+    def owner_sets(job: str, nodes: str) -> None:
+        proc = ordinary_user.run(["scontrol", "update", f"jobid={job}", f"ExcNodeList={nodes}"], env=env)
+        assert proc.returncode == 0, proc.stderr
+
+    try:
+        ids.append(_submit(ordinary_user, shard_cluster, ["-p", "shared", "--gres=shard:1", "--hold"]))
+        job = ids[0]
+        owner_sets(job, "n1")
+        assert client.excluded_nodes([job, "999999"]) == {job: ("n1",)}
+        written, _ = apply_exclusions(client, {job: ("n4",)}, client.jobs(), journal)
+        assert written == {job: "n1,n4"} and excluded(job) == "n1,n4"
+        (e,) = journal.open_entries()
+        assert (e.value, e.own) == ("n1,n4", "n1")
+        assert apply_exclusions(client, {job: ("n4",)}, client.jobs(), journal) == ({}, [])    # no call
+        owner_sets(job, "n2")                       # the owner rewrites it, msched's n4 dropped
+        assert apply_exclusions(client, {job: ("n4",)}, client.jobs(), journal) == ({job: "n2,n4"}, [])
+        assert excluded(job) == "n2,n4"
+        assert replay(client, journal, jobs=client.jobs(), everything=True) == [job]       # --release
+        assert journal.open_entries() == [] and excluded(job) == "n2"
+        # msched's write, then the owner's own rewrite: --release leaves theirs
+        apply_exclusions(client, {job: ("n4",)}, client.jobs(), journal)
+        owner_sets(job, "n3")
+        assert replay(client, journal, jobs=client.jobs(), everything=True) == [] and excluded(job) == "n3"
+    finally:
+        if ids:
+            shard_cluster.run(["scancel", *ids])

@@ -8,7 +8,10 @@
 - a `begin_time` entry: past its time it has expired by itself and is closed; one Slurm does not hold
   (the process died before its call, or the job's owner changed the begin time since) is closed without
   a call; a future one Slurm holds is cleared (`StartTime=now`) by `--release` (everything=True) and left
-  for the round's plan otherwise (the begin-time lever: `apply_begin_times` below).
+  for the round's plan otherwise (the begin-time lever: `apply_begin_times` below);
+- an `exc_nodes` entry (the packing round's ExcNodeList, `apply_exclusions` below): kept by a round;
+  `--release` sets the job's list back to its owner's part (recorded with the entry) where Slurm still
+  holds what msched wrote, and leaves a list the owner rewrote since as it is.
 A release that Slurm refuses for a job that is gone closes the entry; Slurm unreachable raises, and the
 entries stay open for the next try.
 """
@@ -41,6 +44,7 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
     now = client.now() if now is None else now
     released: list[str] = []
     outcome: dict[str, list[int]] = {}
+    exc_lists: dict[str, tuple[str, ...]] | None = None     # read once, for --release's exc_nodes entries
 
     def undone(e, action: Callable[..., None], *args: object) -> bool:  # noqa: ANN001 - a journal entry
         """Run the Slurm call that undoes entry `e`; False, with the entry closed as gone, when the job
@@ -81,12 +85,19 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
             outcome.setdefault("restored", []).append(e.id)
         elif e.kind == "exc_nodes":
             # the nodes the packing round keeps a pending shard job off (apply_exclusions); kept while
-            # msched steers the job, cleared by --release
+            # msched steers the job; --release puts the owner's own list back
             if not everything:
                 continue
-            if not undone(e, client.set_exc_nodes, ""):
+            if exc_lists is None:
+                exc_lists = client.excluded_nodes([x.job_id for x in entries if x.kind == "exc_nodes"])
+            have = exc_lists.get(e.job_id)
+            if have is not None and _journal_value(",".join(have)) != e.value:
+                outcome.setdefault("changed by its owner", []).append(e.id)   # theirs now: left as it is
                 continue
-            log.info("job %s: excluded nodes cleared (set by msched: %s)", e.job_id, e.reason)
+            own = e.own or ""       # the owner's part when msched wrote (an entry from before it: none)
+            if not undone(e, client.set_exc_nodes, own):
+                continue
+            log.info("job %s: excluded nodes set back to the owner's %r (set by msched: %s)", e.job_id, own, e.reason)
             released.append(e.job_id)
             outcome.setdefault("cleared", []).append(e.id)
         elif e.kind == "begin_time":
@@ -115,37 +126,52 @@ def replay(client: SlurmClient, journal, *, jobs: Sequence[SlurmJob] | None = No
 # ------------------------------------------------------------------------------ the packing round's exclusions
 
 
-def apply_exclusions(client: SlurmClient, excluded: dict[str, tuple[str, ...]], jobs: Sequence[SlurmJob],  # noqa: PLR0912
+def apply_exclusions(client: SlurmClient, excluded: dict[str, tuple[str, ...]], jobs: Sequence[SlurmJob],
                      journal, *, dry_run: bool = False) -> tuple[dict[str, str], list[str]]:  # noqa: ANN001
-    """Write the packing round's excluded nodes (`PackingPlan.excluded`: job -> node names) where they
-    differ from what the job has: msched's last write, from the journal's open `exc_nodes` entry (the
-    queue read does not carry ExcNodeList), or the read's `exc_nodes` without a journal (the simulator).
-    Each write is recorded in the journal *before* its Slurm call and the job's older entries closed
-    after it, so `--release` clears it whatever happens; a job whose list empties is cleared and its
-    entries closed. msub never packs a job that names excluded nodes itself, so the list is msched's.
-    Returns ({job id: list written}, job ids skipped: no longer pending, or refused with a warning).
-    Slurm unreachable raises (the entries stay open)."""
+    """Write the packing round's excluded nodes (`PackingPlan.excluded`: job -> node names) beside the
+    job owner's own: the list written is the union of the two, read and written per job.
+
+    The job's list now is read from Slurm (`client.excluded_nodes`, one squeue); a job whose list cannot
+    be read is left alone (nothing is written over names msched cannot see). The owner's part
+    (`owners_part`): the whole list when msched has no open `exc_nodes` entry for the job, or when the
+    list is no longer what msched last wrote (the owner rewrote it since: `scontrol update ExcNodeList=`
+    replaces the list, so what they wrote is theirs, msched's nodes among it included); else the
+    owner's part that entry recorded. Without a journal (the simulator, where no owner writes a list)
+    the list is msched's alone.
+
+    Each write that adds nodes of msched's is recorded in the journal (the union written, and the
+    owner's part, which `--release` puts back) *before* its Slurm call, and the job's older entries
+    closed after it; a job whose own nodes are all msched wants gets its owner's list back and its
+    entries closed. Returns ({job id: list written}, job ids skipped: no longer pending, or refused with
+    a warning). Slurm unreachable raises (the entries stay open)."""
     open_by_job: dict[str, list] = {}
     if journal is not None:
         for e in journal.open_entries("exc_nodes"):
             open_by_job.setdefault(e.job_id, []).append(e)
-    pending = {j.job_id: j for j in jobs if j.is_pending}
+    pending = {j.job_id for j in jobs if j.is_pending}
+    todo = {job_id: names for job_id, names in excluded.items()
+            if job_id in pending and (names or job_id in open_by_job or journal is None)}
+    now_lists = client.excluded_nodes(list(todo)) if todo else {}
     written: dict[str, str] = {}
     skipped: list[str] = []
-    for job_id, names in excluded.items():
-        job = pending.get(job_id)
-        if job is None:
+    for job_id, names in todo.items():
+        have = now_lists.get(job_id)
+        if have is None:
+            log.debug("job %s: its excluded nodes could not be read; left as they are", job_id)
             continue
-        value = ",".join(names)
-        have = open_by_job[job_id][-1].value if job_id in open_by_job else \
-            (job.exc_nodes if journal is None else "")
-        if _journal_value(value) == _journal_value(have):
+        entries = open_by_job.get(job_id, [])
+        own = owners_part(have, entries) if journal is not None else ()
+        mine = set(names) - set(own)              # the nodes msched adds to the owner's
+        value = ",".join(sorted(set(own) | mine))
+        if value == ",".join(have):
+            if entries and not mine and not dry_run:
+                journal.close([e.id for e in entries], "cleared")     # the owner's list is all it needs
             continue
         if dry_run:
             written[job_id] = value
             continue
-        new_id = journal.record_hold(job_id, "exc_nodes", _journal_value(value), "packing: kept off a bad partner's node") \
-            if journal is not None and value else None
+        new_id = journal.record_hold(job_id, "exc_nodes", _journal_value(value), "packing: kept off a bad partner's node",
+                                     own=",".join(own)) if journal is not None and mine else None
         try:
             client.set_exc_nodes(job_id, value)
         except SlurmUnavailable:
@@ -159,9 +185,21 @@ def apply_exclusions(client: SlurmClient, excluded: dict[str, tuple[str, ...]], 
                 journal.close([new_id], "gone" if gone else "refused")
             continue
         written[job_id] = value
-        if journal is not None and open_by_job.get(job_id):
-            journal.close([e.id for e in open_by_job[job_id]], "moved" if value else "cleared")
+        if entries:
+            journal.close([e.id for e in entries], "moved" if mine else "cleared")
     return written, skipped
+
+
+def owners_part(have: Sequence[str], entries: Sequence) -> tuple[str, ...]:
+    """The job owner's names in its excluded list `have` (sorted names, as Slurm holds it now), given the
+    job's open `exc_nodes` entries: the owner's part the newest entry whose write Slurm holds recorded
+    (an older one when a round died between recording a write and making it); all of `have` when Slurm
+    holds none of them (no entry, or the owner rewrote the list since)."""
+    now = _journal_value(",".join(have))
+    entry = next((e for e in reversed(entries) if e.value == now), None)
+    if entry is None:
+        return tuple(have)
+    return tuple(n for n in (entry.own or "").split(",") if n)
 
 
 def _journal_value(nodes: str) -> str:

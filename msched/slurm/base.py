@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from msched.tag import PREFIX, JobTag, parse_comment
@@ -93,7 +93,7 @@ class SlurmJob:
     gpu_index: tuple[int, ...] = ()   # the GPUs (indices) it holds on its first node, as Slurm says; () unknown
     shards: int = 0                   # gres/shard it asks for (all nodes; 0: not a shard job)
     exc_nodes: str = ""               # ExcNodeList, as the simulator shows it ("" where the read has none:
-                                      # the cli backend's round knows msched's own from the hold journal)
+                                      # the round reads it with `SlurmClient.excluded_nodes`)
 
     def held_until(self, now: float) -> float | None:
         """The begin time that keeps this pending job from starting, when it is still ahead of `now`."""
@@ -329,6 +329,12 @@ class SlurmClient(abc.ABC):
         packing round's lever (msched.rounds.packing). Record it in the hold journal first."""
         raise SlurmError(f"the {self.name} backend cannot set excluded nodes")
 
+    def excluded_nodes(self, job_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """{job id: the node names its ExcNodeList holds now (sorted; () for none)} for those of `job_ids`
+        that are pending and whose list this backend can read; a job left out is unknown, and the packing
+        round writes nothing on it (the list may hold the job owner's own names)."""
+        return {}
+
     def set_begin_time(self, job_id: str, when: float | None) -> None:
         """Keep a pending job from starting before `when` (epoch seconds; None: from now on). Slurm
         undoes it by itself when the time passes; record it in the hold journal first (msched.store.holds)."""
@@ -396,6 +402,12 @@ class SlurmClient(abc.ABC):
 
     def close(self) -> None:
         """End what `prefetch` started and no read collected; this default has nothing to end."""
+        return None
+
+    def prefetch_finished(self, since: float | None) -> None:
+        """Read now what the next `finished_jobs(since)` can read before the queue (the command line: the
+        jobcomp file's tail), so that it overlaps the queue's read started by `prefetch`; this default
+        reads nothing ahead."""
         return None
 
     def scheduler(self) -> SchedulerSettings:

@@ -35,18 +35,20 @@ class HoldJournal:
     def __init__(self, store) -> None:  # noqa: ANN001 - msched.store.db.Store
         self.store = store
 
-    def record_hold(self, job_id: str, kind: str, value: str = "", reason: str = "") -> int:
-        """Record one lever about to be pulled; returns the entry's id."""
-        return self.record_holds([(job_id, kind, value, reason)])[0]
+    def record_hold(self, job_id: str, kind: str, value: str = "", reason: str = "", own: str | None = None) -> int:
+        """Record one lever about to be pulled; returns the entry's id. `own` (exc_nodes): the job's own
+        value beside msched's, which `--release` puts back."""
+        return self.record_holds([(job_id, kind, value, reason)], own=own)[0]
 
-    def record_holds(self, entries: Iterable[tuple[str, str, str, str]]) -> list[int]:
+    def record_holds(self, entries: Iterable[tuple[str, str, str, str]], own: str | None = None) -> list[int]:
         """Record (job_id, kind, value, reason) entries in one transaction (a batch of holds)."""
         now = time.time()
         rows = []
         for job_id, kind, value, reason in entries:
             if kind not in KINDS:
                 raise ValueError(f"unknown hold kind {kind!r}; choose one of {', '.join(KINDS)}")
-            rows.append(Hold(job_id=str(job_id), kind=kind, value=str(value), reason=reason[:500], created_at=now))
+            rows.append(Hold(job_id=str(job_id), kind=kind, value=str(value), reason=reason[:500], created_at=now,
+                             own=own))
         if not rows:
             return []
         with self.store.write() as session:

@@ -172,6 +172,7 @@ class Hold(Base):
     created_at: Mapped[float] = mapped_column(Float)
     closed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     outcome: Mapped[str] = mapped_column(String(64), default="")    # released / gone / expired / ...
+    own: Mapped[str | None] = mapped_column(Text, nullable=True)    # exc_nodes: the job's own list, kept
     __table_args__ = (Index("ix_holds_open", "closed_at", "job_id"),)
 
 

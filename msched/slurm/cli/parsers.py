@@ -488,3 +488,56 @@ def _one_line(text: str) -> str:
     """Slurm's stderr, all its distinct lines, as one line."""
     return one_line(text, limit=500, all_lines=True, empty="(no message)")
 
+
+
+# ------------------------------------------------------------------------------ a pending job's ExcNodeList
+# `squeue -h -t PD -j <ids> -o "%i %x"` (CliClient.excluded_nodes): the job id, one space, the excluded
+# nodes as a Slurm host list (`n[1-3]`; empty: none). 22.05's `-O` has no field for it (`ExcNodes` is
+# refused: "Invalid job format specification"), and `%Nx` with a width cuts the list (measured on the dev
+# cluster), so the read is unpadded lines. What a user can put there is checked by Slurm: `scontrol
+# update ExcNodeList=` refuses a name that is not one of the admin's nodes, so the list holds node names
+# only (no space, no newline). The line is still matched whole: anything else (a job array's `12_3`, an
+# id not asked for, an id printed twice, a range over MAX_LISTED names) leaves that job out: unknown,
+# and the round then writes nothing on it.
+_EXC_LINE_RE = re.compile(r"(\d{1,12}) ([\w.\-\[\],]{0,8192})", re.ASCII)
+_HOST_ITEM_RE = re.compile(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*")
+MAX_LISTED = 4096          # names one excluded list may expand to
+
+
+def hostlist_names(text: str, limit: int = MAX_LISTED) -> tuple[str, ...] | None:
+    """The sorted, distinct names of a Slurm host list, or None when it would expand to more than
+    `limit` names or is not a host list (counted before anything is expanded)."""
+    total = 0
+    for item in _HOST_ITEM_RE.findall(text):
+        count = 1
+        for ranges in re.findall(r"\[([^\]]*)\]", item):
+            k = 0
+            for part in ranges.split(","):
+                lo, _, hi = part.partition("-")
+                if not (lo.isascii() and lo.isdigit() and len(lo) <= 9) or \
+                        (hi and not (hi.isascii() and hi.isdigit() and len(hi) <= 9 and int(hi) >= int(lo))):
+                    return None
+                k += int(hi) - int(lo) + 1 if hi else 1
+            count *= k
+            if count > limit:
+                return None
+        total += count
+        if total > limit:
+            return None
+    return tuple(sorted(set(expand_hostlist(text))))
+
+
+def parse_excluded(out: str, wanted: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """{job id: its excluded node names} from `squeue -h -o "%i %x"` (above); only the ids in `wanted`,
+    each printed exactly once on a line of the documented form."""
+    wanted = set(wanted)
+    seen: dict[str, tuple[str, ...] | None] = {}
+    for line in out.split("\n"):
+        m = _EXC_LINE_RE.fullmatch(line.rstrip("\r"))
+        if m is None:
+            continue
+        job_id = str(int(m.group(1)))
+        if job_id not in wanted:
+            continue
+        seen[job_id] = None if job_id in seen else hostlist_names(m.group(2))
+    return {k: v for k, v in seen.items() if v is not None}
