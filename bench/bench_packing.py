@@ -130,7 +130,77 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "lone_starts": lone_starts(info["history"], [n.gpu_type for n in cluster.nodes], types_of),
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
+            "room": room(trace, plain, pack, info, set(types_of), sum(n.gpus for n in cluster.nodes)),
             "_": len(tags)}
+
+
+def _union_s(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of [a, b) intervals (seconds)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def room(trace: list, plain, pack, info: dict, shard_ids, n_gpus: int) -> dict:  # noqa: ANN001 - replays' results
+    """Where packing could act (`--room`), from the runs' outcomes (hours unless said):
+    - per run: the makespan; the time some 1-GPU job waited (the union of [submit, start) over the
+      1-GPU jobs: only then can a pair start a job sooner); the last 1-GPU job's start and the makespan's
+      tail after it (no 1-GPU job left to place); the job that ends last (size, model, arrival, start,
+      runtime): a tail job that started at its arrival is set by arrival + runtime, which no packing shortens;
+    - packed run: the time some shard job waited (a pair can form only then), the share of the 1-GPU jobs'
+      running time spent sharing a GPU (2 x shared GPU time / their running time), and the work sharing
+      added (GPU h, and as hours of the whole cluster: the most it could take off the makespan were all
+      work shifted earlier)."""
+    one = {j.job_id for j in trace if j.num_gpus == 1}
+    out: dict = {}
+    for name, run in (("msched", plain), ("packed", pack)):
+        if run is None:
+            continue
+        ran = [o for o in run.outcomes if o.start is not None and o.end is not None]
+        last = max(ran, key=lambda o: o.end)
+        one_starts = [o.start for o in ran if o.job_id in one]
+        ms = run.metrics["makespan_s"]
+        out[name] = {
+            "makespan_h": ms / H,
+            "one_waiting_h": _union_s([(o.submit, o.start) for o in ran if o.job_id in one and o.start > o.submit]) / H,
+            "one_last_start_h": max(one_starts, default=0.0) / H,
+            "tail_after_one_h": (last.end - max(one_starts, default=0.0)) / H,
+            "last": {"model": last.model, "gpus": last.num_gpus, "gpu_type": last.gpu_type, "submit_h": last.submit / H,
+                     "start_h": last.start / H, "run_h": (last.end - last.start) / H},
+        }
+    ran = [o for o in pack.outcomes if o.start is not None and o.end is not None]
+    one_run_s = sum(o.end - o.start for o in ran if o.job_id in one)
+    out["shard_waiting_h"] = _union_s([(o.submit, o.start) for o in ran if o.job_id in shard_ids
+                                       and o.start > o.submit]) / H
+    out["paired_time_share"] = 2 * info.get("shared_gpu_s", 0.0) / one_run_s if one_run_s else None
+    out["gained_gpu_h"] = info.get("gained_gpu_s", 0.0) / H
+    out["gained_cluster_h"] = info.get("gained_gpu_s", 0.0) / H / n_gpus
+    return out
+
+
+def room_lines(rows: list[dict]) -> list[str]:
+    """The --room table (one line per seed, then the run's means)."""
+    out = [f"{'seed':>4} | {'makespan':>8} {'1-GPU wait':>10} {'last 1-GPU':>10} {'tail':>6} | "
+           f"{'shard wait':>10} {'paired':>6} {'gain GPU h':>10} {'= cluster h':>11} | {'LP paired':>9} "
+           f"{'LP ratio':>8} | last job without packing (arrival / start / runtime, h)"]
+    for r in rows:
+        m, q = r["room"].get("msched") or r["room"]["packed"], r["room"]
+        lp = r.get("lp") or {}
+        last = m["last"]
+        out.append(f"{r['seed']:4d} | {m['makespan_h']:8.1f} {m['one_waiting_h']:10.1f} {m['one_last_start_h']:10.1f} "
+                   f"{m['tail_after_one_h']:6.1f} | {q['shard_waiting_h']:10.1f} "
+                   f"{_pct(q['paired_time_share']):>6} {q['gained_gpu_h']:10.1f} {q['gained_cluster_h']:11.2f} | "
+                   f"{_pct(lp.get('paired_share')):>9} {_fmt(lp.get('ratio')):>8} | {last['model']} x{last['gpus']} "
+                   f"{last['gpu_type']}: {last['submit_h']:.0f} / {last['start_h']:.0f} / {last['run_h']:.0f}")
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def big_starts(run) -> dict:  # noqa: ANN001 - a replay's result
@@ -273,7 +343,47 @@ def guard_report(path: Path, memory) -> list[str]:  # noqa: ANN001 - a GavelMemo
     return out
 
 
-BOUND_KINDS = ("lp", "lp_any", "area", "area_any")
+BOUND_KINDS = ("lp", "lp_any", "area", "area_any", "lp_rule")
+
+
+class RulePairs:
+    """Gavel's measured pair speeds, only for the pairs msched's own rule would form on the type
+    (`pair_value` with the shipped model, guard "bound", the bench's memory, threshold 1.0: what msub and
+    the round predict, not what was measured); (0, 0) for the others. `pair_lp_bound` with it bounds what
+    packing can gain when it forms only the pairs msched's predictor passes."""
+
+    def __init__(self, truth_pairs: PairTruth, truth: PerfTable, memory, threshold: float = 1.0) -> None:  # noqa: ANN001
+        from msched.estimate.interference import load_model
+        from msched.estimate.runtime import TableTimes
+
+        self.truth_pairs, self.memory, self.threshold = truth_pairs, memory, threshold
+        self.model, self.times = REAL_MODEL[0] or load_model(), TableTimes(truth)
+        self.slower = self.model.slower_for("bound")
+        self.jobs: dict = {}
+        self.seen: dict = {}
+
+    def _job(self, key: tuple[str, int]):  # noqa: ANN202 - a ShardJob
+        from msched.estimate.interference import speeds_from_tag
+        from msched.policy.packing import ShardJob
+        from msched.tag import JobTag
+
+        if key not in self.jobs:
+            model, bs = key
+            self.jobs[key] = ShardJob(f"{model}/{bs}", 0, speeds_from_tag(JobTag(model=model, ref=model, bs=bs),
+                                                                          self.times),
+                                      peak_gb=self.memory(model, bs) if self.memory is not None else None)
+        return self.jobs[key]
+
+    def pair(self, a: tuple[str, int], b: tuple[str, int], gpu_type: str) -> tuple[float, float]:
+        from msched.estimate.interference import type_usable_gb
+        from msched.policy.packing import pair_value
+
+        key = (a, b, gpu_type)
+        if key not in self.seen:
+            ok = pair_value(self._job(a), self._job(b), gpu_type, self.model.combined_throughput,
+                            type_usable_gb(gpu_type), self.threshold, self.slower) is not None
+            self.seen[key] = self.truth_pairs.pair(a, b, gpu_type) if ok else (0.0, 0.0)
+        return self.seen[key]
 
 
 def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: PairTruth,  # noqa: PLR0913
@@ -295,10 +405,12 @@ def bound_row(seed: int, n_jobs: int, load: float, static: bool, truth_pairs: Pa
     out["longest"] = {"model": longest.model, "gpus": longest.num_gpus, "release_h": longest.submit_time / H,
                       "runtime_h": min(true_runtimes(longest, truth, cluster).values()) / H}
     for name, lengths, min_own in (("lp", True, MIN_OWN_SPEED), ("lp_any", True, 0.0),
-                                   ("area", False, MIN_OWN_SPEED), ("area_any", False, 0.0)):
+                                   ("area", False, MIN_OWN_SPEED), ("area_any", False, 0.0),
+                                   ("lp_rule", True, MIN_OWN_SPEED)):
         if name not in kinds:
             continue
-        b = pair_lp_bound(trace, truth, cluster, truth_pairs, min_own=min_own, lengths=lengths)
+        offered = RulePairs(truth_pairs, truth, GavelMemory.load()) if name == "lp_rule" else truth_pairs
+        b = pair_lp_bound(trace, truth, cluster, offered, min_own=min_own, lengths=lengths)
         out[name] = {"solo_h": b.solo_s / H, "packed_h": b.value_s / H, "ratio": b.value_s / b.solo_s,
                      "pair_kinds": b.pair_kinds, "paired_share": b.paired_share}
     return out
@@ -406,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude", action="store_true",
                     help="the round keeps pending shard jobs off the nodes of bad partners (ExcNodeList; "
                          "config pack_exclude)")
+    ap.add_argument("--room", action="store_true",
+                    help="print where packing could act, per seed (`room`), and the LP bound with pairs beside it "
+                         "(the share of the 1-GPU work it pairs, its ratio with pairs / without)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -472,6 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{seed:4d} | {hours} {_fmt(_ratio(ms['packed'], ms['msched'])):>6} | {_fmt(jct):>9} | "
               f"{r['shard_jobs']:5d} {r['pairs']:5d} "
               f"{r['pairs_below_1']:4d} {r['oom']:4d} {slow:>7} {mae:>8} {alone:>5} {gain:>6} | {_tail(r['tail'])}")
+    if args.room:
+        for r in rows:
+            r["lp"] = bound_row(r["seed"], args.jobs, args.load, args.static, truth_pairs, args.cluster, ("lp",))["lp"]
+        print("\n".join(room_lines(rows)))
     if args.why:
         reasons: dict[str, int] = {}
         lone = dict.fromkeys(LONE_KINDS, 0.0)

@@ -373,3 +373,60 @@ def test_a_guard_refusal_is_judged_by_the_measured_pairs():
                         "flagged, measured >= 0.5x": 1, "refusal cautious": 1}
     unfit = SimPacking(PairTruth(good)).judge_refusal(tag, r18, queue, "v100", flag_lm)
     assert unfit["refusal right"] == 1 and unfit["queue measured good"] == 1
+
+
+def _bench():  # noqa: ANN202 - the bench module
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_packing as bp
+
+    return bp
+
+
+def test_the_room_counts_the_time_some_one_gpu_job_waited_and_the_tail_after_the_last():
+    """bench_packing --room on hand-made outcomes: 1-GPU jobs a (waits 0-2 h), b (waits 1-3 h), c (no
+    wait); an 8-GPU job z ends last at 10 h. Some 1-GPU job waited 0-3 h (the union, 3 h); the last
+    1-GPU start is b's at 3 h, so 7 h of the makespan come after it; the work sharing added and the
+    shared time come from the packed run's figures (2 x 1 h shared of 12 h of 1-GPU running time)."""
+    from types import SimpleNamespace as NS
+
+    from slurm_sim.metrics import JobOutcome
+    from slurm_sim.trace import TraceJob
+
+    bp = _bench()
+    H = 3600.0
+    outs = [JobOutcome("a", "p", "v100", 0.0, 2 * H, 6 * H, 1, "COMPLETED"),
+            JobOutcome("b", "p", "v100", 1 * H, 3 * H, 7 * H, 1, "COMPLETED"),
+            JobOutcome("c", "p", "v100", 0.0, 0.0, 4 * H, 1, "COMPLETED"),
+            JobOutcome("z", "p", "v100", 0.5 * H, 4 * H, 10 * H, 8, "COMPLETED", model="transformer")]
+    trace = [TraceJob(o.job_id, o.submit, "u", "m", o.num_gpus, 32, 10) for o in outs]
+    run = NS(outcomes=outs, metrics={"makespan_s": 10 * H})
+    r = bp.room(trace, run, run, {"shared_gpu_s": 1 * H, "gained_gpu_s": 0.96 * H}, {"a", "b"}, 96)
+    m = r["msched"]
+    assert (m["makespan_h"], m["one_waiting_h"], m["one_last_start_h"], m["tail_after_one_h"]) == (10, 3, 3, 7)
+    assert m["last"] == {"model": "transformer", "gpus": 8, "gpu_type": "v100", "submit_h": 0.5, "start_h": 4,
+                         "run_h": 6}
+    assert r["shard_waiting_h"] == 3 and r["paired_time_share"] == pytest.approx(2 / 12)
+    assert r["gained_gpu_h"] == pytest.approx(0.96) and r["gained_cluster_h"] == pytest.approx(0.01)
+
+
+def test_the_rule_bound_offers_only_the_pairs_mscheds_rule_passes():
+    """bench_packing --bound-kinds lp_rule: a pair the predictor (here a stub) passes keeps its measured
+    speeds, one it refuses (combined below 1.0, or the slower under 0.5x) is offered as (0, 0)."""
+    from types import SimpleNamespace as NS
+
+    bp = _bench()
+    truth = PerfTable([PerfRow("resnet18", "v100", 1, 32, "float", 100.0), PerfRow("lm", "v100", 1, 20, "float", 100.0)])
+    measured = PairTruth({(R18, R18, "v100"): (0.6, 0.6), (R18, LM, "v100"): (0.7, 0.7), (LM, LM, "v100"): (0.8, 0.8)})
+    rule = bp.RulePairs(measured, truth, None)
+    verdict = {("resnet18", "resnet18"): (1.2, 0.6), ("lm", "resnet18"): (0.9, 0.6), ("lm", "lm"): (1.3, 0.4)}
+
+    def key(a, b):  # noqa: ANN001, ANN202 - the two jobs' models, told apart by their batch sizes
+        return tuple(sorted("resnet18" if j.batch_size == 32 else "lm" for j in (a, b)))
+    rule.model = NS(combined_throughput=lambda a, b, t: verdict[key(a, b)][0])
+    rule.slower = lambda a, b, t: verdict[key(a, b)][1]
+    assert rule.pair(("resnet18", 32), ("resnet18", 32), "v100") == (0.6, 0.6)
+    assert rule.pair(("resnet18", 32), ("lm", 20), "v100") == (0.0, 0.0)      # predicted combined 0.9 < 1.0
+    assert rule.pair(("lm", 20), ("lm", 20), "v100") == (0.0, 0.0)            # the guard: 0.4x < 0.5x

@@ -43,6 +43,7 @@ msched.rounds.holds writes them through the hold journal).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import operator
 import time
@@ -250,14 +251,35 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             cache[expr] = hit
         return hit
 
-    running: list[RunningJob] = []
-    pending: list[PendingJob] = []
-    views: dict[str, JobView] = {}
-    memo = _MEMO.start(estimator, gpu_type_of, (lever, static))
     def read_item(job: SlurmJob) -> tuple:
         return _read_job(job, estimator, canon, node_type, as_type, known, types_matching, possible, lever,
                          shard_parts)
 
+    if KEEP_DELTA and caches and getattr(jobs, "changed", None) is not None:
+        running, pending, views = _DELTA.read(jobs, now, read_item, changes,
+                                              (estimator, gpu_type_of, lever, static, starvation_age_s))
+    else:
+        running, pending, views = _read_jobs(jobs, now, read_item, changes, starvation_age_s,
+                                             _MEMO.start(estimator, gpu_type_of, (lever, static)))
+    if not shard_parts and SKIP_SHARDLESS:
+        # no partition holds a shard node: no job is a shard job (`is_shard_job`), shard_view's answer
+        node_view, running_view, shard_gpus = tuple(node_states), tuple(running), ()
+    else:
+        node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
+                                                         shards_per_gpu)
+    snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
+                           starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
+    return snap, views
+
+
+def _read_jobs(jobs: Sequence[SlurmJob], now: float, read_item: Callable[[SlurmJob], tuple],
+               changes: list[float] | None, starvation_age_s: float | None, memo: _JobMemo,
+               ) -> tuple[list[RunningJob], list[PendingJob], dict[str, JobView]]:
+    """`build_snapshot`'s reading of every job (through `memo`, `_JobMemo`): the running jobs' views, the
+    pending jobs' and their `JobView`s, in the order of `jobs`."""
+    running: list[RunningJob] = []
+    pending: list[PendingJob] = []
+    views: dict[str, JobView] = {}
     read = memo.read
     # a running job whose kept view holds (`_JobMemo.read`'s first case), inline: most jobs of a round
     last, kept_next = (memo._last, memo._next) if memo.keep_items and memo.reuse_running and _JobMemo.inline \
@@ -287,15 +309,97 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
             pending.append(pj)
             views[job.job_id] = view
     memo.finish()
-    if not shard_parts and SKIP_SHARDLESS:
-        # no partition holds a shard node: no job is a shard job (`is_shard_job`), shard_view's answer
-        node_view, running_view, shard_gpus = tuple(node_states), tuple(running), ()
-    else:
-        node_view, running_view, shard_gpus = shard_view(jobs, node_states, running, estimator, now, canon, shard_parts,
-                                                         shards_per_gpu)
-    snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
-                           starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
-    return snap, views
+    return running, pending, views
+
+
+KEEP_DELTA = True        # a job list that carries what changed since the list before it (`changed`, `prev`,
+                         # `token`: slurm_sim.client.JobList) is read as that delta against the last
+                         # snapshot's readings (`_DeltaMemo`); off: every job looked up (tests/test_fast_paths.py)
+
+
+class _DeltaMemo:
+    """`build_snapshot`'s readings of every job of the last snapshot, kept in the order of its job list and
+    updated from the next list's delta (the jobs whose view changed, arrived or left: the simulator's
+    `SimClient.jobs`), so a round reads the jobs that changed, and the running jobs whose expected end the
+    clock has passed, instead of looking up every job. Each entry is what `_read_jobs` gives the same job
+    object at the same clock: a running job's `RunningJob` is kept while its expected end holds (as
+    `_JobMemo.read`, from a heap of those ends) and read anew each round when its end moves with the clock;
+    a pending job's reading is clock-free. Used only when the list's `prev` is the token of the list this
+    memo read last (or that list again: no change), under the same estimator, type names, lever, nodes'
+    static reading and starvation age (`context`); else every job of the list is read anew (and the delta
+    starts from there)."""
+
+    def __init__(self) -> None:
+        self.token: object = object()           # the last list read (a fresh memo matches no list)
+        self.context: tuple | None = None
+        # job id -> (kind, job, reading, RunningJob / PendingJob, change time or None, JobView or None, estimate)
+        self.entries: dict[str, tuple] = {}
+        self.ends: list[tuple[float, int, str, tuple]] = []     # (expected end, seq, job id, entry): kept ends
+        self.moving: dict[str, tuple] = {}      # running jobs whose view moves with the clock: read each round
+        self.seq = 0
+
+    def read(self, jobs, now: float, read_item: Callable[[SlurmJob], tuple], changes: list[float] | None,  # noqa: ANN001
+             context: tuple) -> tuple[list[RunningJob], list[PendingJob], dict[str, JobView]]:
+        """As `_read_jobs` (the same readings, in the same order) for a list carrying its delta."""
+        entries = self.entries
+        if context != self.context or (jobs.prev is not self.token and jobs.token is not self.token):
+            self.context = context
+            entries.clear()
+            self.ends, self.moving = [], {}
+            delta = [(job.job_id, job) for job in jobs]
+        else:                           # the list after the one read last, or that one again (nothing changed)
+            delta = jobs.changed if jobs.token is not self.token else ()
+        self.token = jobs.token
+        moving = self.moving
+        starvation_age_s = context[4]
+        for jid, job in delta:
+            if job is None:
+                entries.pop(jid, None)
+                moving.pop(jid, None)
+                continue
+            item = read_item(job)
+            kind = item[0]
+            if kind == _RUNNING:
+                self._running(jid, job, item, now)
+                continue
+            moving.pop(jid, None)
+            if kind == _PENDING:
+                _, pj, view = item
+                starving_at = job.submit_time + starvation_age_s \
+                    if pj.managed and starvation_age_s is not None else None
+                entries[jid] = (_PENDING, job, item, pj, starving_at, view)
+            else:
+                entries[jid] = (_LEFT_OUT, job, item, None, None, None)
+        ends = self.ends
+        while ends and ends[0][0] < now:        # a kept view whose expected end the clock passed: read anew
+            _, _, jid, entry = heapq.heappop(ends)
+            if entries.get(jid) is entry:
+                self._running(jid, entry[1], entry[2], now)
+        for jid, entry in list(moving.items()):
+            self._running(jid, entry[1], entry[2], now)
+        vals = entries.values()
+        running = [e[3] for e in vals if e[0] == _RUNNING]
+        pending = [e[3] for e in vals if e[0] == _PENDING]
+        views = {e[1].job_id: e[5] for e in vals if e[0] == _PENDING}
+        if changes is not None:
+            changes.extend([e[4] for e in vals if e[4] is not None and (e[0] == _RUNNING or e[4] > now)])
+        return running, pending, views
+
+    def _running(self, jid: str, job: SlurmJob, item: tuple, now: float) -> None:
+        """A running job's entry at `now` (`_JobMemo.read`'s reading of its end)."""
+        _, hosts, gtype, est = item
+        end, changes_at = _end_of(job, est, now)
+        rj = RunningJob(job.job_id, gtype, job.num_gpus, end, hosts)
+        entry = self.entries[jid] = (_RUNNING, job, item, rj, changes_at, None)
+        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
+            self.moving.pop(jid, None)
+            self.seq += 1
+            heapq.heappush(self.ends, (end, self.seq, jid, entry))
+        else:
+            self.moving[jid] = entry
+
+
+_DELTA = _DeltaMemo()
 
 
 class _NodeMemo:
