@@ -70,9 +70,10 @@ def hot_path_modules(env: dict[str, str], script: Path) -> tuple[list[str], list
     """(modules msub's decision for the benchmark's script loads beyond a bare interpreter, heavy ones
     among them), in the benchmark's own environment (site config, published free times, warm caches)."""
     code = (
-        "import sys, json; base = set(sys.modules); from msched.msub.main import build_submission; "
+        "import sys; base = set(sys.modules); from msched.msub.main import build_submission; "
         f"build_submission(['--hold', '--parsable', {str(script)!r}]); "
-        f"print(json.dumps([sorted(set(sys.modules) - base), [m for m in {HEAVY!r} if m in sys.modules]]))"
+        f"added = sorted(set(sys.modules) - base); heavy = [m for m in {HEAVY!r} if m in sys.modules]; "
+        "import json; print(json.dumps([added, heavy]))"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     added, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -215,6 +216,8 @@ def main() -> int:
           f"{heavy or 'none'}; torch imported: {'torch' in heavy}")
     print(f"  msched ({len(ours)}): {' '.join(ours)}")
     print(f"  others ({len(others)}, C accelerators `_*` not listed): {' '.join(others)}")
+    print(f"  re, json, csv (~6 ms of CPU together, msched.util.light) imported: "
+          f"{[m for m in ('re', 'json', 'csv') if m in added_modules] or 'none'}")
     return 0
 
 

@@ -321,11 +321,11 @@ def _cache_file() -> str:
 
 
 def _cache_read(identity: list) -> dict | None:
-    import json
+    from msched.util.light import json_load
 
     try:
         with open(_cache_file(), encoding="utf-8") as fh:
-            cached = json.load(fh)
+            cached = json_load(fh)
         return cached["data"] if cached.get("identity") == identity and isinstance(cached["data"], dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
