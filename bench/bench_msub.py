@@ -8,7 +8,11 @@ occupies the cluster; all cancelled at the end), wall-clock time of the whole co
   run so the per-user profile cache always misses: torch is imported in the profiling subprocess),
 and the modules msub's hot path imports (count, and whether torch/numpy/sklearn/sqlalchemy/rich are among them).
 
-    SLURM_CONF=.slurm-dev/slurm.conf .venv/bin/python bench/bench_msub.py [--runs 15] [--user-runs 3]
+    SLURM_CONF=.slurm-dev/slurm.conf .venv/bin/python bench/bench_msub.py [--runs 15] [--user-runs 3] [--baseline DIR]
+
+`--baseline DIR`: DIR holds an older copy of the `msched` package (`git archive REV msched | tar -x -C DIR`);
+the same msub launcher runs it through PYTHONPATH as a third command in every round, so that before and
+after are measured in the same rounds, at the same load (its CPU and wall reported beside).
 """
 
 from __future__ import annotations
@@ -66,9 +70,10 @@ def hot_path_modules(env: dict[str, str], script: Path) -> tuple[list[str], list
     """(modules msub's decision for the benchmark's script loads beyond a bare interpreter, heavy ones
     among them), in the benchmark's own environment (site config, published free times, warm caches)."""
     code = (
-        "import sys, json; base = set(sys.modules); from msched.msub.main import build_submission; "
+        "import sys; base = set(sys.modules); from msched.msub.main import build_submission; "
         f"build_submission(['--hold', '--parsable', {str(script)!r}]); "
-        f"print(json.dumps([sorted(set(sys.modules) - base), [m for m in {HEAVY!r} if m in sys.modules]]))"
+        f"added = sorted(set(sys.modules) - base); heavy = [m for m in {HEAVY!r} if m in sys.modules]; "
+        "import json; print(json.dumps([added, heavy]))"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     added, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -114,6 +119,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15, help="interleaved pairs for the torchvision case")
     ap.add_argument("--user-runs", type=int, default=3, help="pairs for the first-time user-model case")
     ap.add_argument("--sbatch", default="/usr/bin/sbatch")
+    ap.add_argument("--baseline", metavar="DIR", help="an older msched package's parent directory, run "
+                    "interleaved through PYTHONPATH (see the module's docstring)")
     ap.add_argument("--user", default=os.environ.get("MSCHED_TEST_USER", "mschedtest"),
                     help="ordinary account that runs the user-model case when the benchmark runs as root")
     args = ap.parse_args()
@@ -142,8 +149,11 @@ def main() -> int:
         # warm the file cache and the controller once each
         for argv in ([args.sbatch, "--hold", "--parsable", str(script)], [msub, "--hold", "--parsable", str(script)]):
             job_ids.append(_timed(argv, env, str(work))[1])
+        base_env = {**env, "PYTHONPATH": os.path.abspath(args.baseline)} if args.baseline else None
+        if base_env:
+            job_ids.append(_timed([msub, "--hold", "--parsable", str(script)], base_env, str(work))[1])
 
-        plain_ms, msub_ms, bare_ms = [], [], []
+        plain_ms, msub_ms, bare_ms, base_ms = [], [], [], []
         for _ in range(args.runs):
             bare_ms.append(_timed([sys.executable, "-c", "pass"], env, str(work), "python")[0])
             t, j = _timed([args.sbatch, "--hold", "--parsable", str(script)], env, str(work), "sbatch")
@@ -152,6 +162,10 @@ def main() -> int:
             t, j = _timed([msub, "--hold", "--parsable", str(script)], env, str(work), "msub")
             msub_ms.append(t)
             job_ids.append(j)
+            if base_env:
+                t, j = _timed([msub, "--hold", "--parsable", str(script)], base_env, str(work), "baseline")
+                base_ms.append(t)
+                job_ids.append(j)
 
         user_plain, user_msub = [], []
         as_user, udir, uenv = _model_owner(args.user, work, env)
@@ -186,6 +200,11 @@ def main() -> int:
     print(f"  CPU time (user+sys, children included): sbatch median {cpu_plain:.1f} ms, msub median "
           f"{cpu_msub:.1f} ms, added {cpu_msub - cpu_plain:.1f} ms; load average now "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    if base_ms:
+        badded = statistics.median(b - p for b, p in zip(base_ms, plain_ms, strict=True))
+        print(f"  baseline msched ({args.baseline}), same rounds: msub median {statistics.median(base_ms):.1f} ms, "
+              f"added median {badded:.1f} ms; CPU median {statistics.median(CPU['baseline']):.1f} ms, added "
+              f"{statistics.median(CPU['baseline']) - cpu_plain:.1f} ms")
     if user_msub:
         uadded = statistics.median(m - p for m, p in zip(user_msub, user_plain, strict=True))
         print(f"user model file, first-time profile, {args.user_runs} pairs:")
@@ -197,6 +216,8 @@ def main() -> int:
           f"{heavy or 'none'}; torch imported: {'torch' in heavy}")
     print(f"  msched ({len(ours)}): {' '.join(ours)}")
     print(f"  others ({len(others)}, C accelerators `_*` not listed): {' '.join(others)}")
+    print(f"  re, json, csv (~6 ms of CPU together, msched.util.light) imported: "
+          f"{[m for m in ('re', 'json', 'csv') if m in added_modules] or 'none'}")
     return 0
 
 

@@ -176,8 +176,9 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
         lb = trace_bound(trace, truth, cluster).value_s
         results = {r.policy: r.metrics for r in compare(trace, ["fifo", "msched", "oracle"], setup)}
         for k, opts in (variants or {}).items():       # msched with other options (`--variant`), named by them
+            opts, settle = settle_options(opts)
             vs = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
-                          starvation_age_s=starvation_age_s, policy_options=dict(opts))
+                          starvation_age_s=starvation_age_s, policy_options=opts, settle=settle)
             results[k] = replay(trace, "msched", vs).metrics
         jobs = [(j.job_id, j.num_gpus, {t: round(v) for t, v in true_runtimes(j, truth, cluster).items()})
                 for j in trace]
@@ -199,14 +200,23 @@ def run_gavel(n_jobs: int, seeds: int, cp_s: float, starvation_age_s: float | No
 
 
 # ----------------------------------------------------------------------------- (c)
+def settle_options(opts: dict) -> tuple[dict, object]:
+    """A variant's options split into the policy's and settle's (`settle_` keys: a SettleOptions, None
+    when there are none)."""
+    from msched.rounds.settle import SettleOptions
+
+    opts = dict(opts)
+    settle = {key[len("settle_"):]: opts.pop(key) for key in list(opts) if key.startswith("settle_")}
+    return opts, (SettleOptions(**settle) if settle else None)
+
+
 def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict],
                   first_seed: int = 1, oracle: bool = True, flow_bound: bool = False,
-                  flow_step_s: float | None = None) -> None:
+                  flow_step_s: float | None = None, oracle_each: bool = False) -> None:
     """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
     msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
     import workloads as wl
 
-    from msched.rounds.settle import SettleOptions
     from slurm_sim.cluster import parse_cluster
     from slurm_sim.compare import Classifier, SimSetup, replay
     from slurm_sim.metrics import jct_floor, trace_bound, trace_flow_bound
@@ -218,6 +228,7 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
           + f" | {'oracle ms x LP':>14} {'JCT floor x fifo':>16}" + (f" {'JCT LP bound x fifo':>19}" if flow_bound else ""))
     for name in names:
         per: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+        oracles: dict[str, list[float]] = {k: [] for k in variants}
         floors: list[float] = []
         flows: list[float] = []
         for seed in range(first_seed, first_seed + seeds):
@@ -236,16 +247,19 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             base_setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill")
             fifo = replay(trace, "fifo", base_setup, bound=lb).metrics
             for k, opts in variants.items():
-                opts = dict(opts)
-                settle = {key[len("settle_"):]: opts.pop(key) for key in list(opts) if key.startswith("settle_")}
+                opts, settle = settle_options(opts)
                 age = opts.pop("starvation_age_s", 86400.0)      # the round's guard (SimSetup's), 24 h as in fifo's
                 setup = SimSetup(cluster, truth, perf, Classifier(refs, perf), scheduler="backfill",
                                  starvation_age_s=age, objective=opts.pop("objective", "balanced"), policy_options=opts,
-                                 settle=SettleOptions(**settle) if settle else None)
+                                 settle=settle)
                 r = replay(trace, "msched", setup, bound=lb)
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
                 per[k].append((ms, jct))
                 cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
+                if oracle_each:         # the oracle with this variant's options too: its makespan x the LP bound
+                    o_ms = replay(trace, "oracle", setup, bound=lb).metrics["makespan_s"] / lb.value_s
+                    oracles[k].append(o_ms)
+                    cells[-1] += f" oracle {o_ms:.3f}"
             oracle_ms = replay(trace, "oracle", base_setup, bound=lb).metrics["makespan_s"] if oracle else float("nan")
             floors.append(jct_floor(trace, truth, cluster) / fifo["mean_jct_s"])
             flow = ""
@@ -257,7 +271,8 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
         for k, rows in per.items():
             if rows:
                 print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
-                      f"mean JCT x fifo {statistics.mean(r[1] for r in rows):.3f}")
+                      f"mean JCT x fifo {statistics.mean(r[1] for r in rows):.3f}"
+                      + (f", oracle makespan x LP bound {statistics.mean(oracles[k]):.3f}" if oracles[k] else ""))
         if floors:
             print(f"{name:>8} mean JCT floor (every job on its fastest type at once, slurm_sim.metrics.jct_floor) "
                   f"x fifo {statistics.mean(floors):.3f}")
@@ -290,6 +305,8 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1,
                     help="(c): the first seed (seeds first..first+N-1: settings chosen on seeds a table then does not use)")
     ap.add_argument("--no-oracle", action="store_true", help="(c): skip the oracle's replay")
+    ap.add_argument("--oracle-variants", action="store_true",
+                    help="(c): the oracle replayed with each variant's options as well (its makespan x LP bound)")
     ap.add_argument("--flow-bound", action="store_true", help="(c): the LP lower bound on the mean JCT per seed")
     ap.add_argument("--flow-step", type=float, default=None,
                     help="(c): the flow bound's grid step in seconds (finer: tighter, slower) [default: automatic]")
@@ -321,7 +338,7 @@ def main() -> None:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
         run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants, a.first_seed,
-                      not a.no_oracle, a.flow_bound, a.flow_step)
+                      not a.no_oracle, a.flow_bound, a.flow_step, a.oracle_variants)
 
 
 if __name__ == "__main__":

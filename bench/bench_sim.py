@@ -13,7 +13,7 @@ per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s 
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
                                         [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew] [--cuts13-anew]
-                                        [--search-work N] [--search-min-head N] [--settled-work F]
+                                        [--cuts14-anew] [--search-work N] [--search-min-head N] [--settled-work F]
 """
 
 from __future__ import annotations
@@ -188,6 +188,19 @@ def cuts13_anew() -> None:
     timeline.SHARE_LISTS = False
 
 
+def cuts14_anew() -> None:
+    """Switch off planner14's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): squeue's and sinfo's views looked up for every job and node each round (no
+    kept list, no delta handed to the round), every job of the round looked up in the snapshot's memo, and
+    the snapshot's GPUs per type counted over its nodes."""
+    import msched.rounds.core as core
+    import slurm_sim.client as client
+
+    client.KEEP_JOB_LIST = False
+    core.KEEP_DELTA = False
+    core.KEEP_TOTALS = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -209,6 +222,8 @@ def main() -> None:
                     help="planner12's plan-identical cuts switched off (see cuts12_anew)")
     ap.add_argument("--cuts13-anew", action="store_true",
                     help="planner13's plan-identical cuts switched off (see cuts13_anew)")
+    ap.add_argument("--cuts14-anew", action="store_true",
+                    help="planner14's plan-identical cuts switched off (see cuts14_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     ap.add_argument("--search-min-head", type=int, default=None,
@@ -230,6 +245,8 @@ def main() -> None:
         cuts12_anew()
     if a.cuts13_anew:
         cuts13_anew()
+    if a.cuts14_anew:
+        cuts14_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 

@@ -6,7 +6,8 @@ Prints the replay's outcomes digest too (start, end, type, state and writes of e
 with a cut on and off (`--cuts-anew`, bench_sim.py's) is the plan-identical check on a whole replay.
 
     .venv/bin/python bench/profile_rounds.py [--jobs 5000] [--cuts-anew] [--rounds-anew] [--cuts12-anew]
-                                             [--cuts13-anew] [--settled-work F]
+                                             [--cuts13-anew] [--cuts14-anew]
+                                             [--settled-work F]
 """
 
 from __future__ import annotations
@@ -55,12 +56,15 @@ def main() -> None:
     ap.add_argument("--rounds-anew", action="store_true", help="planner10's kept readings off (bench_sim.rounds_anew)")
     ap.add_argument("--cuts12-anew", action="store_true", help="planner12's cuts off (bench_sim.cuts12_anew)")
     ap.add_argument("--cuts13-anew", action="store_true", help="planner13's cuts off (bench_sim.cuts13_anew)")
+    ap.add_argument("--cuts14-anew", action="store_true", help="planner14's cuts off (bench_sim.cuts14_anew)")
     ap.add_argument("--settled-work", type=float, default=None, help="msched's settled_work option (changes plans)")
     a = ap.parse_args()
     if a.cuts12_anew:
         bench_sim.cuts12_anew()
     if a.cuts13_anew:
         bench_sim.cuts13_anew()
+    if a.cuts14_anew:
+        bench_sim.cuts14_anew()
     if a.cuts_anew:
         bench_sim.cuts_anew()
     if a.rounds_anew:

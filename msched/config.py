@@ -48,6 +48,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
     begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
     tight_queue    = true                  # read the queue with fixed-width `squeue -O` (false: squeue --json)
+    digest_overlap = true                  # reorder: start the queue read beside the light check's digest
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -141,6 +142,9 @@ class Config:
     begin_time_horizon_s: float = 14400.0
     begin_time_min_gain: float = 1.0
     tight_queue: bool = True                # the queue read (msched.slurm.cli.tight; false: squeue --json)
+    # the light check starts the round's queue read beside its digest's squeue (msched.rounds.reorder
+    # `_light_round`): an event round waits for one squeue, a light round ends the read it did not need
+    digest_overlap: bool = True
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
@@ -200,8 +204,9 @@ class Config:
                               "pack_exclude = true (the round keeps them apart)")
         if not isinstance(self.begin_time_lever, bool):
             raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
-        if not isinstance(self.tight_queue, bool):
-            raise ConfigError(f"tight_queue {self.tight_queue!r} must be true or false")
+        for name in ("tight_queue", "digest_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} {getattr(self, name)!r} must be true or false")
         if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:
             raise ConfigError(f"begin_time_max_jobs {self.begin_time_max_jobs!r} must be a whole number >= 0")
         if not (isinstance(self.begin_time_horizon_s, int | float) and self.begin_time_horizon_s > 0):
@@ -316,11 +321,11 @@ def _cache_file() -> str:
 
 
 def _cache_read(identity: list) -> dict | None:
-    import json
+    from msched.util.light import json_load
 
     try:
         with open(_cache_file(), encoding="utf-8") as fh:
-            cached = json.load(fh)
+            cached = json_load(fh)
         return cached["data"] if cached.get("identity") == identity and isinstance(cached["data"], dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -33,12 +33,31 @@ from msched.slurm.base import (
 from slurm_sim.cluster import ClusterSpec, parse_cluster
 from slurm_sim.simulator import SimError, SimJob, Simulator, sleep_seconds
 
+# `jobs()` of the active states keeps its list from one call to the next and rebuilds only the views the
+# simulator logged as changed (`Simulator.take_view_log`: submitted, changed, started, ended), handing the
+# changes on with the list (`JobList`, which `msched.rounds.core.build_snapshot` reads as a delta); off:
+# every active job's view looked up each call (tests/test_fast_paths.py). Not with shard jobs (their
+# views follow the pairing).
+KEEP_JOB_LIST = True
+
+
+class JobList(list):
+    """`SimClient.jobs()`'s answer for the active states: the jobs, and what changed since the client's
+    previous answer `prev` (a token): `changed`, (job id, its view or None when it left the active
+    states) in the order the jobs first changed. `token` is this answer's own token. A caller may use
+    the delta only when it read the answer whose token is `prev`, and only while neither list was modified."""
+
+    __slots__ = ("changed", "prev", "token")
+
+
 
 class SimClient(SlurmClient):
     name = "sim"
 
     def __init__(self, simulator: Simulator):
         self.sim = simulator
+        self._kept: dict[str, SlurmJob] = {}       # the last active answer's views, in the simulator's order
+        self._token: object | None = None
 
     @classmethod
     def from_spec(cls, spec: str | os.PathLike | ClusterSpec, truth: PerfTable | None = None, *,
@@ -95,11 +114,41 @@ class SimClient(SlurmClient):
     def jobs(self, states: tuple[str, ...] = ACTIVE_STATES) -> list[SlurmJob]:
         view = self.sim.job_view
         wanted = set(states)
+        if KEEP_JOB_LIST and wanted == _ACTIVE and self.sim.packing is None:
+            return self._active_jobs()
         out = []
         if wanted & set(ACTIVE_STATES):
             out = [j.view if j.view is not None else view(j) for j in self.sim.active.values() if j.state in wanted]
         if wanted - set(ACTIVE_STATES):
             out.extend(view(j) for j in self.sim.finished if j.state in wanted)
+        return out
+
+    def _active_jobs(self) -> JobList:
+        """Every active job's view, in the simulator's order (`active`, submission order), as `jobs()`'s
+        per-job lookup gives it: the kept views of jobs not logged since (their view objects are still
+        the job's) and the logged jobs' views anew; a job first seen is appended (a job submitted later
+        than every kept one, and the log holds new jobs in submission order)."""
+        sim = self.sim
+        view = sim.job_view
+        active = sim.active
+        log = sim.take_view_log(self)
+        kept = self._kept
+        fresh = log is None
+        if fresh:                       # no log of this client's: every active job read (and no delta handed on)
+            kept.clear()
+            log = active
+        changed = []
+        for jid in log:
+            j = active.get(jid)
+            if j is None:
+                if kept.pop(jid, None) is not None:
+                    changed.append((jid, None))
+                continue
+            v = kept[jid] = j.view if j.view is not None else view(j)
+            changed.append((jid, v))
+        out = JobList(kept.values())
+        out.changed, out.prev = changed, None if fresh else self._token
+        out.token = self._token = object()
         return out
 
     def finished_jobs(self, since: float | None = None) -> list[SlurmJob]:
@@ -108,6 +157,8 @@ class SimClient(SlurmClient):
                 if j.state in FINISHED_STATES and (since is None or (j.end_time or 0) >= since)]
 
     def nodes(self) -> list[SlurmNode]:
+        if KEEP_JOB_LIST:
+            return self.sim.node_views()
         return [self.sim.node_view(i) for i in range(len(self.sim.node_names))]
 
     def set_priority(self, job_id: str, priority: int) -> None:
@@ -166,6 +217,9 @@ class SimClient(SlurmClient):
         if job.state != PENDING:
             raise JobNotPending(f"job {job_id} is {job.state}, not pending")
         return job
+
+
+_ACTIVE = set(ACTIVE_STATES)
 
 
 def _num(v) -> float | None:

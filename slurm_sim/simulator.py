@@ -210,6 +210,12 @@ class Simulator:
         self._updates = 0                      # scontrol updates (priority, features, hold, release)
         self._bf_seen: tuple[int, int] | None = None
         self._node_views: list[SlurmNode | None] = [None] * len(cluster.nodes)
+        self._node_log: set[int] = set(range(len(cluster.nodes)))     # nodes whose view was dropped since
+                                                                      # `node_views` last filled them
+        # ids of the jobs whose squeue view was dropped (or that were submitted) since their consumer last
+        # read them, in that order (`SimClient.jobs`' kept list, KEEP_JOB_LIST); None: no consumer
+        self._view_log: dict[str, None] | None = None
+        self._view_log_owner: object | None = None
         self.packing = None                    # slurm_sim.packing.ShardRuns: shard jobs (attach() sets it)
 
     # --------------------------------------------------------------------- submission
@@ -268,6 +274,8 @@ class Simulator:
                 raise SimError(f"Job dependency problem: job {dep} ended {self.jobs[dep].state}, afterok can never be met")
         self.jobs[job.job_id] = job
         self.active[job.job_id] = job
+        if self._view_log is not None:
+            self._view_log[job.job_id] = None
         self._enqueue(job)
         self.n_pending += 1
         self.version += 1
@@ -346,7 +354,7 @@ class Simulator:
     # --------------------------------------------------------------------- updates (scontrol)
     def set_priority(self, job: SimJob, priority: int) -> None:
         job.priority = int(priority)
-        job.view = None
+        self._touch(job)
         self._queue_dirty = True
         self._needs_pass = True
         self._updates += 1
@@ -360,7 +368,7 @@ class Simulator:
         if any(n not in index for n in wanted):
             raise SimError("Invalid node name specified")
         job.exc_nodes = frozenset(index[n] for n in wanted)
-        job.view = None
+        self._touch(job)
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
@@ -369,21 +377,21 @@ class Simulator:
         self._check_features(features)
         job.features = features or ""
         job.classes = self._allowed_classes(job)
-        job.view = None
+        self._touch(job)
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
 
     def hold(self, job: SimJob) -> None:
         job.held = True
-        job.view = None
+        self._touch(job)
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
 
     def release(self, job: SimJob) -> None:
         job.held = False
-        job.view = None
+        self._touch(job)
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
@@ -396,7 +404,7 @@ class Simulator:
     def set_begin_time(self, job: SimJob, when: float) -> None:
         """`scontrol update StartTime=`: the job waits until `when` (a time not ahead: startable now)."""
         job.begin_time = float(when)
-        job.view = None
+        self._touch(job)
         self._needs_pass = True
         self._updates += 1
         job.writes += 1
@@ -410,7 +418,7 @@ class Simulator:
             self.n_pending -= 1
         job.state = "CANCELLED"
         job.end_time = self.now
-        job.view = None
+        self._touch(job)
         self.active.pop(job.job_id, None)
         self.finished.append(job)
         self.version += 1
@@ -424,7 +432,7 @@ class Simulator:
             if dep.state != PENDING:
                 continue
             dep.waiting_on.discard(job.job_id)
-            dep.view = None
+            self._touch(dep)
             if dep.dependency == "afterok" and job.state != "COMPLETED":
                 self.cancel(dep)           # kill_invalid_depend: DependencyNeverSatisfied, cancelled
             self._needs_pass = True
@@ -447,7 +455,7 @@ class Simulator:
                 elif kind == _BEGIN:
                     job = self.jobs[job_id]
                     if job.state == PENDING and job.begin_time <= tt:
-                        job.view = None          # reason BeginTime -> Priority; a new backfill pass may start it
+                        self._touch(job)          # reason BeginTime -> Priority; a new backfill pass may start it
                         self._updates += 1
                         self._needs_pass = True
                 else:
@@ -553,7 +561,7 @@ class Simulator:
         new = {j.job_id for j in jobs}
         if new != self._blocked:
             for jid in new ^ self._blocked:
-                self.jobs[jid].view = None
+                self._touch(self.jobs[jid])
             self._blocked = new
 
     def _place(self, job: SimJob, closed: set[int] = frozenset()) -> tuple[int, tuple[int, ...]] | None:
@@ -592,6 +600,7 @@ class Simulator:
         self.free_total -= gpus
         self.by_free[c][self.free[node]].add(node)
         self._node_views[node] = None
+        self._node_log.add(node)
 
     def _start(self, job: SimJob, c: int, nodes: tuple[int, ...]) -> None:
         cls = self.classes[c]
@@ -607,7 +616,7 @@ class Simulator:
         job.nodes = nodes
         job.gpu_type = cls.gpu_type
         job.partition = self._partition_in(job, c)
-        job.view = None
+        self._touch(job)
         if not job.shards:
             self._keep_ends(job, True)
         self.busy_by_type[cls.gpu_type] += 0 if joined else job.num_gpus
@@ -649,7 +658,7 @@ class Simulator:
             runtime = job.runtime_by_type[job.gpu_type]
             job.state = "COMPLETED" if runtime <= self.effective_limit(job) else "TIMEOUT"
         job.end_time = self.now
-        job.view = None
+        self._touch(job)
         self.active.pop(job.job_id, None)
         self.finished.append(job)
         self.version += 1
@@ -775,6 +784,34 @@ class Simulator:
                 partitions=tuple(self.cluster.nodes[n].partitions),
                 shards=self.node_gpus[n] * SHARDS_PER_GPU if SHARD_FEATURE in self.cluster.nodes[n].features else 0)
         return v
+
+    def _touch(self, job: SimJob) -> None:
+        """The job's squeue view is stale (its state, fields or reason changed): dropped, and logged for the
+        view log's consumer."""
+        job.view = None
+        if self._view_log is not None:
+            self._view_log[job.job_id] = None
+
+    def take_view_log(self, owner: object) -> dict[str, None] | None:
+        """The ids of the jobs whose view changed (or that were submitted) since `owner` last took the log,
+        in the order they first changed, and a fresh log; None when `owner` is not the log's consumer (then it
+        becomes the consumer, and must read every active job once)."""
+        log = self._view_log
+        self._view_log = {}
+        if self._view_log_owner is not owner or log is None:
+            self._view_log_owner = owner
+            return None
+        return log
+
+    def node_views(self) -> list[SlurmNode]:
+        """sinfo's view of every node, in order (the views dropped since the last call rebuilt)."""
+        views = self._node_views
+        if self._node_log:
+            for n in self._node_log:
+                if views[n] is None:
+                    self.node_view(n)
+            self._node_log = set()
+        return list(views)
 
     def pending_count(self) -> int:
         return self.n_pending

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from msched.estimate.estimators import TagEstimator
@@ -429,6 +429,92 @@ def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, ba
     assert fast.timeline.free == plain.timeline.free
 
 
+# ------------------------------------------------------------------------------------- the kept job list
+_OPS = st.lists(st.tuples(st.sampled_from(("submit", "submit", "advance", "advance", "priority", "features",
+                                           "hold", "release", "cancel", "begin", "other_client")),
+                          st.integers(0, 40), st.integers(0, 3)), min_size=1, max_size=60)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_OPS)
+@example([("submit", 3 + k, 1) for k in range(8)] + [("advance", 20, 1)] * 8 + [("priority", 6, 0), ("advance", 20, 1)])
+def test_the_kept_job_list_and_its_delta_read_equal_a_lookup_of_every_job(ops):
+    """`SimClient.jobs()` keeps its list and hands the round what changed (`KEEP_JOB_LIST`), which
+    `build_snapshot` reads as a delta (`KEEP_DELTA`): after any sequence of submissions, clock moves,
+    scontrol updates, holds, cancellations, begin times and another client's reads, the list holds the same
+    view objects in the same order as a lookup of every active job, the nodes' views are sinfo's, the
+    snapshot's GPUs per type and types from the node memo (`KEEP_TOTALS`) are the ones counted, and the
+    snapshot and views (and the times it changes at, in any order) equal the plain per-job read at every step, also at
+    clocks past running jobs' expected ends."""
+    import msched.rounds.core as core
+    import slurm_sim.client as client_mod
+    from msched.rounds.core import build_snapshot
+    from msched.slurm.base import JobNotPending, JobRequest, SlurmError
+    from msched.tag import JobTag, with_tag
+    from slurm_sim.client import SimClient
+
+    truth = PerfTable.load(default_truth_path())
+    models = sorted(truth.models())[:3]
+    c = SimClient.from_spec("a100:2x1,titanv:2x2", truth=truth)
+    other = SimClient(c.sim)
+    est = TagEstimator(truth)
+    ids: list[str] = []
+    clock = 0.0
+    for op, k, m in ops:
+        try:
+            if op == "submit":
+                tag = with_tag(JobTag(model=models[m % 3], ref=models[m % 3], iters=50_000 * (1 + k), bs=12), None)
+                ids.append(c.submit(JobRequest(
+                    name=f"j{len(ids)}", num_gpus=1 + m % 2, comment=tag if k % 5 else "",
+                    time_limit_s=None if k % 7 == 0 else 600.0 * (1 + k),
+                    extra={"model": models[m % 3], "iterations": 50_000 * (1 + k), "batch_size": 12})))
+            elif op == "advance":
+                c.advance(float(k * 20 * m))
+            elif op == "other_client":
+                other.jobs()
+            elif ids:
+                jid = ids[k % len(ids)]
+                if op == "priority":
+                    c.set_priority(jid, 10 + k)
+                elif op == "features":
+                    c.set_features(jid, ("a100", "titanv", "a100|titanv", "")[m])
+                elif op == "hold":
+                    c.hold(jid)
+                elif op == "release":
+                    c.release(jid)
+                elif op == "cancel":
+                    c.cancel(jid)
+                elif op == "begin":
+                    c.set_begin_time(jid, c.now() + 100.0 * m)
+        except (JobNotPending, SlurmError):
+            pass
+        jobs, nodes = c.jobs(), c.nodes()
+        sim = c.sim
+        assert [id(j) for j in jobs] == [id(j.view if j.view is not None else sim.job_view(j))
+                                         for j in sim.active.values()]
+        assert [id(n) for n in nodes] == [id(sim.node_view(i)) for i in range(len(sim.node_names))]
+        for later in (0.0, float(k * 311), 5_000.0 * m):
+            clock = max(clock, c.now() + later)        # a round's clock never goes back
+            got_changes: list[float] = []
+            got = build_snapshot(jobs, nodes, est, clock, changes=got_changes)
+            plain_changes: list[float] = []
+            core.KEEP_DELTA = core.KEEP_TOTALS = False
+            try:
+                plain = build_snapshot(list(jobs), nodes, est, clock, changes=plain_changes)
+            finally:
+                core.KEEP_DELTA = core.KEEP_TOTALS = True
+            assert got == plain and sorted(got_changes) == sorted(plain_changes)
+            # the GPUs per type and the sorted types from the node memo (`KEEP_TOTALS`), as counted
+            assert list(got[0].gpus_total.items()) == list(plain[0].gpus_total.items())
+            assert got[0].gpu_types == plain[0].gpu_types
+            jobs = c.jobs()        # the next read carries an empty delta (or what the clock changed)
+    client_mod.KEEP_JOB_LIST = False
+    try:
+        assert c.jobs() == list(jobs)
+    finally:
+        client_mod.KEEP_JOB_LIST = True
+
+
 # ------------------------------------------------------------------------------------- replays
 def _plain_paths(monkeypatch) -> None:
     """Every shortcut off: timelines built from scratch and copied whole, every job read anew each round,
@@ -439,6 +525,7 @@ def _plain_paths(monkeypatch) -> None:
     import msched.policy.planner as planner
     import msched.policy.timeline as timeline
     import msched.rounds.core as core
+    import slurm_sim.client as client
     import slurm_sim.compare as compare
     import slurm_sim.simulator as simulator
     from msched.policy.msched import MschedPolicy
@@ -483,6 +570,9 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
+    monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
+    monkeypatch.setattr(core, "KEEP_DELTA", False)
+    monkeypatch.setattr(core, "KEEP_TOTALS", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

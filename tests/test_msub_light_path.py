@@ -7,19 +7,31 @@ runs msub's whole decision for a torchvision model and must load exactly the lig
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
 from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msched.config import Config, ConfigError
+from msched.models.precision import _FLAGS as PRECISION_FLAGS
+from msched.models.precision import _VALUED as PRECISION_VALUED
+from msched.models.precision import detect_precision, normalise_precision
+from msched.msub.directives import _CANDIDATE_PATTERNS, _is_file_spec, _option_values
+from msched.msub.gpu_request import _parse_count
+from msched.msub.sbatch_args import _first_int, parse_time_limit
 from msched.msub.spawn import spawn_and_wait
 from msched.tag import _SAFE, JobTag, _quote, parse_comment, with_tag
+from msched.util.light import DictReader, json_loads
 from msched.util.record import record
 
 # msched's modules on the path for a torchvision model (classify, estimate, choose, tag, constrain)
@@ -34,11 +46,13 @@ LIGHT_PATH = {
     "msched.util.text",
     "msched.models.precision",   # the job's precision flags (imports only `re`)
     "msched.estimate.memory", "msched.estimate.gpu_specs",   # the tag's `mem` against each type's memory (csv)
+    "msched.util.light",         # JSON and CSV through the C modules, without `re` (below)
 }
 # standard or third-party modules whose import costs msub more than it needs (see msched.util.record)
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",
                "inspect", "typing", "pathlib", "subprocess", "urllib.parse", "tomllib", "hashlib",
-               "msched.models.profiler", "msched.models.profile_cache", "msched.policy.base", "msched.policy.snapshot")
+               "msched.models.profiler", "msched.models.profile_cache", "msched.policy.base", "msched.policy.snapshot",
+               "re", "json", "csv", "enum")      # `re` and what imports it (msched.util.light)
 
 
 def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
@@ -50,9 +64,9 @@ def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
     if not conf.exists():
         conf.write_text(f'state_dir = "{tmp_path}"\n[gpu_aliases]\n"A100-SXM4" = "a100"\n')
     code = (
-        "import sys, json; from msched.msub.main import build_submission; "
+        "import sys; from msched.msub.main import build_submission; "
         "sub, warnings = build_submission(['--model=resnet50', '--iterations=500', '--gres=gpu:1', '--wrap', 'true']); "
-        "print(json.dumps([sorted(sys.modules), sub.argv, warnings]))"
+        "loaded = sorted(sys.modules); import json; print(json.dumps([loaded, sub.argv, warnings]))"
     )
     env = {**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop("MSCHED_CACHE_DIR", None)
@@ -180,3 +194,170 @@ def test_tag_quoting_is_urllib_quote(text):
     assert _quote(text) == quote(text, safe=_SAFE)
     tag = JobTag(model=text or "m", ref="resnet50", added="a100|titanv")
     assert parse_comment(with_tag(tag, "user words"))[0] == tag
+
+
+# ----------------------------------------------------------------------------- parsing without `re`
+# msub's hot path parses a GPU count and a time limit with string methods instead of the patterns below
+# (each compiled pattern cost it ~0.1-0.2 ms); these are the patterns as they were, the oracle here.
+_COUNT_RE = re.compile(r"(\d+)([kKmMgG]?)")
+_TIME_RE = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+# digits (ASCII and others `\d` takes: Arabic-Indic, fullwidth; and superscripts it does not), separators,
+# units, spaces
+_PIECES = st.sampled_from(["0", "1", "7", "12", "٣", "５", "²", "-", ":", "k", "M", "g", "x", " ", "\t", "unlimited"])
+
+
+def _count_by_re(text: str) -> int | None:
+    m = _COUNT_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
+
+
+def _time_by_re(text: str) -> float | None:
+    s = text.strip().lower()
+    if not s or s in ("unlimited", "infinite", "-1"):
+        return None
+    m = _TIME_RE.fullmatch(s)
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    if days is not None:
+        return float(((int(days) * 24 + int(a)) * 60 + int(b or 0)) * 60 + int(c or 0))
+    if c is not None:
+        return float((int(a) * 60 + int(b)) * 60 + int(c))
+    return float(int(a) * 60 + int(b)) if b is not None else float(int(a) * 60)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_PIECES, max_size=7).map("".join))
+def test_count_and_time_parse_as_the_patterns_did(text):
+    assert _parse_count(text) == _count_by_re(text)
+    assert parse_time_limit(text) == _time_by_re(text)
+
+
+@pytest.mark.parametrize("text", ["", "4", " 2k ", "3M", "1g", "٣", "k", "2kk", "1.5", "-1", "0x10"])
+def test_count_examples(text):
+    assert _parse_count(text) == _count_by_re(text)
+
+
+@pytest.mark.parametrize("text", ["10", "2:30", "1:02:03", "1-0", "1-2:30:05", "1-2:3:4:5", "-5", "5-", "1::2",
+                                  "1-2-3", " 7 ", "٣-١", "UNLIMITED", "-1", ""])
+def test_time_examples(text):
+    assert parse_time_limit(text) == _time_by_re(text)
+
+
+def _precision_by_re(texts: list[str]) -> str | None:
+    """detect_precision as it was, with the patterns (msched.models.precision keeps them as its reference)."""
+    for text in texts:
+        for line in text.splitlines():
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            found = [(m.start(), normalise_precision(m.group(1))) for m in re.finditer(PRECISION_VALUED, line)]
+            found = [f for f in found if f[1]]
+            for pattern, named in PRECISION_FLAGS:
+                m = re.search(pattern, line)
+                if m:
+                    found.append((m.start(), named))
+            if found:
+                return min(found)[1]
+    return None
+
+
+_WORDS = st.sampled_from(["--", "-", "=", " ", "  ", "\t", "\n", "\u00a0", "use", "_", "precision", "mixed", "opt",
+                          "level", "dtype", "amp", "autocast", "fp16", "half", "bf16", "16", "bf16-mixed", "O2", "64",
+                          "python", "x", "'", '"', "#"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_WORDS, max_size=12).map("".join))
+def test_precision_flags_read_as_the_patterns_read_them(text):
+    assert detect_precision([text]) == _precision_by_re([text])
+
+
+@pytest.mark.parametrize("line", [
+    "python t.py --amp", "--use-amp --bf16", "x --precision bf16-mixed", "--precision --precision=16",
+    "--precision=\"16\" --fp16", "--opt_level=O2", "--dtype= 64", "--half=1", "--amp=1", "a--fp16", " --use_half",
+    "--mixed-precision 16 --bf16", "--precision=bogus --fp16", "--use-autocast\t--precision=64"])
+def test_precision_examples(line):
+    assert detect_precision([line]) == _precision_by_re([line])
+
+
+_FIRST_INT_RE = re.compile(r"\s*(\d+)")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=6).map("".join))
+def test_first_int_as_the_pattern_did(text):
+    m = _FIRST_INT_RE.match(text)
+    assert _first_int(text) == (int(m.group(1)) if m else None)
+
+
+# the model options (`--arch X`, `--model=path/net.py:build`) are read without `re`: every value the first
+# candidate pattern finds, in order, for lines built of the pieces that pattern cares about
+_MODEL_PIECES = st.sampled_from(["--", "-", "arch", "model", "_name", "-name", "network", "net", "=", " ", "  ", "\t",
+                                 "\u00a0", "'", '"', "resnet50", "a", ".py", ":", "b", "~", "/", ".", "x_1", "٣",
+                                 "é", ",", "(", "python", "--arch=vgg16"])
+_FILE_SPEC_RE = re.compile(r"[^:\s]+\.py:\w+")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_MODEL_PIECES, max_size=12).map("".join))
+def test_model_option_values_as_the_pattern_finds_them(line):
+    assert list(_option_values(line)) == [m.group(1) for m in re.finditer(_CANDIDATE_PATTERNS[0], line)]
+    assert _is_file_spec(line) == bool(_FILE_SPEC_RE.fullmatch(line))
+
+
+@pytest.mark.parametrize("line", [
+    "python train.py --arch resnet50 --epochs 1", "--arch=vgg16", " --model 'nets/my.py:build' --net x",
+    "--model_name=a.py:b.py:c", "--arch_name  ~/x.py:f", "x--arch y", "--arch", "--arch= y", "--network=n --net m",
+    "--model=.py:f", "--model=a.py:", "\u00a0--arch\u00a0z", "--archx y --model z"])
+def test_model_option_examples(line):
+    assert list(_option_values(line)) == [m.group(1) for m in re.finditer(_CANDIDATE_PATTERNS[0], line)]
+
+
+# JSON and CSV through msched.util.light: the same values as the json and csv packages give, and the
+# same errors (json.loads's own)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON_VALUES, st.sampled_from(["", " ", "\n", " \t\r\n"]), st.sampled_from(["", " ", "\n"]))
+def test_json_loads_gives_what_json_loads_gives(value, before, after):
+    text = before + json.dumps(value) + after
+    assert json_loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", " ", "{", '{"a": 1} x', '{"a": 1}{}', "\ufeff{}", "[1,]", "nul", '"\x01"',
+                                  "[NaN, Infinity, -Infinity]", '{"a": 1e400, "b": -0.0, "c": 12345678901234567890}',
+                                  '"\\ud800"', "  [1, 2]  \n", '{"a":1,"a":2}'])
+def test_json_loads_edge_cases_and_errors(text):
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError) as got:
+            json_loads(text)
+        assert (str(got.value), got.value.pos) == (str(exc), exc.pos)
+        return
+    got = json_loads(text)
+    assert json.dumps(got) == json.dumps(expected) and type(got) is type(expected)   # NaN-safe comparison
+
+
+_CSV_PIECES = st.sampled_from(["a", "b", "model", ",", ",,", '"', '""', "x y", "\n", "\r\n", "\n\n", " ", "1.5", "é"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_CSV_PIECES, max_size=14).map("".join))
+def test_dict_reader_reads_as_csv_dictreader(text):
+    def read(reader_type, source):
+        r = reader_type(source)
+        try:
+            return r.fieldnames, list(r), r.line_num, None
+        except csv.Error as exc:
+            return None, None, None, str(exc)
+    assert read(DictReader, io.StringIO(text, newline="")) == read(csv.DictReader, io.StringIO(text, newline=""))
+    lines = text.splitlines(keepends=True)          # msub's reference_rows gives it a list of lines
+    assert read(DictReader, lines) == read(csv.DictReader, lines)

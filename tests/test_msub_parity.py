@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -233,3 +234,27 @@ def test_refused_comment_then_submitted_as_typed(tmp_path, monkeypatch, capfd):
     calls = log.read_text().splitlines()
     assert len(calls) == 2 and calls[1] == "--gres=gpu:1 --comment=mine --wrap true"    # exactly as typed
     assert "submitted as typed" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(("needle", "message", "code", "calls", "out", "err"), [
+    # refused once (msched's constraint), then accepted: sbatch's stdout, msub's one warning, exit 0
+    ("--constraint=", "Requested node configuration is not available", 0, 2, "Submitted batch job 77\n",
+     "msub: warning: sbatch refused what msched added (Requested node configuration is not available); "
+     "submitted without msched's GPU-type constraint\n"),
+    # refused for a reason of its own: exactly sbatch's words and exit code, one call
+    ("", "Socket timed out on send/recv operation", 1, 1, "",
+     "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"),
+])
+def test_msub_process_ends_with_sbatchs_output_and_code(tmp_path, needle, message, code, calls, out, err):
+    """msub's own process (the launcher, as users run it) ends itself once sbatch has finished
+    (msched.msub.main._end_process, skipping the interpreter's teardown): what it printed before and what
+    sbatch printed all arrive, and its exit code is sbatch's last."""
+    fake, log = _fake_sbatch(tmp_path, needle, message)
+    (tmp_path / "gpu_free_time.json").write_text(json.dumps({"time": time.time(), "free_at": dict.fromkeys(TYPES, 0)}))
+    (tmp_path / "msched.toml").write_text(f'sbatch = "{fake}"\nstate_dir = "{tmp_path}"\n')
+    env = {**os.environ, "MSCHED_CONFIG": str(tmp_path / "msched.toml"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    msub = str(Path(sys.executable).with_name("msub"))
+    proc = subprocess.run([msub, "--gres=gpu:1", "--model=resnet50", "--wrap", "true"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (code, out, err)
+    assert len(log.read_text().splitlines()) == calls

@@ -507,6 +507,47 @@ def test_settle_own_finish_rule_blocks_a_move_that_is_later_for_the_job_but_bett
     assert SettleOptions().own_finish
 
 
+def test_settle_weighs_a_plan_by_its_own_measure_the_mean_end_within_its_makespan_allowance():
+    """Two 1-GPU nodes of one type, jobs a-e of 10, 6, 4, 1, 1 h at 0, each held in a priority order (each
+    job on the node that frees first). Held a, b, d, c, e: a 0-10 | b 0-6, d 6-7, c 7-11, e 10-11 on n1:
+    makespan 11 h, ends 10 + 6 + 7 + 11 + 11 = 45 h (mean 9 h). A plan a, e, b, d, c (12 h, 38 h) of which
+    only e ends sooner for itself: with e moved, e 0-1, b 1-7, d 7-8, c 8-12 on n1, a 0-10 on n2: 12 h,
+    mean 7.6 h. Weighed makespan first (the objective's rule, `Plan.measure` None) it is refused; weighed
+    by the plan's own measure ("allowance": the mean end while the makespan is within the plan's 12 h
+    plus its slack) it is taken. Past the allowance the makespan comes first: held a, b, d, e, c (12 h,
+    ends 10 + 6 + 7 + 8 + 12 = 43 h, mean 8.6 h), the plan a, b, d, c, e (11 h, mean 9 h: c moved) is
+    taken with no slack (the incumbent's 12 h is past the plan's 11 h) and refused with 1 h of slack (12 h
+    is within it, and the mean end would grow); the online "capped" measure refuses it either way.
+    `allowance_share` (SettleOptions): 0 caps at the plan's own makespan (its slack unused), None ignores
+    the plan's measure (the objective's rule, makespan first here)."""
+    from msched.policy.snapshot import JobDecision, Plan
+    from msched.rounds.settle import Incumbent, settle
+
+    nodes = (NodeState("n1", "a100", 1, 1), NodeState("n2", "a100", 1, 1))
+    hours = {"a": 10, "b": 6, "c": 4, "d": 1, "e": 1}
+
+    def held(incumbent: str, plan: str, measure: str | None, slack_h: float = 0.0,
+             share: float | None = 1.0) -> tuple[int, float, float]:
+        prio = {j: 100 - k for k, j in enumerate(incumbent)}
+        pend = tuple(PendingJob(j, 0.0, 1, prio[j], {"a100": h * H}, current_types=("a100",)) for j, h in hours.items())
+        s = ClusterSnapshot(0.0, nodes, (), pend, None)
+        inc = Incumbent(types={j: ("a100",) for j in hours}, priority=prio)
+        new = Plan("msched", [JobDecision(j, 100 - k, ("a100",)) for k, j in enumerate(plan)], measure=measure,
+                   makespan_slack_s=slack_h * H)
+        _out, report = settle(s, new, inc, objective="makespan", options=SettleOptions(allowance_share=share))
+        return report.moved, report.makespan_held / H, report.mean_end_held / H
+
+    assert held("abdce", "aebdc", None) == (0, 11.0, 9.0)
+    assert held("abdce", "aebdc", "allowance", 0.1) == (1, 12.0, 7.6)
+    assert held("abdec", "abdce", "allowance") == (1, 11.0, 9.0)
+    assert held("abdec", "abdce", "allowance", 1.0) == (0, 12.0, 8.6)
+    assert held("abdec", "abdce", "capped") == (0, 12.0, 8.6)
+    assert held("abdec", "abdce", "allowance", 1.0, share=0.0) == (1, 11.0, 9.0)
+    assert held("abdce", "aebdc", "allowance", 0.1, share=None) == (0, 11.0, 9.0)
+    with pytest.raises(ValueError, match="allowance_share"):
+        SettleOptions(allowance_share=1.5)
+
+
 def ten_six_four_one_one() -> tuple[ClusterSnapshot, list[PendingJob]]:
     """One type, two 1-GPU nodes, a batch at 0 of jobs of 10, 6, 4, 1, 1 h, and its longest-first order.
     That order ends at 11 h (10 | 6+4, then 1 | 1: the optimum, half the 22 h of work) with a sum of ends
@@ -557,18 +598,22 @@ def test_short_first_in_plan_keeps_the_batch_makespan_and_lowers_its_sum_of_ends
     + 11). The value chosen on the bench (CHOSEN_SHORT_FIRST, 0.1, a cap of 12.1 h) gives the same: the only other split within the cap, 10 |
     6+4+1+1 (12 h), has a sum of ends of at least 10 + 1 + 2 + 6 + 12 = 31 h, never below the 11 h
     plan's, so it is never taken (a candidate must lower the sum); objective "makespan" stays pure (the rule is balanced's batch
-    plan's only: 11 h, and its sum of ends is what its search finds, not below 29 h). Off by default."""
+    plan's only: 11 h, and its sum of ends is what its search finds, not below 29 h). On by default since
+    jct14. The plan carries its measure for settle: "allowance", with the time its makespan may grow and
+    stay within it (the cap minus the plan's 11 h: 0 h and 1.1 h); the pure makespan plan carries none."""
     from msched.policy.planner import CHOSEN_SHORT_FIRST
     s, _ = ten_six_four_one_one()
-    assert get_policy("msched").short_first is None and CHOSEN_SHORT_FIRST == 0.1
-    for p in (get_policy("msched", short_first=0.0, time_box_s=120),
-              get_policy("msched", short_first=CHOSEN_SHORT_FIRST, time_box_s=120)):
+    assert get_policy("msched").short_first == CHOSEN_SHORT_FIRST == 0.1
+    for p, slack in ((get_policy("msched", short_first=0.0, time_box_s=120), 0.0),
+                     (get_policy("msched", time_box_s=120), 1.1)):
         plan = p.plan(s)
         total = sum(ends(plan).values()) / H
         assert plan.est_makespan_end / H == 11.0 and 29.0 <= total <= 31.0
         assert {d.job_id for d in plan.decisions} == set("abcde")
+        assert plan.measure == "allowance" and plan.makespan_slack_s / H == pytest.approx(slack, abs=1e-6)
     pure = get_policy("msched", objective="makespan", short_first=CHOSEN_SHORT_FIRST, time_box_s=120).plan(s)
     assert pure.est_makespan_end / H == 11.0 and sum(ends(pure).values()) / H >= 29.0
+    assert pure.measure is None and get_policy("msched", short_first=None, time_box_s=120).plan(s).measure is None
 
 
 def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget():

@@ -203,6 +203,41 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
 
 
 @pytest.mark.slurm
+def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an_event_round(
+        slurm_cluster, settled_queue, monkeypatch):
+    """The light check starts the round's tight squeue and sinfo beside the digest's squeue (eleventh pass:
+    an event round then waits for one squeue, not two in a row). A light round ends what it started: no
+    command left running, nothing left to collect. A round the digest sends on reads the queue from the
+    squeue started beside the digest: one tight squeue in that round, and the read is the tight read."""
+    import msched.slurm.cli.client as cli
+    from msched.slurm.cli.tight import NARROW, tight_format
+
+    reorderer, _blockers, _managed, plain = settled_queue
+    client = reorderer.client
+    _settle(reorderer)
+    started: list = []
+    start = cli._Started.__init__
+
+    def counted(self, argv, env, timeout_s):  # noqa: ANN001, ANN202
+        start(self, argv, env, timeout_s)
+        started.append(self)
+
+    monkeypatch.setattr(cli._Started, "__init__", counted)
+
+    def tight_squeues() -> list:
+        return [s for s in started if tight_format(NARROW) in s.argv]
+
+    assert reorderer.round().light
+    assert len(tight_squeues()) == 1 and not client._prefetched
+    assert all(s.proc.poll() is not None for s in started)          # ended, not left running
+    slurm_cluster.run(["scancel", plain[0]], check=True)
+    started.clear()
+    after = reorderer.round()
+    assert not after.light and client.last_read == "tight"
+    assert len(tight_squeues()) == 1 and not client._prefetched     # the one started beside the digest
+
+
+@pytest.mark.slurm
 def test_a_light_round_imports_nothing_of_the_planning_core(slurm_cluster, site, settled_queue):
     """`msched reorder` in a new process (as cron runs it) after the queue settled: the round is light
     and the process never loaded the planning core, the estimators, the heavy libraries, SQLAlchemy or

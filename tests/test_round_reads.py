@@ -305,3 +305,54 @@ def test_a_round_that_reads_finished_jobs_by_id_finds_the_same_completions(tmp_p
         active = client.jobs()
         answers.append((repr(active), repr(client.finished_jobs(since=before + later))))
     assert answers[0] == answers[1]
+
+
+# ------------------------------------------------------------------ the jobcomp tail read ahead (eleventh pass)
+def _jobcomp_client(tmp_path: Path, lines: list[str]) -> CliClient:
+    client = _client(tmp_path)
+    path = tmp_path / "jobcomp.txt"
+    path.write_text("".join(f"{ln}\n" for ln in lines))
+    client._slurm_config = {"JobCompType": "jobcomp/filetxt", "JobCompLoc": str(path)}   # as scontrol shows it
+    return client
+
+
+def test_finished_jobs_with_the_jobcomp_tail_read_ahead_answer_as_without(tmp_path):
+    """A round reads the jobcomp tail ahead (`prefetch_finished`) while the queue's squeue runs: its
+    `finished_jobs(since)` answers as a client that reads the tail after the queue, for every `since`
+    (the file's end times, before all, after all, None), with lines for jobs squeue shows (pending or
+    running: not finished; finished: squeue's record). The tail read ahead is used once, and only for
+    the same `since`: a line written after it is not in that answer (the next round's window, which
+    overlaps this round by COMPLETION_OVERLAP_S, finds it), a different `since` reads the file again."""
+    from msched.slurm.cli.accounting import _local_time
+
+    queued = _client(tmp_path).jobs(("ALL",))
+    some = [next(j for j in queued if j.is_pending), next(j for j in queued if j.state in FINISHED_STATES)]
+    lines = JOBCOMP + [re.sub(r"^JobId=\d+", f"JobId={j.job_id}", JOBCOMP[k]) for k, j in enumerate(some)]
+    ends = sorted({_local_time(m.group(1)) for ln in lines if (m := re.search(r" EndTime=(\S+)", ln))})
+    answers = []
+    for since in (None, ends[0] - 1, *ends, ends[-1] + 1):
+        plain = _jobcomp_client(tmp_path, lines)
+        plain.nodes()
+        plain.jobs()
+        want = plain.finished_jobs(since)
+        answers.append(want)
+        ahead = _jobcomp_client(tmp_path, lines)
+        ahead.nodes()
+        ahead.prefetch_finished(since)
+        ahead.jobs()
+        (tmp_path / "jobcomp.txt").write_text(lines[0] + "\n")      # written after the read ahead
+        assert ahead.finished_jobs(since) == want
+        assert ahead._jobcomp_ahead is None                          # used once
+        other = _jobcomp_client(tmp_path, lines)
+        other.nodes()
+        other.prefetch_finished(since)
+        other.jobs()
+        later = ends[-1] + 1 if since is None else None
+        fresh = _jobcomp_client(tmp_path, lines)
+        fresh.nodes()
+        fresh.jobs()
+        assert other.finished_jobs(later) == fresh.finished_jobs(later)     # another since: read again
+    assert len({len(a) for a in answers}) > 2           # the window changes the answer
+    everything = {j.job_id: j for j in answers[0]}
+    assert everything[some[1].job_id] == some[1]            # squeue's record, not the file's line
+    assert some[0].job_id not in everything                 # pending in squeue: not finished

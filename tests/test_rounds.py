@@ -558,15 +558,19 @@ def test_priorities_keep_the_order_and_never_write_more_than_the_longest_kept_ru
 
 
 class WorstFirst:
-    """A policy whose plan is bad on purpose: shortest jobs first on their slowest type."""
+    """A policy whose plan is bad on purpose: shortest jobs first on their slowest type (`longest`: longest
+    first, bad for the mean end too: shortest first is the order that minimizes it on each type)."""
 
     name = "worst"
     objective = "makespan"
 
+    def __init__(self, longest: bool = False):
+        self.sign = -1.0 if longest else 1.0
+
     def plan(self, snapshot):  # noqa: ANN001, ANN201
         from msched.policy.priorities import assign_priorities
         managed = [j for j in snapshot.pending if j.managed and j.est_runtime_s and not j.pinned_type]
-        managed.sort(key=lambda j: min(j.est_runtime_s.values()))
+        managed.sort(key=lambda j: self.sign * min(j.est_runtime_s.values()))
         prio = assign_priorities([j.job_id for j in managed], {j.job_id: j.priority for j in managed})
         return Plan("worst", [JobDecision(j.job_id, prio[j.job_id], (max(j.est_runtime_s, key=j.est_runtime_s.get),))
                               for j in managed])
@@ -946,18 +950,28 @@ def test_the_report_shows_a_simulated_runs_churn_as_the_simulator_counted_it(tmp
     assert run.rounds.max_writes_per_job == m["max_writes_per_job"]
 
 
-def test_moves_are_rate_limited_by_what_changed():
-    """Against a bad incumbent (WorstFirst's plan held), a round that saw nothing change makes at most
-    `drift_share` of the queue in optional moves and one after two departures at most `moves_per_change`
-    per departure; the rest waits (largest gain first) and is taken by later rounds. Without the limit
-    the same round moves far more: the limit, not the margins, is what held them."""
+@pytest.mark.parametrize("share", [None, 1.0])
+def test_moves_are_rate_limited_by_what_changed(share):
+    """Against a bad incumbent (WorstFirst's plan held, longest first), a round that saw nothing change
+    makes at most `drift_share` of the queue in optional moves and one after two departures at most
+    `moves_per_change` per departure; the rest waits (largest gain first) and is taken by later rounds,
+    each shortening the held plan's makespan and its mean end. Without the limit the same round moves
+    far more: the limit, not the margins, is what held them.
+    The batch is planned short first within a makespan allowance (`short_first`, the default since
+    jct14); settle weighs its moves makespan first (`allowance_share` None, the default) or by the plan's
+    own measure (1.0: the mean end within the allowance, `Plan.measure`). The incumbent was WorstFirst's
+    shortest-first order until then, bad only in its types: against it the short-first plan's moves of
+    largest gain (short jobs planned days out, moved ahead) lengthen the mean end (one or two of them) and
+    the makespan (four), as moving a job ahead of shorter ones does, so none pays on either measure and
+    the round moved nothing (the test's premise was the makespan plan's moves, long jobs moved ahead)."""
     c, _b, perf = br.busy_sim(400, seed=6, plain_share=0.0)
     est = TagEstimator(perf)
-    bad = run_round(c, WorstFirst(), est)
+    assert get_policy("msched").short_first is not None
+    bad = run_round(c, WorstFirst(longest=True), est)
     c.advance(1)
     unlimited = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True,
-                          settle_options=SettleOptions(moves_per_change=None))
-    opts = SettleOptions(moves_per_change=8, drift_share=0.01)
+                          settle_options=SettleOptions(moves_per_change=None, allowance_share=share))
+    opts = SettleOptions(moves_per_change=8, drift_share=0.01, allowance_share=share)
     quiet = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, dry_run=True, settle_options=opts)
     managed = len(quiet.incumbent)
     assert unlimited.settle.moved > 4 * math.ceil(0.01 * managed)
@@ -968,14 +982,16 @@ def test_moves_are_rate_limited_by_what_changed():
     after = run_round(c, get_policy("msched"), est, incumbent=bad.incumbent, settle_options=opts)
     assert after.settle.changes == 2
     assert 0 < after.settle.moved <= 16
-    incumbent, spans = after.incumbent, [after.settle.makespan_held]
+    assert after.new_plan.measure == "allowance"
+    incumbent, spans, means = after.incumbent, [after.settle.makespan_held], [after.settle.mean_end_held]
     for _ in range(4):                                   # later rounds keep taking the waiting moves
         c.advance(1)
         r = run_round(c, get_policy("msched"), est, incumbent=incumbent, settle_options=opts)
         assert r.settle.moved <= math.ceil(0.01 * managed)
         incumbent = r.incumbent
         spans.append(r.settle.makespan_held)
-    assert spans[-1] < spans[0]
+        means.append(r.settle.mean_end_held)
+    assert spans[-1] < spans[0] and means[-1] < means[0]
 
 
 def test_a_round_that_finds_slurm_as_the_last_round_left_it_does_not_plan(tmp_path):

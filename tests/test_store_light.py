@@ -199,7 +199,9 @@ def _rounds_on(tmp_path, plain: bool):  # noqa: ANN202
     """The same simulated rounds (the dev cluster's shape, 200 pending: a burst, rounds with nothing
     changed, 4 running jobs ending, completions as blockers end, an arrival) recorded through the plain
     view (`plain`) or the SQLAlchemy store, then pruned in batches of 2 as if 30 days later; returns
-    every table's rows."""
+    every table's rows. The arrival asks for a whole 4-GPU node, so that it waits and the rounds kept
+    after pruning plan it (a 1-GPU arrival started at once, and whether those rounds recorded a decision
+    was up to the planner: none since the batch is planned short first, jct14)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import bench_reorder as br
 
@@ -225,7 +227,7 @@ def _rounds_on(tmp_path, plain: bool):  # noqa: ANN202
             if step == 5:
                 c.advance(5000.0)                    # the other blockers end, pending jobs start
             if step == 7:
-                c.submit(br.JobRequest(name="late", num_gpus=1, time_limit_s=3600, comment=next(
+                c.submit(br.JobRequest(name="late", num_gpus=4, time_limit_s=3600, comment=next(
                     j.comment for j in c.jobs() if j.tag is not None), extra={"runtime_s": 600.0}))
             c.advance(60.0)
             out = reorderer.round()

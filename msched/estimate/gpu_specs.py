@@ -16,10 +16,10 @@ Pure Python (csv): msub may read it.
 
 from __future__ import annotations
 
-import csv
 import os
 
 from msched.config import DATA_DIR
+from msched.util.light import DictReader
 from msched.util.record import record
 
 SHIPPED_SPECS = os.path.join(DATA_DIR, "gpu_specs.csv")
@@ -111,7 +111,7 @@ def read_specs(path: str) -> list[GpuSpec]:
     """Rows of a spec CSV; a missing numeric value reads as 0 (unknown)."""
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
+            reader = DictReader(fh)
             missing = [c for c in ("gpu_type", "fp32_tflops", "memory_gb", "memory_bw_gbs")
                        if c not in (reader.fieldnames or ())]
             if missing:

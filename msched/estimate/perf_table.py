@@ -15,13 +15,13 @@ Fill rules (DESIGN, policy point 4), in `PerfTable.iter_ms`:
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable
 
+from msched.util.light import DictReader
 from msched.util.record import record
 
 COLUMNS = ("model", "gpu_type", "num_gpus", "batch_size", "precision", "iter_ms")
@@ -59,7 +59,7 @@ class PerfTable:
     def load(cls, path: str | os.PathLike) -> PerfTable:
         try:
             with open(path, newline="") as fh:
-                return cls(_parse_rows(csv.DictReader(fh), str(path)))
+                return cls(_parse_rows(DictReader(fh), str(path)))
         except OSError as exc:
             raise PerfTableError(f"cannot read performance table {path}: {exc.strerror}") from exc
 
@@ -149,7 +149,7 @@ def _nearest(rows: list[PerfRow], num_gpus: int, batch_size: int) -> PerfRow:
     return min(at_count, key=lambda r: (abs(math.log(r.batch_size / batch_size)), r.batch_size))
 
 
-def _parse_rows(reader: csv.DictReader, name: str) -> list[PerfRow]:
+def _parse_rows(reader: DictReader, name: str) -> list[PerfRow]:
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise PerfTableError(f"{name}: missing column(s) {', '.join(missing)}; expected {','.join(COLUMNS)}[,source]")
@@ -175,6 +175,8 @@ def _parse_rows(reader: csv.DictReader, name: str) -> list[PerfRow]:
 
 def rows_csv(rows: Iterable[PerfRow]) -> str:
     """Rows in the performance-table CSV format (with the source column), in the order given."""
+    import csv
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*COLUMNS, "source"])

@@ -10,7 +10,6 @@ scikit-learn (those are needed only to fit the standardisation of a custom refer
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ from functools import lru_cache
 from msched.config import DATA_DIR, METRICS, Config, load_config
 from msched.errors import ProfileError
 from msched.models.features import FEATURE_NAMES, Standardisation, feature_vector
+from msched.util.light import json_load
 from msched.util.record import record
 
 DEFAULT_REFERENCES = os.path.join(DATA_DIR, "reference_models.json")
@@ -213,10 +213,10 @@ def _load_file(path: str) -> ReferenceSet:
 def _load_file_cached(path: str, _mtime_ns: int, _size: int) -> ReferenceSet:
     try:
         with open(path) as fh:
-            data = json.load(fh)
+            data = json_load(fh)
     except OSError as exc:
         raise ClassifyError(f"cannot read reference set {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:                     # json.JSONDecodeError is a ValueError
         raise ClassifyError(f"reference set {path} is not valid JSON: {exc}") from exc
     if isinstance(data, list):  # a JSON list of model names
         return ReferenceSet.from_profiles([str(n) for n in data], source=path)

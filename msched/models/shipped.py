@@ -7,12 +7,12 @@ naming one costs a JSON lookup: no torch, and no `msched.models.profiler`. msub 
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 
 from msched.config import DATA_DIR
 from msched.errors import ProfileError
+from msched.util.light import json_load
 
 SHIPPED_FEATURES = os.path.join(DATA_DIR, "torchvision_features.json")
 
@@ -22,8 +22,8 @@ def load_table(path: str = SHIPPED_FEATURES) -> dict:
     """The whole file: {"versions": {...}, "models": {name: profile dict}}."""
     try:
         with open(path) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
+            return json_load(fh)
+    except (OSError, ValueError) as exc:          # json.JSONDecodeError is a ValueError
         raise ProfileError(f"cannot read shipped profiles {path}: {exc}") from exc
 
 

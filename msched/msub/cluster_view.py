@@ -15,12 +15,12 @@ without subprocess (msub's light path): processes are run with `msched.msub.spaw
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 from msched.config import PRICE_MEASURES
 from msched.msub.gpu_request import parse_gres
+from msched.util.light import json_load
 
 FREE_TIME_MAX_AGE_S = 900.0          # older published free times are ignored (reorderer down)
 CLUSTER_NODES_MAX_AGE_S = 600.0      # how long msub trusts its cached `sinfo` answer
@@ -37,7 +37,7 @@ def read_free_time(config, now: float | None = None) -> tuple[dict[str, float], 
     now = time.time() if now is None else now
     try:
         with open(config.free_time_path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json_load(fh)
         free_at = {config.canonical_gpu_type(str(k)): float(v) for k, v in dict(data.get("free_at", {})).items()}
         published = float(data.get("time", 0))
     except (OSError, ValueError, TypeError, AttributeError):
@@ -54,7 +54,7 @@ def read_plan_end(config, now: float | None = None) -> float | None:  # noqa: AN
     now = time.time() if now is None else now
     try:
         with open(config.free_time_path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json_load(fh)
         end, published = data.get("plan_end"), float(data.get("time", 0))
         return float(end) if end is not None and now - published <= FREE_TIME_MAX_AGE_S else None
     except (OSError, ValueError, TypeError, AttributeError):
@@ -70,7 +70,7 @@ def read_price(config, known=None, now: float | None = None) -> tuple[dict[str, 
     now = time.time() if now is None else now
     try:
         with open(config.free_time_path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json_load(fh)
         if not isinstance(data, dict) or now - float(data.get("time", 0)) > FREE_TIME_MAX_AGE_S:
             return {}, "saving"
         raw, measure = data.get("price"), data.get("price_measure", "saving")
@@ -120,7 +120,7 @@ def cluster_nodes(config, sbatch: str, known_types: set[str]) -> list[tuple[str,
     raw = None
     try:
         with open(cache, encoding="utf-8") as fh:
-            cached = json.load(fh)
+            cached = json_load(fh)
         if cached.get("key") == key and time.time() - float(cached["time"]) < CLUSTER_NODES_MAX_AGE_S:
             raw = cached["nodes"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -131,6 +131,8 @@ def cluster_nodes(config, sbatch: str, known_types: set[str]) -> list[tuple[str,
             return []
         raw = parse_sinfo_nodes(out)
         try:
+            import json
+
             from msched.util.files import write_atomically
 
             os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)

@@ -20,9 +20,8 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
     """The performance table restricted to a few models: msub needs only the rows that may estimate
     this job, and filtering lines before parsing keeps a large site table off the submission's
     critical path."""
-    import csv
-
     from msched.estimate.perf_table import PerfTable, PerfTableError, _parse_rows
+    from msched.util.light import DictReader
 
     prefixes = tuple(p for m in dict.fromkeys(m for m in models if m) for p in (f"{m},", f'"{m}",'))
     try:
@@ -31,7 +30,7 @@ def reference_rows(path, models):  # noqa: ANN001, ANN201 - a PerfTable
             lines = [header] + [ln for ln in fh if ln.startswith(prefixes)]
     except OSError as exc:
         raise PerfTableError(f"cannot read performance table {path}: {exc.strerror}") from exc
-    return PerfTable(_parse_rows(csv.DictReader(lines), str(path)))
+    return PerfTable(_parse_rows(DictReader(lines), str(path)))
 
 
 def job_precision(settings: MschedSettings, req: SbatchRequest, script: str | None) -> str:

@@ -4,16 +4,17 @@ command lines name.
 msub's own settings (`--model`, `--iterations`, `--batch-size`) come from msub's options and from
 `#MSCHED` lines; when neither names the model, it is looked for in the script's command lines and in
 `--wrap` (`--arch resnet50`, `-a vgg16`, `torchvision.models.densenet121`, `path/file.py:factory`).
-Light path: no dataclasses, pathlib or typing (see msched.util.record).
+Light path: no dataclasses, pathlib or typing (see msched.util.record), and no `re` for the common cases
+(`--arch`/`--model` options, #MSCHED lines): importing it costs msub ~4 ms (msched.util.light says more).
 """
 
 from __future__ import annotations
 
 import os
-import re
 
 from msched.msub.sbatch_args import is_command_line, split_directive
 from msched.util.record import record
+from msched.util.text import option_value_start
 
 MSCHED_DIRECTIVE = "#MSCHED"
 
@@ -134,15 +135,89 @@ def known_models() -> set[str]:
 
 
 
+# in order; the first is read by `_option_values` (no `re`), the others by `re`, imported and each pattern
+# compiled only when a command line reaches it
 _CANDIDATE_PATTERNS = (
     # a `path/file.py:factory` first: the plain word pattern alone would stop before `:factory`
-    re.compile(r"(?:^|\s)--(?:arch|model|model[-_]name|arch[-_]name|network|net)(?:=|\s+)[\"']?"
-               r"([\w.\-/~]+\.py:\w+|[\w.\-/]+)"),
-    re.compile(r"(?:^|\s)-a(?:=|\s+)?[\"']?([A-Za-z_][\w.]*)"),
-    re.compile(r"torchvision\.models\.([A-Za-z_]\w*)"),
-    re.compile(r"(?<![\w.])models\.([A-Za-z_]\w*)\s*\("),
-    re.compile(r"get_model\(\s*[\"']([A-Za-z_]\w*)[\"']"),
+    r"(?:^|\s)--(?:arch|model|model[-_]name|arch[-_]name|network|net)(?:=|\s+)[\"']?"
+    r"([\w.\-/~]+\.py:\w+|[\w.\-/]+)",
+    r"(?:^|\s)-a(?:=|\s+)?[\"']?([A-Za-z_][\w.]*)",
+    r"torchvision\.models\.([A-Za-z_]\w*)",
+    r"(?<![\w.])models\.([A-Za-z_]\w*)\s*\(",
+    r"get_model\(\s*[\"']([A-Za-z_]\w*)[\"']",
 )
+# the first pattern's option names, in its order
+_OPTION_NAMES = ("arch", "model", "model-name", "model_name", "arch-name", "arch_name", "network", "net")
+
+
+def _is_word(c: str) -> bool:
+    return c.isalnum() or c == "_"          # `re`'s `\w` for str
+
+
+def _run_end(line: str, i: int, extra: str) -> int:
+    """The end of the run of word characters and characters of EXTRA that starts at I."""
+    n = len(line)
+    while i < n and (_is_word(line[i]) or line[i] in extra):
+        i += 1
+    return i
+
+
+def _value_at(line: str, u: int) -> tuple[str, int] | None:
+    r"""`([\w.\-/~]+\.py:\w+|[\w.\-/]+)` matched at U: (the value, its end) or None."""
+    n = len(line)
+    end = _run_end(line, u, ".-/~")
+    # `[\w.\-/~]+\.py:` ends where that run ends (`:` is not in it): the run must end in `.py` after at
+    # least one character, and a `:` and a word character follow it
+    if end - u >= 4 and line.startswith(".py", end - 3) and end + 1 < n and line[end] == ":" \
+            and _is_word(line[end + 1]):
+        stop = _run_end(line, end + 1, "")
+        return line[u:stop], stop
+    end = _run_end(line, u, ".-/")
+    return (line[u:end], end) if end > u else None
+
+
+def _option_at(line: str, q: int) -> tuple[str, int] | None:
+    """The first pattern matched from its `--` at Q: (group 1, the match's end) or None."""
+    if not line.startswith("--", q):
+        return None
+    for name in _OPTION_NAMES:
+        t = option_value_start(line, q + 2 + len(name)) if line.startswith(name, q + 2) else None
+        if t is None:
+            continue
+        found = _value_at(line, t)
+        if found is not None:
+            return found
+    return None
+
+
+def _option_values(line: str):  # noqa: ANN202 - an iterator of str
+    """group(1) of each match of `re.finditer(_CANDIDATE_PATTERNS[0], line)`, in order, in string methods
+    (tests/test_msub_light_path.py checks them against the pattern)."""
+    p, n = 0, len(line)
+    while p < n:
+        found = _option_at(line, 0) if p == 0 else None          # `^`, tried first
+        if found is None and line[p].isspace():
+            found = _option_at(line, p + 1)                       # `\s`
+        if found is None:
+            p += 1
+            continue
+        yield found[0]
+        p = found[1]
+
+
+def _pattern_values(k: int, line: str):  # noqa: ANN202 - an iterator of str
+    if k == 0:
+        return _option_values(line)
+    import re
+
+    return (m.group(1) for m in re.finditer(_CANDIDATE_PATTERNS[k], line))
+
+
+def _is_file_spec(cand: str) -> bool:
+    r"""`re.fullmatch(r"[^:\s]+\.py:\w+", cand)` in string methods."""
+    head, colon, factory = cand.partition(":")
+    return bool(colon) and len(head) > 3 and head.endswith(".py") and not any(c.isspace() for c in head) \
+        and bool(factory) and all(_is_word(c) for c in factory)
 
 
 def detect_model(texts: list[str], known: set[str]) -> str | None:
@@ -153,15 +228,15 @@ def detect_model(texts: list[str], known: set[str]) -> str | None:
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
                 continue
-            for pat in _CANDIDATE_PATTERNS:
-                for m in pat.finditer(line):
-                    cand = m.group(1).strip("\"'")
+            for k in range(len(_CANDIDATE_PATTERNS)):
+                for value in _pattern_values(k, line):
+                    cand = value.strip("\"'")
                     if cand in known:
                         return cand
                     lowered = cand.lower()
                     if lowered in known:
                         return lowered
-                    if re.fullmatch(r"[^:\s]+\.py:\w+", cand) and os.path.isfile(cand.split(":")[0]):
+                    if _is_file_spec(cand) and os.path.isfile(cand.split(":")[0]):
                         return cand
     return None
 

@@ -10,14 +10,12 @@ Pure Python (msub's hot path).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 
 from msched.msub.sbatch_args import SbatchRequest
 from msched.util.record import record
 
 GPU_OPTIONS = ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpus-per-socket")
-_FEATURE_TOKEN = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 @record
@@ -34,12 +32,16 @@ class GpuRequest:
         return bool(self.types)
 
 
+_COUNT_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
 def _parse_count(text: str) -> int | None:
-    m = re.fullmatch(r"(\d+)([kKmMgG]?)", text.strip())
-    if not m:
-        return None
-    mult = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
-    return int(m.group(1)) * mult
+    r"""`N`, `Nk`, `Nm` or `Ng` (any case) -> the count; None otherwise. String methods, not `re`:
+    compiling a pattern costs msub ~0.2 ms (str.isdecimal is exactly `re`'s `\d`, Unicode digits included)."""
+    t = text.strip()
+    unit = t[-1:].lower() if t[-1:] in ("k", "K", "m", "M", "g", "G") else ""
+    digits = t[:len(t) - len(unit)]
+    return int(digits) * _COUNT_UNITS[unit] if digits.isdecimal() else None
 
 
 def parse_gres(value: str) -> list[tuple[str | None, int]]:

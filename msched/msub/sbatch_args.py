@@ -21,7 +21,6 @@ The rules below were checked against the real sbatch 22.05.8 (every long option 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -323,10 +322,14 @@ def parse_time_limit(text: str) -> float | None:
     s = text.strip().lower()
     if not s or s in _TIME_UNLIMITED:
         return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", s)
-    if not m:
+    # `(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?` in string methods (compiling it cost msub ~0.1 ms;
+    # str.isdecimal is exactly `re`'s `\d`)
+    head, dash, rest = s.partition("-")
+    days = head if dash else None
+    parts = (rest if dash else s).split(":")
+    if len(parts) > 3 or (days is not None and not days.isdecimal()) or not all(p.isdecimal() for p in parts):
         return None
-    days, a, b, c = m.groups()
+    a, b, c = (*parts, None, None)[:3]
     if days is not None:
         # D-H, D-H:M, D-H:M:S
         h, mi, se = int(a), int(b or 0), int(c or 0)
@@ -341,8 +344,11 @@ def parse_time_limit(text: str) -> float | None:
 def _first_int(text: str | None) -> int | None:
     if not text:
         return None
-    m = re.match(r"\s*(\d+)", text)
-    return int(m.group(1)) if m else None
+    digits = text.lstrip()              # `re.match(r"\s*(\d+)", text)` in string methods
+    end = 0
+    while end < len(digits) and digits[end].isdecimal():
+        end += 1
+    return int(digits[:end]) if end else None
 
 
 @record

@@ -144,6 +144,11 @@ class Plan:
     decisions: list[JobDecision] = field(default_factory=list)
     est_makespan_end: float | None = None        # estimated time the last planned job ends (absolute)
     free_time: dict[str, float] = field(default_factory=dict)   # projected time each GPU type frees up (absolute)
+    # the measure the plan was made for, as settle weighs its moves (msched.rounds.settle 4.): "allowance"
+    # (the mean end while the makespan end is within `makespan_slack_s` of this plan's, the makespan first
+    # past it: balanced's short-first batch plan, msched.policy.planner); None: the round's objective
+    measure: str | None = None
+    makespan_slack_s: float = 0.0
 
     def by_job(self) -> dict[str, JobDecision]:
         return {d.job_id: d for d in self.decisions}

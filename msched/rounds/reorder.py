@@ -9,7 +9,8 @@ this module adds what only the real cluster needs, in an order that keeps the qu
    tight format, one sinfo); when it is the last round's, that round wrote nothing and changed no held
    plan, the clock is before its plan's `stable_until`, no hold is open and the begin-time lever is off,
    the round has the last one's inputs: record a summary row, publish the free time again, and stop
-   (no squeue --json, no snapshot, no plan: the planning core is not even imported);
+   (no squeue --json, no snapshot, no plan: the planning core is not even imported); the round's own
+   reads start beside the digest (config `digest_overlap`) and are ended when the round is light;
 3. read jobs and nodes once (batched), ingest tags not seen before;
 4. run the round against the incumbent the store holds (plan, keep what is worth its writes, diff,
    apply only the changes within the write budget; jobs that started meanwhile are skipped);
@@ -350,12 +351,16 @@ class Reorderer:
         return self._estimator
 
     # ---------------------------------------------------------------- reading
-    def read(self) -> tuple[list[SlurmJob], list[SlurmNode]]:
+    def read(self, *, completions: bool = False) -> tuple[list[SlurmJob], list[SlurmNode]]:
         """One batched read of the queue and the nodes; Slurm unreachable -> ReorderError. The nodes
         first: the command-line backend then knows every node's GPU type when it reads the queue, and
-        runs one sinfo instead of two in a new process (cron's)."""
+        runs one sinfo instead of two in a new process (cron's). `completions`: between the two, what
+        the round's completions can read before the queue is read ahead (`SlurmClient.prefetch_finished`,
+        from the window `_record` will ask for), while the prefetched squeue runs."""
         try:
             nodes = list(self.client.nodes())
+            if completions:
+                self.client.prefetch_finished(self._completion_since())
             return list(self.client.jobs(ACTIVE_STATES)), nodes
         except SlurmUnavailable as exc:
             raise _fail(f"Slurm unreachable: {one_line(exc)}; nothing changed") from None
@@ -394,7 +399,11 @@ class Reorderer:
         digest = None
         own_read = not dry_run and jobs is None and nodes is None and self.skip_unchanged
         if own_read:
-            light, digest = self._light_round(self.client.now() if now is None else now)
+            try:
+                light, digest = self._light_round(self.client.now() if now is None else now)
+            except BaseException:
+                self.client.close()         # the reads started beside the digest (`_light_round`)
+                raise
             if light is not None:
                 return light
             if digest is None and not self.client.digest_of_read:
@@ -405,7 +414,7 @@ class Reorderer:
         try:
             if jobs is None and nodes is None:
                 # the queue's squeue and the sinfo run while the round loads the planning core and the
-                # estimator (`SlurmClient.prefetch`; a light round never gets here)
+                # estimator (`SlurmClient.prefetch`; started already beside the light check's digest, if any)
                 self.client.prefetch()
             # the planning core: not for a light round
             from msched.policy.reservations import BeginTimeOptions
@@ -414,7 +423,7 @@ class Reorderer:
             estimator = self.estimator
             if jobs is None or nodes is None:
                 given = jobs
-                read_jobs, read_nodes = self.read()
+                read_jobs, read_nodes = self.read(completions=not dry_run and jobs is None and nodes is None)
                 jobs = read_jobs if jobs is None else jobs
                 nodes = read_nodes if nodes is None else nodes
                 if not dry_run and given is None and self.replay_journal(jobs):
@@ -578,9 +587,15 @@ class Reorderer:
             return None, None               # a hold or begin time to undo: the full round replays it
         # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
         # for --release, which a round's replay leaves alone)
+        # the round's own reads start beside the digest's squeue (`SlurmClient.prefetch`): when the digest
+        # differs, the round collects them, so an event round waits for one squeue instead of two in a row
+        # (eleventh pass); a light round ends them as soon as it knows it is light
+        if self.config.digest_overlap:
+            self.client.prefetch()
         digest = self._queue_digest()
         if digest is None or last.queue_digest != digest:
             return None, digest
+        self.client.close()
         free = self._carry_published(now)
         if free is None:
             return None, digest

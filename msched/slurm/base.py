@@ -404,6 +404,12 @@ class SlurmClient(abc.ABC):
         """End what `prefetch` started and no read collected; this default has nothing to end."""
         return None
 
+    def prefetch_finished(self, since: float | None) -> None:
+        """Read now what the next `finished_jobs(since)` can read before the queue (the command line: the
+        jobcomp file's tail), so that it overlaps the queue's read started by `prefetch`; this default
+        reads nothing ahead."""
+        return None
+
     def scheduler(self) -> SchedulerSettings:
         """The scheduler Slurm runs (the command-line backend reads `scontrol show config`; the
         simulator answers from its own settings). This default is Slurm's default: sched/backfill."""
