@@ -98,7 +98,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             # predicted here (from the job types' own figures) to pass msched's rule (both >= 0.5x,
             # combined >= threshold): the predictor erred; else msub's prediction at submit (from the
             # tag's reference, or a pair it never checked) differed from this one
-            ok = predicted >= threshold and (model.slower_speed(sa, sb, p["gpu_type"]) or 0.0) >= MIN_OWN_SPEED
+            # (the run's own guard: "bound", the shipped one, judges by the quantile bound, not the mean)
+            ok = predicted >= threshold and (model.slower_for(guard)(sa, sb, p["gpu_type"]) or 0.0) >= MIN_OWN_SPEED
             crawled["predictor" if ok else "unchecked"] += 1
     slowest = min((min(p["speed_a"], p["speed_b"]) for p in pairs), default=None)
     # why the makespans differ: the job that ends last with packing, as it ran without

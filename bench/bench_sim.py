@@ -191,12 +191,14 @@ def cuts13_anew() -> None:
 def cuts14_anew() -> None:
     """Switch off planner14's plan-identical cuts (each checked against this plain path in
     tests/test_fast_paths.py): squeue's and sinfo's views looked up for every job and node each round (no
-    kept list, no delta handed to the round), and every job of the round looked up in the snapshot's memo."""
+    kept list, no delta handed to the round), every job of the round looked up in the snapshot's memo, and
+    the snapshot's GPUs per type counted over its nodes."""
     import msched.rounds.core as core
     import slurm_sim.client as client
 
     client.KEEP_JOB_LIST = False
     core.KEEP_DELTA = False
+    core.KEEP_TOTALS = False
 
 
 def main() -> None:

@@ -442,8 +442,9 @@ def test_the_kept_job_list_and_its_delta_read_equal_a_lookup_of_every_job(ops):
     """`SimClient.jobs()` keeps its list and hands the round what changed (`KEEP_JOB_LIST`), which
     `build_snapshot` reads as a delta (`KEEP_DELTA`): after any sequence of submissions, clock moves,
     scontrol updates, holds, cancellations, begin times and another client's reads, the list holds the same
-    view objects in the same order as a lookup of every active job, the nodes' views are sinfo's, and the
-    snapshot and views (and the times it changes at) equal the plain per-job read at every step, also at
+    view objects in the same order as a lookup of every active job, the nodes' views are sinfo's, the
+    snapshot's GPUs per type and types from the node memo (`KEEP_TOTALS`) are the ones counted, and the
+    snapshot and views (and the times it changes at, in any order) equal the plain per-job read at every step, also at
     clocks past running jobs' expected ends."""
     import msched.rounds.core as core
     import slurm_sim.client as client_mod
@@ -497,12 +498,15 @@ def test_the_kept_job_list_and_its_delta_read_equal_a_lookup_of_every_job(ops):
             got_changes: list[float] = []
             got = build_snapshot(jobs, nodes, est, clock, changes=got_changes)
             plain_changes: list[float] = []
-            core.KEEP_DELTA = False
+            core.KEEP_DELTA = core.KEEP_TOTALS = False
             try:
                 plain = build_snapshot(list(jobs), nodes, est, clock, changes=plain_changes)
             finally:
-                core.KEEP_DELTA = True
-            assert got == plain and got_changes == plain_changes
+                core.KEEP_DELTA = core.KEEP_TOTALS = True
+            assert got == plain and sorted(got_changes) == sorted(plain_changes)
+            # the GPUs per type and the sorted types from the node memo (`KEEP_TOTALS`), as counted
+            assert list(got[0].gpus_total.items()) == list(plain[0].gpus_total.items())
+            assert got[0].gpu_types == plain[0].gpu_types
             jobs = c.jobs()        # the next read carries an empty delta (or what the clock changed)
     client_mod.KEEP_JOB_LIST = False
     try:
@@ -568,6 +572,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)
+    monkeypatch.setattr(core, "KEEP_TOTALS", False)
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

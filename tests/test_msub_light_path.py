@@ -23,7 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msched.config import Config, ConfigError
-from msched.models.precision import _NEEDED as precision_words
+from msched.models.precision import _FLAGS as PRECISION_FLAGS
+from msched.models.precision import _VALUED as PRECISION_VALUED
+from msched.models.precision import detect_precision, normalise_precision
 from msched.msub.directives import _CANDIDATE_PATTERNS, _is_file_spec, _option_values
 from msched.msub.gpu_request import _parse_count
 from msched.msub.sbatch_args import _first_int, parse_time_limit
@@ -244,24 +246,41 @@ def test_time_examples(text):
     assert parse_time_limit(text) == _time_by_re(text)
 
 
-_PRECISION_RES = (
-    re.compile(r"(?:^|\s)--(?:precision|mixed[-_]precision|opt[-_]level|dtype)(?:=|\s+)[\"']?([\w\-]+)"),
-    re.compile(r"(?:^|\s)--(?:use[-_])?(?:amp|autocast)(?=\s|$|=)"),
-    re.compile(r"(?:^|\s)--(?:use[-_])?(?:fp16|half)(?=\s|$)"),
-    re.compile(r"(?:^|\s)--(?:use[-_])?bf16(?=\s|$)"),
-)
-_WORDS = st.sampled_from(["--", "-", "=", " ", "use", "_", "precision", "mixed", "opt", "level", "dtype", "amp",
-                          "autocast", "fp16", "half", "bf16", "16", "O2", "python", "x", "'", "\n"])
+def _precision_by_re(texts: list[str]) -> str | None:
+    """detect_precision as it was, with the patterns (msched.models.precision keeps them as its reference)."""
+    for text in texts:
+        for line in text.splitlines():
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            found = [(m.start(), normalise_precision(m.group(1))) for m in re.finditer(PRECISION_VALUED, line)]
+            found = [f for f in found if f[1]]
+            for pattern, named in PRECISION_FLAGS:
+                m = re.search(pattern, line)
+                if m:
+                    found.append((m.start(), named))
+            if found:
+                return min(found)[1]
+    return None
 
 
-@settings(max_examples=600, deadline=None)
-@given(st.lists(_WORDS, max_size=10).map("".join))
-def test_precision_patterns_skipped_only_where_none_can_match(text):
-    """detect_precision compiles its patterns only for a line holding one of its words (_NEEDED): every
-    line any pattern matches holds one."""
-    for line in text.splitlines():
-        if any(p.search(line) for p in _PRECISION_RES):
-            assert any(word in line for word in precision_words)
+_WORDS = st.sampled_from(["--", "-", "=", " ", "  ", "\t", "\n", "\u00a0", "use", "_", "precision", "mixed", "opt",
+                          "level", "dtype", "amp", "autocast", "fp16", "half", "bf16", "16", "bf16-mixed", "O2", "64",
+                          "python", "x", "'", '"', "#"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_WORDS, max_size=12).map("".join))
+def test_precision_flags_read_as_the_patterns_read_them(text):
+    assert detect_precision([text]) == _precision_by_re([text])
+
+
+@pytest.mark.parametrize("line", [
+    "python t.py --amp", "--use-amp --bf16", "x --precision bf16-mixed", "--precision --precision=16",
+    "--precision=\"16\" --fp16", "--opt_level=O2", "--dtype= 64", "--half=1", "--amp=1", "a--fp16", " --use_half",
+    "--mixed-precision 16 --bf16", "--precision=bogus --fp16", "--use-autocast\t--precision=64"])
+def test_precision_examples(line):
+    assert detect_precision([line]) == _precision_by_re([line])
 
 
 _FIRST_INT_RE = re.compile(r"\s*(\d+)")

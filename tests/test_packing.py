@@ -255,6 +255,24 @@ def test_a_pair_goes_to_the_type_where_it_gets_most_work_done():
     assert pair_shard_jobs([rec, lm], slow, ["p100", "v100"], own=own).gpu_types == {"rec": "v100", "lm": "v100"}
 
 
+def test_a_pair_goes_only_to_a_type_both_jobs_were_packed_for():
+    """pack13: msub checks a job's partners only on the types it packed it for (the tag's `added`,
+    `may_meet`), so the pairing may not send a job elsewhere: the same two jobs as above, rec packed for
+    the V100 only, pair on the V100 (1.6, though the P100 gets more done); packed for disjoint types,
+    they do not pair, and the lone job running on the P100 is no partner for a job packed for the V100."""
+    rec = ShardJob("rec", 100, JobSpeeds({"p100": 60.0, "v100": 120.0}, 2048), length_s=10.0, types=("v100",))
+
+    def lm(**kw) -> ShardJob:  # noqa: ANN003
+        return ShardJob("lm", 99, JobSpeeds({"p100": 20.0, "v100": 20.0}, 20), length_s=10.0, **kw)
+    predict = lambda a, b, t: {"p100": 1.3, "v100": 1.6}[t]  # noqa: E731
+    own = lambda a, b, t: predict(a, b, t) / 2  # noqa: E731
+    assert pair_shard_jobs([rec, lm()], predict, ["p100", "v100"], own=own).gpu_types == {"rec": "v100", "lm": "v100"}
+    plan = pair_shard_jobs([rec, lm(types=("p100",))], predict, ["p100", "v100"], own=own)
+    assert (plan.pairs, plan.gpu_types) == ((), {})
+    lone = lm(running=True, gpu_type="p100", types=("p100",))
+    assert pair_shard_jobs([lone, rec], predict, ["p100", "v100"], own=own).pairs == ()
+
+
 def test_memory_keeps_a_pair_apart():
     predict = lambda a, b, t: 1.5  # noqa: E731
     jobs = [_job("a", 10, 100, peak_gb=12.0), _job("b", 10, 99, peak_gb=12.0)]
@@ -490,6 +508,11 @@ def test_a_pending_shard_job_is_planned_only_on_the_types_msub_packed_it_for():
     by_id = {p.job_id: p for p in snap.pending}
     assert by_id["1"].allowed_types == ("titanxp",)
     assert by_id["2"].allowed_types == () and {"titanxp", "titanv"} <= set(by_id["2"].est_runtime_s)
+    # the pairing sees the same types (pack13: it may not pair a job on another type either)
+    from msched.rounds.packing import shard_jobs
+
+    seen = shard_jobs([job("1", "TitanXp"), job("2", "")], None, str.lower)
+    assert [(j.job_id, j.types) for j in seen] == [("1", ("titanxp",)), ("2", ())]
 
 
 def test_no_job_is_slowed_past_the_plans_end():

@@ -14,6 +14,7 @@ import os
 
 from msched.msub.sbatch_args import is_command_line, split_directive
 from msched.util.record import record
+from msched.util.text import option_value_start
 
 MSCHED_DIRECTIVE = "#MSCHED"
 
@@ -179,21 +180,10 @@ def _option_at(line: str, q: int) -> tuple[str, int] | None:
     """The first pattern matched from its `--` at Q: (group 1, the match's end) or None."""
     if not line.startswith("--", q):
         return None
-    n = len(line)
     for name in _OPTION_NAMES:
-        r = q + 2 + len(name)
-        if not line.startswith(name, q + 2) or r >= n:
+        t = option_value_start(line, q + 2 + len(name)) if line.startswith(name, q + 2) else None
+        if t is None:
             continue
-        if line[r] == "=":
-            t = r + 1
-        elif line[r].isspace():
-            t = r
-            while t < n and line[t].isspace():
-                t += 1
-        else:
-            continue
-        if t < n and line[t] in "\"'":
-            t += 1
         found = _value_at(line, t)
         if found is not None:
             return found

@@ -45,6 +45,7 @@ class ShardJob:
     gpu_type: str | None = None       # running: the type it runs on
     start_time: float = 0.0
     length_s: float = 0.0             # its estimated solo runtime (shortest over its types); 0 = unknown
+    types: tuple[str, ...] = ()       # the shard types msub packed it for (its tag's `added`); (): any
 
 
 @record
@@ -286,6 +287,8 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
             return None
         options = []
         for t in types:
+            if (a.types and t not in a.types) or (b.types and t not in b.types):
+                continue        # msub checked each job's partners on its own packed types only (`may_meet`)
             if best_type and not (on_best_type(a.speeds, t, shard_types) and on_best_type(b.speeds, t, shard_types)):
                 continue
             value = pair_value(a, b, t, predict, usable_gb(t), threshold, slower)

@@ -42,6 +42,7 @@ msched.rounds.holds writes them through the hold journal).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import logging
@@ -196,7 +197,7 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
     usable GPU memory (the site's spec table, read anew each call by default; the simulator's replay
     reads it once per replay)."""
     canon = _canon(gpu_type_of)
-    node_states, (node_type, known, usable_feats, usable_nodes, static, shard_parts, shards_per_gpu) = \
+    node_states, (node_type, known, usable_feats, usable_nodes, static, shard_parts, shards_per_gpu, totals) = \
         _NODES.read(nodes, canon)
     cache: dict[str, tuple[str, ...]] = {}
     sizes_cache: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {}
@@ -269,6 +270,10 @@ def build_snapshot(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimat
                                                          shards_per_gpu)
     snap = ClusterSnapshot(now=now, nodes=node_view, running=running_view, pending=tuple(pending),
                            starvation_age_s=starvation_age_s, shard_gpus=shard_gpus)
+    if KEEP_TOTALS and not shard_parts and SKIP_SHARDLESS:
+        # the nodes are the usable GPU nodes as read: their GPUs per type and sorted types, counted once per
+        # static reading of the nodes (`_NodeMemo._derive`), entered as the snapshot's own cached values
+        snap.__dict__["_gpus_total"], snap.__dict__["gpu_types"] = totals[0], list(totals[1])
     return snap, views
 
 
@@ -312,6 +317,8 @@ def _read_jobs(jobs: Sequence[SlurmJob], now: float, read_item: Callable[[SlurmJ
     return running, pending, views
 
 
+KEEP_TOTALS = True       # a snapshot's GPUs per type and sorted types from the node memo (`_NodeMemo._derive`)
+                         # instead of a count over its nodes; off: counted (tests/test_fast_paths.py)
 KEEP_DELTA = True        # a job list that carries what changed since the list before it (`changed`, `prev`,
                          # `token`: slurm_sim.client.JobList) is read as that delta against the last
                          # snapshot's readings (`_DeltaMemo`); off: every job looked up (tests/test_fast_paths.py)
@@ -321,82 +328,112 @@ class _DeltaMemo:
     """`build_snapshot`'s readings of every job of the last snapshot, kept in the order of its job list and
     updated from the next list's delta (the jobs whose view changed, arrived or left: the simulator's
     `SimClient.jobs`), so a round reads the jobs that changed, and the running jobs whose expected end the
-    clock has passed, instead of looking up every job. Each entry is what `_read_jobs` gives the same job
-    object at the same clock: a running job's `RunningJob` is kept while its expected end holds (as
+    clock has passed, instead of looking up every job. Each reading is what `_read_jobs` gives the same
+    job object at the same clock: a running job's `RunningJob` is kept while its expected end holds (as
     `_JobMemo.read`, from a heap of those ends) and read anew each round when its end moves with the clock;
-    a pending job's reading is clock-free. Used only when the list's `prev` is the token of the list this
-    memo read last (or that list again: no change), under the same estimator, type names, lever, nodes'
-    static reading and starvation age (`context`); else every job of the list is read anew (and the delta
-    starts from there)."""
+    a pending job's reading is clock-free. The running jobs are kept as a list in the job list's order
+    (each job's rank: a job first seen comes after every kept one, `slurm_sim.client.JobList`), patched
+    where a job changed, so a round copies it instead of walking every job. Used only when the list's
+    `prev` is the token of the list this memo read last (or that list again: no change), under the same
+    estimator, type names, lever, nodes' static reading and starvation age (`context`); else every job of
+    the list is read anew (and the delta starts from there)."""
 
     def __init__(self) -> None:
         self.token: object = object()           # the last list read (a fresh memo matches no list)
         self.context: tuple | None = None
-        # job id -> (kind, job, reading, RunningJob / PendingJob, change time or None, JobView or None, estimate)
-        self.entries: dict[str, tuple] = {}
-        self.ends: list[tuple[float, int, str, tuple]] = []     # (expected end, seq, job id, entry): kept ends
-        self.moving: dict[str, tuple] = {}      # running jobs whose view moves with the clock: read each round
+        self.reset()
+
+    def reset(self) -> None:
+        self.rank: dict[str, int] = {}          # job id -> its rank in the list (grows with the list's order)
+        self.item: dict[str, tuple] = {}        # job id -> (job, its clock-free reading)
+        # the running jobs, in the list's order: their ranks (sorted), RunningJobs and change times
+        self.run_rank: list[int] = []
+        self.run: list[RunningJob] = []
+        self.run_change: list[float | None] = []
+        # the pending jobs: id -> (PendingJob, JobView, the time it starts to starve or None)
+        self.waiting: dict[str, tuple] = {}
+        self.ends: list[tuple] = []     # (expected end, rank, seq, id, RunningJob) of the kept views
+        self.moving: set[str] = set()           # running jobs whose view moves with the clock: read each round
         self.seq = 0
 
     def read(self, jobs, now: float, read_item: Callable[[SlurmJob], tuple], changes: list[float] | None,  # noqa: ANN001
              context: tuple) -> tuple[list[RunningJob], list[PendingJob], dict[str, JobView]]:
-        """As `_read_jobs` (the same readings, in the same order) for a list carrying its delta."""
-        entries = self.entries
+        """As `_read_jobs` (the same readings, in the same order; `changes` gets the same times, the running
+        jobs' first) for a list carrying its delta."""
         if context != self.context or (jobs.prev is not self.token and jobs.token is not self.token):
             self.context = context
-            entries.clear()
-            self.ends, self.moving = [], {}
+            self.reset()
             delta = [(job.job_id, job) for job in jobs]
         else:                           # the list after the one read last, or that one again (nothing changed)
             delta = jobs.changed if jobs.token is not self.token else ()
         self.token = jobs.token
-        moving = self.moving
+        rank, items, waiting, moving = self.rank, self.item, self.waiting, self.moving
         starvation_age_s = context[4]
         for jid, job in delta:
+            waiting.pop(jid, None)
+            moving.discard(jid)
+            old = items.get(jid)
+            if old is not None and old[1][0] == _RUNNING:
+                self._unrun(rank[jid])
             if job is None:
-                entries.pop(jid, None)
-                moving.pop(jid, None)
+                rank.pop(jid, None)
+                items.pop(jid, None)
                 continue
+            if jid not in rank:
+                self.seq += 1
+                rank[jid] = self.seq
             item = read_item(job)
+            items[jid] = (job, item)
             kind = item[0]
             if kind == _RUNNING:
-                self._running(jid, job, item, now)
-                continue
-            moving.pop(jid, None)
-            if kind == _PENDING:
+                self._running(jid, job, item, now, False)
+            elif kind == _PENDING:
                 _, pj, view = item
                 starving_at = job.submit_time + starvation_age_s \
                     if pj.managed and starvation_age_s is not None else None
-                entries[jid] = (_PENDING, job, item, pj, starving_at, view)
-            else:
-                entries[jid] = (_LEFT_OUT, job, item, None, None, None)
+                waiting[jid] = (pj, view, starving_at)
         ends = self.ends
         while ends and ends[0][0] < now:        # a kept view whose expected end the clock passed: read anew
-            _, _, jid, entry = heapq.heappop(ends)
-            if entries.get(jid) is entry:
-                self._running(jid, entry[1], entry[2], now)
-        for jid, entry in list(moving.items()):
-            self._running(jid, entry[1], entry[2], now)
-        vals = entries.values()
-        running = [e[3] for e in vals if e[0] == _RUNNING]
-        pending = [e[3] for e in vals if e[0] == _PENDING]
-        views = {e[1].job_id: e[5] for e in vals if e[0] == _PENDING}
+            _, r, _, jid, rj = heapq.heappop(ends)
+            k = bisect.bisect_left(self.run_rank, r)
+            if k < len(self.run) and self.run_rank[k] == r and self.run[k] is rj:
+                job, item = items[jid]
+                self._running(jid, job, item, now, True)
+        for jid in list(moving):
+            job, item = items[jid]
+            self._running(jid, job, item, now, True)
+        queued = [waiting[jid] for jid in sorted(waiting, key=rank.__getitem__)]     # the few pending, in order
         if changes is not None:
-            changes.extend([e[4] for e in vals if e[4] is not None and (e[0] == _RUNNING or e[4] > now)])
-        return running, pending, views
+            changes.extend([c for c in self.run_change if c is not None])
+            changes.extend([w[2] for w in queued if w[2] is not None and w[2] > now])
+        return list(self.run), [w[0] for w in queued], {w[0].job_id: w[1] for w in queued}
 
-    def _running(self, jid: str, job: SlurmJob, item: tuple, now: float) -> None:
-        """A running job's entry at `now` (`_JobMemo.read`'s reading of its end)."""
+    def _unrun(self, r: int) -> None:
+        """Take the running job of rank `r` out of the running list."""
+        k = bisect.bisect_left(self.run_rank, r)
+        if k < len(self.run_rank) and self.run_rank[k] == r:
+            del self.run_rank[k], self.run[k], self.run_change[k]
+
+    def _running(self, jid: str, job: SlurmJob, item: tuple, now: float, listed: bool) -> None:
+        """A running job's view at `now` (`_JobMemo.read`'s reading of its end), put in the running list
+        (`listed`: in place of its view there)."""
         _, hosts, gtype, est = item
         end, changes_at = _end_of(job, est, now)
         rj = RunningJob(job.job_id, gtype, job.num_gpus, end, hosts)
-        entry = self.entries[jid] = (_RUNNING, job, item, rj, changes_at, None)
-        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
-            self.moving.pop(jid, None)
-            self.seq += 1
-            heapq.heappush(self.ends, (end, self.seq, jid, entry))
+        r = self.rank[jid]
+        k = bisect.bisect_left(self.run_rank, r)
+        if listed:
+            self.run[k], self.run_change[k] = rj, changes_at
         else:
-            self.moving[jid] = entry
+            self.run_rank.insert(k, r)
+            self.run.insert(k, rj)
+            self.run_change.insert(k, changes_at)
+        if end > now and job.start_time is not None and (est is not None or job.time_limit_s):
+            self.moving.discard(jid)
+            self.seq += 1
+            heapq.heappush(self.ends, (end, r, self.seq, jid, rj))
+        else:
+            self.moving.add(jid)
 
 
 _DELTA = _DeltaMemo()
@@ -475,7 +512,11 @@ class _NodeMemo:
         memo_static = tuple((name, node_type.get(name), gpus, feats, parts, ok)
                             for name, _, gpus, feats, parts, ok, _ in static)
         shards_per_gpu = {e[0]: e[6] for e in static if e[6]}
-        return node_type, known, usable_feats, usable_nodes, memo_static, shard_partitions(nodes), shards_per_gpu
+        total: dict[str, int] = {}              # GPUs per type of the usable nodes, as ClusterSnapshot counts them
+        for e in usable:
+            total[e[1]] = total.get(e[1], 0) + e[2]
+        return node_type, known, usable_feats, usable_nodes, memo_static, shard_partitions(nodes), shards_per_gpu, \
+            (total, sorted(total))
 
 
 _NODES = _NodeMemo()

@@ -55,8 +55,9 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
             length = 0.0
         peak = tag.mem if tag.mem is not None else peak_gb(tag.model, tag.bs)    # msub's memory estimate first
         prio = (planned or {}).get(job.job_id, job.priority) if job.is_pending else job.priority
+        packed = tuple(canon(t) for t in (tag.added or "").split("|") if t) if tag is not None else ()
         out.append(ShardJob(job.job_id, prio, speeds, peak, job.is_running,
-                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length))
+                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length, packed))
     return out
 
 

@@ -34,3 +34,18 @@ def one_line(what: BaseException | str | bytes, *, limit: int = 300, all_lines: 
         return fallback
     out = "; ".join(dict.fromkeys(lines)) if all_lines else lines[0]
     return out[:limit]
+
+
+def option_value_start(line: str, at: int) -> int | None:
+    r"""Where an option's value starts when its name ends at AT: `(?:=|\s+)["']?` matched there in string
+    methods (msub reads `--arch X` and `--precision=X` without `re`). None when neither `=` nor a space
+    follows the name."""
+    n = len(line)
+    if at < n and line[at] == "=":
+        at += 1
+    elif at < n and line[at].isspace():
+        while at < n and line[at].isspace():
+            at += 1
+    else:
+        return None
+    return at + 1 if at < n and line[at] in "\"'" else at
