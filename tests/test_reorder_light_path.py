@@ -232,6 +232,7 @@ def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an
     assert not reorderer.config.digest_overlap
     assert reorderer.round().light and not tight_squeues()
     reorderer.config = reorderer.config._replace(digest_overlap=True)
+    _settle(reorderer)                          # a changed config is a new state: a full round first
     started.clear()
     assert reorderer.round().light
     assert len(tight_squeues()) == 1 and not client._prefetched
