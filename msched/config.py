@@ -48,7 +48,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     begin_time_horizon_s = 14400           #   at most this many writes a round, for starts this far ahead,
     begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
     tight_queue    = true                  # read the queue with fixed-width `squeue -O` (false: squeue --json)
-    digest_overlap = true                  # reorder: start the queue read beside the light check's digest
+    digest_overlap = false                 # reorder: start the queue read beside the light check's digest
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -143,8 +143,10 @@ class Config:
     begin_time_min_gain: float = 1.0
     tight_queue: bool = True                # the queue read (msched.slurm.cli.tight; false: squeue --json)
     # the light check starts the round's queue read beside its digest's squeue (msched.rounds.reorder
-    # `_light_round`): an event round waits for one squeue, a light round ends the read it did not need
-    digest_overlap: bool = True
+    # `_light_round`): an event round waits for one squeue, a light round ends the read it did not need.
+    # Off by default: the read a light round ends has already cost the controller a whole job-table dump,
+    # and most rounds are light
+    digest_overlap: bool = False
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)

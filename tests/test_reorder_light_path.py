@@ -205,8 +205,9 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
 @pytest.mark.slurm
 def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an_event_round(
         slurm_cluster, settled_queue, monkeypatch):
-    """The light check starts the round's tight squeue and sinfo beside the digest's squeue (eleventh pass:
-    an event round then waits for one squeue, not two in a row). A light round ends what it started: no
+    """Off by default, a light round runs no read of the whole queue. With `digest_overlap` on, the light
+    check starts the round's tight squeue and sinfo beside the digest's squeue (eleventh pass: an event
+    round then waits for one squeue, not two in a row), and a light round ends what it started: no
     command left running, nothing left to collect. A round the digest sends on reads the queue from the
     squeue started beside the digest: one tight squeue in that round, and the read is the tight read."""
     import msched.slurm.cli.client as cli
@@ -227,6 +228,11 @@ def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an
     def tight_squeues() -> list:
         return [s for s in started if tight_format(NARROW) in s.argv]
 
+    # off by default: a light round runs the digest's squeue and no read of the whole queue
+    assert not reorderer.config.digest_overlap
+    assert reorderer.round().light and not tight_squeues()
+    reorderer.config = reorderer.config._replace(digest_overlap=True)
+    started.clear()
     assert reorderer.round().light
     assert len(tight_squeues()) == 1 and not client._prefetched
     assert all(s.proc.poll() is not None for s in started)          # ended, not left running

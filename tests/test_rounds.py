@@ -963,7 +963,8 @@ def test_moves_are_rate_limited_by_what_changed(share):
     shortest-first order until then, bad only in its types: against it the short-first plan's moves of
     largest gain (short jobs planned days out, moved ahead) lengthen the mean end (one or two of them) and
     the makespan (four), as moving a job ahead of shorter ones does, so none pays on either measure and
-    the round moved nothing (the test's premise was the makespan plan's moves, long jobs moved ahead)."""
+    the round moved nothing (the test's premise was the makespan plan's moves, which shortened the
+    makespan against it)."""
     c, _b, perf = br.busy_sim(400, seed=6, plain_share=0.0)
     est = TagEstimator(perf)
     assert get_policy("msched").short_first is not None
