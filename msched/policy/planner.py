@@ -32,10 +32,11 @@ order and the types and keeps the plan whose decoded schedule scores best:
    job's submission), i.e. JCT first with the makespan kept near its best; a plan over that limit
    ranks by its makespan. CP-SAT solves balanced in two phases: the makespan, then the sum of ends
    under that limit. For a batch submitted together (every managed pending job with one submit time)
-   balanced plans the makespan first (then, with `short_first`, on by default since jct14, its shortest jobs
-   first where the makespan grows by at most that share of the batch's span, a measure the plan carries,
-   `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`; `objective_for`: accepting 5%, the tolerance then, over each
-   round's best makespan, round after round, drifted to 1.11x the LP bound on the static bench batch).
+   balanced plans the makespan first (then, with `short_first`, on by default since jct14, its shortest
+   jobs first where the makespan grows by at most that share of the batch's span, a measure the plan
+   carries, `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`;
+   `objective_for`: accepting 5%, the tolerance then, over each round's best makespan, round after round,
+   drifted to 1.11x the LP bound on the static bench batch).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
 

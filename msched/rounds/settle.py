@@ -38,8 +38,9 @@ only the changes worth their writes:
    `Plan.makespan_slack_s` past the plan's own makespan, the makespan first past it, as the planner
    ranked it), else the objective's (makespan first, the mean end for `jct`, `balanced_measure` for an
    online balanced plan). Off by default: weighed by its allowance round after round, a batch's held
-   plan drifts to a longer makespan for no better mean JCT (measured, jct14). When it is worse, fewer moves are tried (the better half); when it is merely not better by the
-   margin, none (fewer moves of the same kind buy less). At worst only the obliged moves are made.
+   plan drifts to a longer makespan for no better mean JCT (measured, jct14). When it is worse, fewer
+   moves are tried (the better half); when it is merely not better by the margin, none (fewer moves of
+   the same kind buy less). At worst only the obliged moves are made.
 5. After the diff, a round never writes more than the budget: updates beyond it are dropped, lowest
    relative gain first (each write is a whole value on a pending job, so any subset leaves a valid queue).
 
