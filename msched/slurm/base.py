@@ -27,13 +27,17 @@ _NO_HOSTS = {"", "N/A", "(null)", "None", "NONE", "Unknown", "UNKNOWN", "n/a"}
 FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")
 
 
+# one item of a Slurm host list: a name with any bracketed ranges in it (`gpu[01-04]x`), up to its comma
+HOSTLIST_ITEM_RE = re.compile(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*")
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Expand a Slurm host list (`n[1-3,7],gpu01`) into names, without calling scontrol."""
     text = (text or "").strip()
     if text in _NO_HOSTS:
         return []
     names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text):
+    for item in HOSTLIST_ITEM_RE.findall(text):
         item = item.strip(",")
         m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", item)
         if not m:

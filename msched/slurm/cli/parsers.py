@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from msched.config import Config
 from msched.slurm.base import (
     FINISHED_STATES,
+    HOSTLIST_ITEM_RE,
     PENDING,
     JobNotPending,
     SlurmError,
@@ -500,7 +501,6 @@ def _one_line(text: str) -> str:
 # id not asked for, an id printed twice, a range over MAX_LISTED names) leaves that job out: unknown,
 # and the round then writes nothing on it.
 _EXC_LINE_RE = re.compile(r"(\d{1,12}) ([\w.\-\[\],]{0,8192})", re.ASCII)
-_HOST_ITEM_RE = re.compile(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*")
 MAX_LISTED = 4096          # names one excluded list may expand to
 
 
@@ -508,7 +508,7 @@ def hostlist_names(text: str, limit: int = MAX_LISTED) -> tuple[str, ...] | None
     """The sorted, distinct names of a Slurm host list, or None when it would expand to more than
     `limit` names or is not a host list (counted before anything is expanded)."""
     total = 0
-    for item in _HOST_ITEM_RE.findall(text):
+    for item in HOSTLIST_ITEM_RE.findall(text):
         count = 1
         for ranges in re.findall(r"\[([^\]]*)\]", item):
             k = 0
