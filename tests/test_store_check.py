@@ -160,3 +160,65 @@ def test_a_mark_that_does_not_parse_or_counts_too_far_is_no_trust(tmp_path, monk
         site.mark.write_bytes(text.encode("latin-1"))
         os.utime(site.mark)
         assert site.round(), text
+
+
+# ------------------------------------------------------------------ the record's rows from the incumbent's read
+def test_the_records_rows_come_from_the_incumbents_read_and_equal_a_read_of_the_file(tmp_path, monkeypatch):
+    """`LightStore.incumbent` keeps the pending jobs' rows; the round's record compares its plan with them
+    (`_decision_rows`) instead of reading them again. Over a burst, rounds with nothing changed, an event and
+    an arrival, every round's rows equal `_existing`'s read of the file at that moment, and the incumbent is
+    the one the plain query gives, in its order."""
+    site = _Site(tmp_path, monkeypatch)
+    compared = []
+    reuse, read = light_mod.LightStore._decision_rows, light_mod.LightStore._existing
+    incumbent = light_mod.LightStore.incumbent
+
+    def checked(store, cur, run_id, job_ids):  # noqa: ANN001, ANN202
+        from_kept = store._pending is not None
+        got = reuse(store, cur, run_id, job_ids)
+        want = read(store, cur, run_id, job_ids, light_mod._DECISION_COLUMNS)
+        assert got == want
+        compared.append((from_kept, len(got)))
+        return got
+
+    def same_incumbent(store, run_id):  # noqa: ANN001, ANN202
+        got = incumbent(store, run_id)
+        plain = store.conn.execute("SELECT job_id, planned_type, planned_priority FROM jobs WHERE run_id = ? AND "
+                                   "state = 'PENDING' AND planned_priority IS NOT NULL", (run_id,)).fetchall()
+        want = light_mod.rows.incumbent_of(plain)
+        assert got == want and list(got.priority) == list(want.priority)
+        return got
+
+    monkeypatch.setattr(light_mod.LightStore, "_decision_rows", checked)
+    monkeypatch.setattr(light_mod.LightStore, "incumbent", same_incumbent)
+    for step in range(6):
+        if step == 3:
+            for job_id in site.blockers[:4]:
+                site.client.cancel(job_id)
+        site.round()
+    assert any(kept and n > 100 for kept, n in compared), compared      # the rows came from the kept read
+
+
+def test_rows_another_connection_wrote_since_the_incumbents_read_are_read_again(tmp_path, monkeypatch):
+    site = _Site(tmp_path, monkeypatch)
+    site.round()
+    store = open_light_store(site.config)
+    try:
+        rid = store.run_id("sim", "check")
+        store.incumbent(rid)
+        jid, row_id = store.conn.execute("SELECT job_id, id FROM jobs WHERE state = 'PENDING' AND "
+                                         "planned_priority IS NOT NULL LIMIT 1").fetchone()
+        other = sqlite3.connect(site.path)
+        other.execute("UPDATE jobs SET planned_priority = 7, writes = 99 WHERE id = ?", (row_id,))
+        other.commit()
+        other.close()
+        with store.write() as cur:
+            got = store._decision_rows(cur, rid, [jid])
+        assert (got[jid].planned_priority, got[jid].writes) == (7, 99)
+        store.incumbent(rid)
+        with store.write() as cur:              # this connection's own write of a jobs row
+            store._update_jobs(cur, [{"id": row_id, "planned_priority": 8}])
+            got = store._decision_rows(cur, rid, [jid])
+        assert got[jid].planned_priority == 8
+    finally:
+        store.dispose()

@@ -35,6 +35,9 @@ from msched.util.text import one_line
 
 # `check_integrity`: the mark beside the database file, and at most this many rounds in a row take a file
 # left as the last round left it on trust before one runs quick_check again (an hour at one a minute)
+# the jobs columns `incumbent` reads, in this order, and those the round's record compares (`_decision_rows`)
+_PENDING_COLUMNS = ("job_id", "id", "planned_type", "est_runtime", "planned_priority", "writes")
+_DECISION_COLUMNS = ("planned_type", "est_runtime", "planned_priority", "writes")
 CHECKED_MARK = ".checked"
 MARK_VERSION = "msched-checked-1"
 CHECK_EVERY = 60
@@ -80,6 +83,7 @@ class LightStore:
         self.display_url = f"sqlite:///{path}"
         self._full = None
         self._checked: int | None = None    # rounds in a row the file was taken on trust (0: checked now)
+        self._pending: tuple[int, int, dict[str, tuple]] | None = None    # `incumbent`'s rows (run, data_version)
         self._vouched = False
         self._json: dict[str, set[str]] = {}       # table -> its JSON columns, as the file declares them
         self._row_types: dict[tuple[str, ...], type] = {}
@@ -264,10 +268,42 @@ class LightStore:
         return None if row is None or row[0] is None else float(row[0])
 
     def incumbent(self, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
-        """As msched.store.writes.load_incumbent."""
-        return rows.incumbent_of(self.conn.execute(
-            "SELECT job_id, planned_type, planned_priority FROM jobs WHERE run_id = ? AND state = 'PENDING' "
-            "AND planned_priority IS NOT NULL", (run_id,)))
+        """As msched.store.writes.load_incumbent. The same read keeps the pending jobs' rows as the round's
+        record compares its plan with them (`_decision_rows`: twelfth pass, no second read of ~10,000
+        rows at 10,000 pending), with SQLite's data_version to tell whether another connection wrote since."""
+        version = self._data_version()
+        found = self.conn.execute(f"SELECT {', '.join(_PENDING_COLUMNS)} FROM jobs WHERE run_id = ? "
+                                  "AND state = 'PENDING'", (run_id,)).fetchall()
+        self._pending = (run_id, version, {r[0]: r for r in found})
+        return rows.incumbent_of((r[0], r[2], r[4]) for r in found if r[4] is not None)
+
+    def _data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _decision_rows(self, cur: sqlite3.Cursor, run_id: int, job_ids: Sequence[str]) -> dict[str, Any]:
+        """`_existing(cur, run_id, job_ids, DECISION_COLUMNS)`, from the rows `incumbent` read where no other
+        connection wrote since and this one wrote no jobs row (the same rows, the same values); the jobs
+        it did not read (not pending there) are read here."""
+        kept, self._pending = self._pending, None
+        if kept is None or kept[0] != run_id or kept[1] != self._data_version():
+            return self._existing(cur, run_id, job_ids, _DECISION_COLUMNS)
+        names = ("job_id", "id", *_DECISION_COLUMNS)
+        kind = self._row_types.get(names)
+        if kind is None:
+            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - as _select's
+        decode = "est_runtime" in self._json["jobs"]
+        out: dict[str, Any] = {}
+        missing = []
+        for jid in job_ids:
+            r = kept[2].get(jid)
+            if r is None:
+                missing.append(jid)
+                continue
+            est = json.loads(r[3]) if decode and r[3] is not None else r[3]
+            out[jid] = kind(r[0], r[1], r[2], est, r[4], r[5])
+        if missing:
+            out.update(self._existing(cur, run_id, missing, _DECISION_COLUMNS))
+        return out
 
     def active_job_ids(self, run_id: int) -> set[str]:
         return {str(r[0]) for r in self.conn.execute(
@@ -362,8 +398,7 @@ class LightStore:
         writes = rows.update_counts(result)
         values = rows.round_values(run_id, result, writes, state_key=state_key, queue_digest=queue_digest)
         decisions = rows.planned_decisions(result)
-        known = self._existing(cur, run_id, [str(d.job_id) for d in decisions],
-                               ("planned_type", "est_runtime", "planned_priority", "writes")) if decisions else {}
+        known = self._decision_rows(cur, run_id, [str(d.job_id) for d in decisions]) if decisions else {}
         changed, job_rows = rows.decision_changes(decisions, getattr(result, "incumbent", None), writes, known)
         values["decision_rows"] = len(changed)
         round_id = self._insert(cur, "rounds", [values])
@@ -420,6 +455,8 @@ class LightStore:
         """INSERT the rows (dicts of one set of columns); returns the last row's id (0: none)."""
         if not values:
             return 0
+        if table == "jobs":
+            self._pending = None
         cols = list(values[0])
         sql = f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)}) ' \
               f'VALUES ({", ".join("?" * len(cols))})'
@@ -441,4 +478,6 @@ class LightStore:
                             [[*(self._encode(table, k, v[k]) for k in keys), v["id"]] for v in group])
 
     def _update_jobs(self, cur: sqlite3.Cursor, values: Sequence[dict[str, Any]]) -> None:
+        if values:
+            self._pending = None            # the rows `incumbent` kept are not the file's any more
         self._update(cur, "jobs", values)
