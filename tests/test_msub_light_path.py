@@ -23,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msched.config import Config, ConfigError
+from msched.config import DATA_DIR, Config, ConfigError
+from msched.errors import ProfileError
 from msched.models.precision import _FLAGS as PRECISION_FLAGS
 from msched.models.precision import _VALUED as PRECISION_VALUED
 from msched.models.precision import detect_precision, normalise_precision
@@ -519,3 +520,55 @@ def test_msub_turns_the_collector_off_only_in_its_own_process(tmp_path, monkeypa
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "False", (proc.stdout, proc.stderr)
+
+
+# the shipped profile table through the user's marshal copy (msched.models.shipped): what the JSON says,
+# whatever the copy holds, unless the copy is the user's own and was made from the same bytes
+def test_shipped_table_cache_follows_the_file_bytes(tmp_path, monkeypatch):
+    import marshal
+
+    from msched.models import shipped
+
+    monkeypatch.setenv("MSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    table = tmp_path / "data" / "torchvision_features.json"
+    table.parent.mkdir()
+    with open(os.path.join(DATA_DIR, "torchvision_features.json"), "rb") as fh:
+        original = fh.read()
+    table.write_bytes(original)
+
+    def read():
+        shipped.load_table.cache_clear()
+        return shipped.load_table(str(table))
+
+    try:
+        assert read() == json.loads(original)                     # first read: the JSON, and a copy made
+        copy = tmp_path / "cache" / "torchvision_features.json.marshal"
+        assert oct(copy.stat().st_mode & 0o777) == "0o600"
+        assert read() == json.loads(original)
+        # the copy is what a later read uses (a copy with other contents for the same bytes shows through) ...
+        copy.write_bytes(marshal.dumps((marshal.version, original, {"models": {"from_the_copy": {}}})))
+        assert list(read()["models"]) == ["from_the_copy"]
+        # ... but never for other bytes, even of the same size and modification time
+        st = table.stat()
+        edited = original.replace(b'"models"', b'"modelz"', 1)
+        assert len(edited) == len(original)
+        table.write_bytes(edited)
+        os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert read() == json.loads(edited) and "models" not in read()
+        table.write_bytes(original)
+        assert read() == json.loads(original)
+        # a copy others can write, or a damaged one, is not used
+        copy.write_bytes(marshal.dumps((marshal.version, original, {"models": {"from_the_copy": {}}})))
+        copy.chmod(0o622)
+        assert read() == json.loads(original)
+        copy.chmod(0o600)
+        copy.write_bytes(copy.read_bytes()[:50])
+        assert read() == json.loads(original)
+        # no cache directory to write: the JSON, every time
+        monkeypatch.setenv("MSCHED_CACHE_DIR", str(table / "not-a-directory"))
+        assert read() == json.loads(original)
+        table.unlink()
+        with pytest.raises(ProfileError, match="cannot read shipped profiles .*torchvision_features.json"):
+            read()
+    finally:
+        shipped.load_table.cache_clear()
