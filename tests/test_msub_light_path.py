@@ -7,6 +7,7 @@ runs msub's whole decision for a torchvision model and must load exactly the lig
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -361,3 +362,101 @@ def test_dict_reader_reads_as_csv_dictreader(text):
     assert read(DictReader, io.StringIO(text, newline="")) == read(csv.DictReader, io.StringIO(text, newline=""))
     lines = text.splitlines(keepends=True)          # msub's reference_rows gives it a list of lines
     assert read(DictReader, lines) == read(csv.DictReader, lines)
+
+
+# records are built as namedtuple builds its classes, without compiling source (msched.util.record); the
+# oracle is the record as it was: a namedtuple subclass
+def _record_by_namedtuple(cls: type) -> type:
+    from collections import namedtuple
+
+    names = list(cls.__dict__.get("__annotations__", {}))
+    defaults = [cls.__dict__[n] for n in names if n in cls.__dict__]
+    base = namedtuple(cls.__name__, names, defaults=defaults, module=cls.__module__)
+    body = {k: v for k, v in cls.__dict__.items() if k not in names and k not in ("__dict__", "__weakref__")}
+    body["__slots__"] = ()
+    checked = body.get("_checked")
+    if checked is not None:
+        def __new__(subcls, *args, **kwargs):  # noqa: N807
+            return checked(base.__new__(subcls, *args, **kwargs))
+        body["__new__"] = __new__
+    return type(cls.__name__, (base,), body)
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return "ok", fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the outcome compared is the exception's type and message
+        return type(exc).__name__, str(exc)
+
+
+_FIELD_NAMES = [f"f{i}" for i in range(16)] + ["x", "label", "count"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 15), st.data())
+def test_records_behave_as_the_namedtuple_records_did(n_fields, data):
+    names = data.draw(st.lists(st.sampled_from(_FIELD_NAMES), min_size=n_fields, max_size=n_fields, unique=True))
+    n_defaults = data.draw(st.integers(0, n_fields))
+    doc = data.draw(st.sampled_from([None, "A record."]))
+    checked = data.draw(st.booleans())
+
+    def make(builder):
+        body = {"__annotations__": dict.fromkeys(names, "int"), "__module__": __name__, "__qualname__": "R",
+                "__doc__": doc, "total": property(lambda self: sum(v for v in self if isinstance(v, int)))}
+        body.update({n: 100 + i for i, n in enumerate(names[n_fields - n_defaults:])})
+        if checked:
+            def _checked(self):
+                if self and self[0] == -1:
+                    raise ValueError("refused")
+                return self
+            body["_checked"] = _checked
+        return builder(type("R", (), body))
+
+    new, old = make(record), make(_record_by_namedtuple)
+    for attr in ("_fields", "_field_defaults", "__match_args__", "__doc__", "__module__", "__qualname__", "__name__"):
+        assert getattr(new, attr) == getattr(old, attr), attr
+    assert [getattr(new, n).__doc__ for n in names] == [getattr(old, n).__doc__ for n in names]
+    values = st.one_of(st.integers(-1, 3), st.text(max_size=2), st.none())
+    for _ in range(4):
+        args = data.draw(st.lists(values, max_size=n_fields + 1))
+        kwargs = data.draw(st.dictionaries(st.sampled_from(names + ["zz"]), values, max_size=3))
+        got, want = _outcome(new, *args, **kwargs), _outcome(old, *args, **kwargs)
+        assert got[0] == want[0] and (got[1] == want[1] if got[0] != "ok" else tuple(got[1]) == tuple(want[1]))
+        if got[0] != "ok":
+            continue
+        a, b = got[1], want[1]
+        assert type(a) is new and repr(a) == repr(b) and a._asdict() == b._asdict() and a.total == b.total
+        assert hash(a) == hash(b) and a == b and copy.copy(a) == a and copy.deepcopy(a) == a
+        change = data.draw(st.dictionaries(st.sampled_from(names + ["zz"]), values, max_size=2))
+        replaced = _outcome(a._replace, **change), _outcome(b._replace, **change)
+        assert replaced[0][0] == replaced[1][0] and tuple(replaced[0][1]) == tuple(replaced[1][1])
+        items = data.draw(st.lists(values, max_size=n_fields + 1))
+        made = _outcome(new._make, items), _outcome(old._make, items)
+        assert made[0][0] == made[1][0] and tuple(made[0][1]) == tuple(made[1][1])
+
+
+@pytest.mark.parametrize("n_fields", [0, 1, 12, 13, 43])
+def test_records_of_any_size_construct_and_pickle(n_fields):
+    names = [f"f{i}" for i in range(n_fields)]
+    cls = record(type("_Sized", (), {"__annotations__": dict.fromkeys(names, "int"), "__module__": __name__,
+                                     "__qualname__": "_Sized", **{n: i for i, n in enumerate(names[1:])}}))
+    old = _record_by_namedtuple(type("_Sized", (), {"__annotations__": dict.fromkeys(names, "int"),
+                                                    **{n: i for i, n in enumerate(names[1:])}}))
+    globals()["_Sized"] = cls                          # where pickle looks the class up
+    try:
+        r = cls(*range(7, 7 + n_fields)) if n_fields else cls()
+        assert pickle.loads(pickle.dumps(r)) == r and type(pickle.loads(pickle.dumps(r))) is cls
+        assert repr(r) == repr(old(*r)) and cls.__new__.__doc__ == old.__new__.__doc__
+        if n_fields > 1:
+            assert cls(f0=5) == old(f0=5) and cls(5)._replace(f1=9) == (5, 9, *range(1, n_fields - 1))
+            assert _outcome(cls) == _outcome(old) == \
+                ("TypeError", "_Sized.__new__() missing 1 required positional argument: 'f0'")
+    finally:
+        del globals()["_Sized"]
+
+
+def test_record_refuses_an_underscore_field_as_namedtuple_does():
+    with pytest.raises(ValueError, match="Field names cannot start with an underscore: '_x'"):
+        @record
+        class _Bad:
+            _x: int
