@@ -33,6 +33,7 @@ from msched.msub.sbatch_args import _first_int, parse_time_limit
 from msched.msub.spawn import spawn_and_wait
 from msched.tag import _SAFE, JobTag, _quote, parse_comment, with_tag
 from msched.util.light import DictReader, json_loads
+from msched.util.light import lru_cache as light_lru_cache
 from msched.util.record import record
 
 # msched's modules on the path for a torchvision model (classify, estimate, choose, tag, constrain)
@@ -53,7 +54,10 @@ LIGHT_PATH = {
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",
                "inspect", "typing", "pathlib", "subprocess", "urllib.parse", "tomllib", "hashlib",
                "msched.models.profiler", "msched.models.profile_cache", "msched.policy.base", "msched.policy.snapshot",
-               "re", "json", "csv", "enum")      # `re` and what imports it (msched.util.light)
+               "re", "json", "csv", "enum",      # `re` and what imports it (msched.util.light)
+               # the collections package, and functools and types that import it (msched.util.record,
+               # msched.util.light's lru_cache)
+               "collections", "collections.abc", "functools", "types", "reprlib", "operator", "keyword")
 
 
 def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
@@ -460,3 +464,58 @@ def test_record_refuses_an_underscore_field_as_namedtuple_does():
         @record
         class _Bad:
             _x: int
+
+
+# functools.lru_cache without functools (msched.util.light): the same cache as functools' own, call for call
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=30))
+def test_lru_cache_caches_and_evicts_as_functools_does(maxsize, calls):
+    import functools
+
+    def make(decorator):
+        log = []
+
+        def f(x, y=0):
+            """Doc."""
+            log.append((x, y))
+            if x == 5:
+                raise ValueError(x)               # an exception is not cached
+            return [x, y]
+        return decorator(maxsize)(f), log
+
+    (ours, our_log), (theirs, their_log) = make(light_lru_cache), make(functools.lru_cache)
+    for x, keyword in calls:
+        got = _outcome(ours, x, y=1) if keyword else _outcome(ours, x)
+        want = _outcome(theirs, x, y=1) if keyword else _outcome(theirs, x)
+        assert got == want
+        assert tuple(ours.cache_info()) == tuple(theirs.cache_info())
+    assert our_log == their_log
+    assert repr(ours.cache_info()) == repr(theirs.cache_info())
+    assert ours.cache_parameters() == theirs.cache_parameters()
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__", "__annotations__"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert ours.__wrapped__ is not None and ours.__wrapped__.__name__ == "f"
+    ours.cache_clear()
+    assert ours.cache_info().currsize == 0
+
+
+def test_msub_turns_the_collector_off_only_in_its_own_process(tmp_path, monkeypatch, capsys):
+    """msub's own process (allow_exec) runs without the cyclic garbage collector; a caller's process
+    (allow_exec=False: tests, a resident decider) keeps its collector as it was."""
+    import gc
+
+    from msched.msub.main import main
+
+    conf = tmp_path / "msched.toml"
+    conf.write_text(f'sbatch = "/bin/true"\nstate_dir = "{tmp_path}"\n')
+    monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert gc.isenabled()
+    assert main(["--msched-dry-run", "--wrap", "true"], allow_exec=False) == 0
+    assert gc.isenabled()
+    assert "sbatch command: /bin/true --wrap true" in capsys.readouterr().out
+    code = ("import gc, sys; from msched.msub.main import main; "
+            "rc = main(['--msched-dry-run', '--wrap', 'true']); print(gc.isenabled()); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "False", (proc.stdout, proc.stderr)

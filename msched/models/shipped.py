@@ -8,11 +8,10 @@ naming one costs a JSON lookup: no torch, and no `msched.models.profiler`. msub 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 
 from msched.config import DATA_DIR
 from msched.errors import ProfileError
-from msched.util.light import json_load
+from msched.util.light import json_load, lru_cache
 
 SHIPPED_FEATURES = os.path.join(DATA_DIR, "torchvision_features.json")
 
