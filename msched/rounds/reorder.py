@@ -380,14 +380,27 @@ class Reorderer:
         return self._run_id
 
     # ---------------------------------------------------------------- a round
-    @without_cyclic_gc
     def round(self, *, dry_run: bool = False, now: float | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundOutcome:
         """One round. Raises ReorderError (one line, saying whether Slurm was changed).
 
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
-        the round's one read (tests pass an older read to make jobs start between read and write)."""
+        the round's one read (tests pass an older read to make jobs start between read and write).
+        A round that ends without an error vouches for the store it checked (msched.store.light's
+        `vouch`: the next round may take the file on trust while it is as this one left it)."""
+        light = self.store
+        outcome = self._round(dry_run=dry_run, now=now, jobs=jobs, nodes=nodes)
+        if not dry_run:
+            for store in {id(light): light, id(self.store): self.store}.values():
+                vouch = getattr(store, "vouch", None)
+                if vouch is not None:
+                    vouch()
+        return outcome
+
+    @without_cyclic_gc
+    def _round(self, *, dry_run: bool, now: float | None, jobs: list[SlurmJob] | None,
+               nodes: list[SlurmNode] | None) -> RoundOutcome:
         from msched.store.base import StoreError
 
         db_s = 0.0
