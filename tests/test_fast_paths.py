@@ -162,14 +162,17 @@ def test_copied_timelines_book_and_answer_as_a_fresh_build(case):
 
 
 @settings(max_examples=150, deadline=None)
-@given(bookings())
-def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
+@given(bookings(), st.sampled_from((None, 0, 1, 2, 3)))
+def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case, scan_max):
     """`Timeline.scan_dirty`: a copy's start on a type it booked, from its origin's sorted keys and the
-    nodes it booked, is the heap's answer (start and node, so the same placement), copy after copy."""
+    nodes it booked, is the heap's answer (start and node, so the same placement), copy after copy; and
+    so is the mix of both (`scan_dirty_max`: the scan while a copy has booked at most that many nodes of
+    the type, the heap past it)."""
     nodes, running, ops = case
 
     def run(scan: bool) -> list:
         Timeline.scan_dirty = scan
+        Timeline.scan_dirty_max = scan_max
         try:
             tl = Timeline(0.0, tuple(nodes), tuple(running))
             seen = []
@@ -181,7 +184,9 @@ def test_a_copy_finds_starts_on_booked_types_without_a_heap_as_with_one(case):
             return seen + [tl.free]
         finally:
             Timeline.scan_dirty = True
+            Timeline.scan_dirty_max = default_max
 
+    default_max = Timeline.scan_dirty_max
     assert run(True) == run(False)
 
 
