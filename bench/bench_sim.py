@@ -13,7 +13,7 @@ per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s 
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
                                         [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew] [--cuts13-anew]
-                                        [--cuts14-anew] [--search-work N] [--search-min-head N] [--settled-work F]
+                                        [--cuts14-anew] [--cuts15-anew] [--search-work N] [--search-min-head N] [--settled-work F]
 """
 
 from __future__ import annotations
@@ -201,6 +201,15 @@ def cuts14_anew() -> None:
     core.KEEP_TOTALS = False
 
 
+def cuts15_anew() -> None:
+    """Switch off planner15's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): a decode's starts on a type it booked read by a scan however many nodes it
+    booked."""
+    import msched.policy.timeline as timeline
+
+    timeline.Timeline.scan_dirty_max = None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -224,6 +233,8 @@ def main() -> None:
                     help="planner13's plan-identical cuts switched off (see cuts13_anew)")
     ap.add_argument("--cuts14-anew", action="store_true",
                     help="planner14's plan-identical cuts switched off (see cuts14_anew)")
+    ap.add_argument("--cuts15-anew", action="store_true",
+                    help="planner15's plan-identical cuts switched off (see cuts15_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     ap.add_argument("--search-min-head", type=int, default=None,
@@ -247,6 +258,8 @@ def main() -> None:
         cuts13_anew()
     if a.cuts14_anew:
         cuts14_anew()
+    if a.cuts15_anew:
+        cuts15_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 

@@ -45,6 +45,10 @@ class Timeline:
     free_at_from_starts = True   # `free_at` from start_time(type, 1) (off: a pass over every node)
     sorted_pristine = True   # a pristine timeline's start from its sorted heap keys (`_sorted_entries`, which
                              # its copies' `_scan` reads anyway) instead of a heap built for it too; off: the heap
+    scan_dirty_max: int | None = 16   # `scan_dirty` only while the copy has booked at most this many nodes of the
+                             # type; past it the heap (copied once from the origin's, kept by `commit`): a scan
+                             # reads every booked node, so a decode that books thousands (the tail of a 10,000-job
+                             # queue) went quadratic. None: scan however many (tests/test_fast_paths.py)
 
     def __init__(self, now: float, nodes: Iterable[NodeState], running: Iterable[RunningJob] = (),
                  unknown_busy_s: float = 3600.0):
@@ -212,7 +216,8 @@ class Timeline:
                     value = origin._top[gpu_type][g]
                     top[g] = value
                     return None if value is None else value[0]
-                if Timeline.scan_dirty:
+                cap = Timeline.scan_dirty_max
+                if Timeline.scan_dirty and (cap is None or len(dirty) <= cap):
                     value = self._scan(origin, gpu_type, g, dirty)
                     top[g] = value
                     return None if value is None else value[0]
