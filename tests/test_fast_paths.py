@@ -383,6 +383,52 @@ def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, object
     assert MschedPolicy.reuse_per_queue
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")),
+       st.sampled_from((2, 200)))
+def test_plans_sharing_entries_across_queues_and_rounds_equal_plans_computing_their_own(data, planner, objective,
+                                                                                     head_jobs):
+    """`msched.policy.msched.SHARE_ENTRIES`: one policy's per-queue memos share each job's candidates and
+    decode entry with every queue of the same context (the search's head, the whole queue, the tail after
+    a head of 2 jobs, the next rounds); round after round (jobs kept as the same objects, replaced by
+    equal or changed ones, gone, new; the clock moving jobs in and out of starvation; node shapes
+    changing now and then) the plans equal those of a fresh policy per round that computes its own."""
+    import msched.policy.msched as msched_policy
+    from msched.policy import get_policy
+
+    draw = data.draw
+    opts = {"planner": planner, "objective": objective, "time_box_s": 1e6, "head_jobs": head_jobs}
+    shared = get_policy("msched", **opts)
+    snap = draw(queues())
+    for step in range(draw(st.integers(1, 5))):
+        fast = shared.plan(snap)
+        msched_policy.SHARE_ENTRIES = False
+        try:
+            plain = get_policy("msched", **opts).plan(snap)
+        finally:
+            msched_policy.SHARE_ENTRIES = True
+        assert _decisions(fast) == _decisions(plain), step
+        assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+        pending = []
+        for j in snap.pending:
+            fate = draw(st.integers(0, 5))
+            if fate == 0:
+                continue                                              # started or cancelled
+            if fate == 1:
+                j = dataclasses.replace(j, priority=j.priority + 1)   # rewritten: a new object
+            elif fate == 2 and j.managed:
+                j = dataclasses.replace(j, est_runtime_s={t: v * 2 for t, v in j.est_runtime_s.items()})
+            pending.append(j)
+        extra = draw(queues())
+        pending += [dataclasses.replace(j, job_id=f"{step}.{j.job_id}") for j in extra.pending[:draw(st.integers(0, 3))]]
+        nodes = snap.nodes
+        if draw(st.integers(0, 3)) == 0:
+            nodes = extra.nodes                                       # other shapes
+        snap = dataclasses.replace(snap, now=draw(st.sampled_from((snap.now, snap.now + 60.0, 90_000.0))),
+                                   nodes=nodes, running=extra.running if nodes is extra.nodes else snap.running,
+                                   pending=tuple(pending or extra.pending))
+
+
 @settings(max_examples=60, deadline=None)
 @given(queues(), st.sampled_from(("balanced", "makespan", "jct")), st.sampled_from((0.0, 0.1)),
        st.sampled_from((0.0, 0.5)))
@@ -574,6 +620,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
+    monkeypatch.setattr(msched_policy, "SHARE_ENTRIES", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)

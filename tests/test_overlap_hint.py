@@ -80,6 +80,9 @@ def test_activity_is_none_without_sdiag(tmp_path):
     assert CliClient(Config(), bin_dir=tmp_path / "empty").activity() is None
 
 
+_STORE = object()           # a round's store (not read by the hint)
+
+
 class _Counters:
     """The part of a client `_counters_moved` asks: its job counters, as the test sets them."""
 
@@ -99,7 +102,7 @@ def test_the_counters_moved_when_they_differ_from_the_last_light_checks(tmp_path
     Path(config.state_dir).mkdir()                  # a round's store is in it
     assert config.activity_hint
     counters = _Counters()
-    r = Reorderer(config, counters, None, publish=False)
+    r = Reorderer(config, counters, _STORE, publish=False)
     kept = Path(config.state_dir) / ACTIVITY_FILE
     assert r._counters_moved() and kept.read_text() == "Jobs submitted: 1"   # none kept yet: they moved
     assert not r._counters_moved() and not r._counters_moved()
@@ -116,17 +119,17 @@ def test_the_counters_moved_when_they_differ_from_the_last_light_checks(tmp_path
 def test_off_or_without_a_digest_of_the_read_the_counters_are_not_asked(tmp_path):
     counters = _Counters()
     config = Config(state_dir=str(tmp_path), activity_hint=False)._checked()
-    assert not Reorderer(config, counters, None, publish=False)._counters_moved()
+    assert not Reorderer(config, counters, _STORE, publish=False)._counters_moved()
     counters.digest_of_read = False         # squeue --json: the round would read a digest anyway
     config = Config(state_dir=str(tmp_path))._checked()
-    assert not Reorderer(config, counters, None, publish=False)._counters_moved()
+    assert not Reorderer(config, counters, _STORE, publish=False)._counters_moved()
     assert counters.asked == 0 and not (tmp_path / ACTIVITY_FILE).exists()
 
 
 def test_an_unwritable_state_directory_only_costs_the_hint(tmp_path):
     counters = _Counters()
     config = Config(state_dir=str(tmp_path / "missing" / "state"))._checked()   # not made by the check
-    r = Reorderer(config, counters, None, publish=False)
+    r = Reorderer(config, counters, _STORE, publish=False)
     assert r._counters_moved() and r._counters_moved()      # cannot keep them: every check reads the queue
 
 

@@ -257,6 +257,7 @@ class OptimizingPolicy(MschedPolicy):
         return out
 
     def _searched(self, snapshot: ClusterSnapshot) -> Plan:
+        self._prune_pool(snapshot)
         order, starving = self.order(snapshot)
         head_n = min(len(order) - len(starving), self.head_jobs)      # the search's head (`_split`)
         if self.cpsat_jobs and self.planner != "greedy" and CPSAT_MIN_JOBS <= head_n <= self.cpsat_jobs \

@@ -295,6 +295,7 @@ class Reorderer:
         self.publish = publish
         self._run_id: int | None = None
         self._last_completion_check: float | None = None
+        self._activity_kept = False       # this process's light check read Slurm's job counters already
         self.skip_unchanged = True        # a round that finds the last round's Slurm state does not plan
 
     @property
@@ -403,6 +404,7 @@ class Reorderer:
                nodes: list[SlurmNode] | None) -> RoundOutcome:
         from msched.store.base import StoreError
 
+        self._activity_kept = False
         db_s = 0.0
         if not dry_run:
             t0 = time.perf_counter()
@@ -427,11 +429,14 @@ class Reorderer:
             self.client.digest_wanted = digest is None      # else the reads need not keep it
         # the jobs that ended before the completions' window are wanted by id only: the read need not parse them
         self.client.finished_before = self._completion_since() if not dry_run else None
+        counters = own_read and not self._activity_kept and self._hinted()
         try:
             if jobs is None and nodes is None:
                 # the queue's squeue and the sinfo run while the round loads the planning core and the
                 # estimator (`SlurmClient.prefetch`; started already beside the light check's digest, if any)
                 self.client.prefetch()
+                if counters:                # a round that had no light check: sdiag beside the squeue
+                    self.client.prefetch_activity()
             # the planning core: not for a light round
             from msched.policy.reservations import BeginTimeOptions
             from msched.rounds.core import TypeLever, run_round
@@ -444,6 +449,8 @@ class Reorderer:
                 nodes = read_nodes if nodes is None else nodes
                 if not dry_run and given is None and self.replay_journal(jobs):
                     jobs = self.read()[0]       # released jobs have their priority back: plan with it
+            if counters:
+                self._keep_activity(self.client.activity())
         finally:
             self.client.close()         # a read started and not collected (a failure before the read)
         read_digest = self._read_digest_later() if own_read else None
@@ -636,9 +643,18 @@ class Reorderer:
         sdiag cannot tell. Only a hint: a round it sends on reads the queue whole and, when Slurm is as the
         last round left it after all, plans nothing (`_unchanged_round`); what the counters miss (a user's
         scontrol update, a node's state) the digest still sees."""
-        if not self.config.activity_hint or not self.client.digest_of_read:
+        if not self._hinted():
             return False
-        now = self.client.activity()
+        self._activity_kept = True
+        return self._keep_activity(self.client.activity())
+
+    def _hinted(self) -> bool:
+        return bool(self.config.activity_hint) and self.client.digest_of_read and self.store is not None
+
+    def _keep_activity(self, now: str | None) -> bool:
+        """Keep Slurm's job counters `now` in ACTIVITY_FILE; whether they differ from those kept there. A
+        round that reads the queue without a light check keeps them too (read beside its squeue), so the
+        light check after it compares with the counters of the last read of Slurm, not of the last check."""
         if now is None:
             return False
         path = Path(self.config.state_dir) / ACTIVITY_FILE

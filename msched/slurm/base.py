@@ -407,6 +407,11 @@ class SlurmClient(abc.ABC):
         default."""
         return None
 
+    def prefetch_activity(self) -> None:
+        """Start reading what the next `activity()` returns, where the backend can (the command line: its
+        sdiag, beside the queue's read); this default does nothing."""
+        return None
+
     def prefetch(self) -> bool:
         """Start the next `jobs()` and `nodes()` reads in the background where the backend can (the
         command line: their squeue and sinfo), so that the caller's work meanwhile overlaps them; they

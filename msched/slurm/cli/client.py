@@ -367,6 +367,14 @@ class CliClient(SlurmClient):
                 self._prefetched[key] = _Started(argv, env, self.timeout_s)
         return True
 
+    def prefetch_activity(self) -> None:
+        """`SlurmClient.prefetch_activity`: start the `sdiag` the next `activity()` collects."""
+        env = self._env()
+        argv = [self._cmd("sdiag")]
+        key = _prefetch_key(argv, env)
+        if key not in self._prefetched:
+            self._prefetched[key] = _Started(argv, env, self.timeout_s)
+
     def activity(self) -> str | None:
         """`SlurmClient.activity`: `sdiag`'s job counters and the time they count from (one RPC that reads
         the controller's statistics, not its job table: 0-40 ms of wall and no measurable CPU at 10,000
