@@ -217,7 +217,9 @@ def main() -> int:
     print(f"  msched ({len(ours)}): {' '.join(ours)}")
     print(f"  others ({len(others)}, C accelerators `_*` not listed): {' '.join(others)}")
     print(f"  re, json, csv (~6 ms of CPU together, msched.util.light) imported: "
-          f"{[m for m in ('re', 'json', 'csv') if m in added_modules] or 'none'}")
+          f"{[m for m in ('re', 'json', 'csv') if m in added_modules] or 'none'}; collections, functools, types "
+          f"(~3 ms, msched.util.record and .light): "
+          f"{[m for m in ('collections', 'functools', 'types') if m in added_modules] or 'none'}")
     return 0
 
 

@@ -56,13 +56,14 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
              kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None,  # noqa: ANN001
              spread_s: float | None = None, spread_draw: int = 0, queue_share: float = 1.0,
-             exclude: bool = False) -> dict:
+             exclude: bool = False, starvation_h: float | None = 24.0) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
     truth = PerfTable.load(w.truth)
-    base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill")
-    packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill",
+    starve = {"starvation_age_s": None if starvation_h is None else starvation_h * H}
+    base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill", **starve)
+    packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill", **starve,
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
                                          when_waiting=when_waiting, wait_share=wait_share, guard=guard,
                                          memory=memory, reasons=(reasons := {}), packed_types=(types_of := {}),
@@ -113,6 +114,9 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
                    else "slower GPU type" if last.gpu_type != before.gpu_type else "same start and type"
                    if abs(last.end - before.end) < 60 else "other")
     none = {"makespan_s": None, "mean_jct_s": None}
+    gpus: dict[str, int] = {}
+    for node in cluster.nodes:
+        gpus[node.gpu_type] = gpus.get(node.gpu_type, 0) + node.gpus
     gpu_s = info.get("alone_gpu_s", 0.0) + info.get("shared_gpu_s", 0.0)
     return {"seed": seed, "jobs": len(trace), "lb_s": bound.value_s,
             "fifo": fifo.metrics if fifo else none, "msched": plain.metrics if plain else none, "packed": pack.metrics,
@@ -132,6 +136,8 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "unfinished": {k: len(r.unfinished) for k, r in (("fifo", fifo), ("msched", plain), ("packed", pack))
                            if r is not None},
             "room": room(trace, plain, pack, info, set(types_of), sum(n.gpus for n in cluster.nodes)),
+            "wide": {k: wide_wait(trace, r, gpus, bound.value_s) for k, r in (("msched", plain), ("packed", pack))
+                     if r is not None},
             "_": len(tags)}
 
 
@@ -180,6 +186,63 @@ def room(trace: list, plain, pack, info: dict, shard_ids, n_gpus: int) -> dict: 
     out["paired_time_share"] = 2 * info.get("shared_gpu_s", 0.0) / one_run_s if one_run_s else None
     out["gained_gpu_h"] = info.get("gained_gpu_s", 0.0) / H
     out["gained_cluster_h"] = info.get("gained_gpu_s", 0.0) / H / n_gpus
+    return out
+
+
+WIDTHS = (("1", 1, 1), ("2-4", 2, 4), ("8", 5, 10 ** 6))
+
+
+def wide_wait(trace: list, run, gpus: dict[str, int], lb_s: float | None) -> dict:  # noqa: ANN001 - a replay's result
+    """Why the job that ends last started when it did (`--wide`), from a run's outcomes (hours; a shard
+    job counts as one GPU, so a pair's GPU counts twice): over its wait [arrival, start), the GPU hours
+    its type's GPUs ran, split into jobs running at its arrival, jobs that arrived before it and started
+    during the wait, and jobs that arrived after it and started before it (overtook it), each by width
+    (1, 2-4, 8 GPUs), and the idle GPU hours of each type in the wait; then the cluster's busy share
+    after the last 1-GPU job started (the tail) and the makespan over the trace's lower bound."""
+    one = {j.job_id for j in trace if j.num_gpus == 1}
+    ran = [o for o in run.outcomes if o.start is not None and o.end is not None]
+    last = max(ran, key=lambda o: o.end)
+    a, b, t = last.submit, last.start, last.gpu_type
+
+    def width(o) -> str:  # noqa: ANN001
+        g = max(o.num_gpus, 1)
+        return next(name for name, lo, hi in WIDTHS if lo <= g <= hi)
+
+    split: dict[str, float] = {}
+    busy: dict[str, float] = dict.fromkeys(gpus, 0.0)
+    for o in ran:
+        if o.job_id == last.job_id:
+            continue
+        s = max(0.0, min(o.end, b) - max(o.start, a)) * max(o.num_gpus, 1)
+        if s <= 0:
+            continue
+        busy[o.gpu_type] = busy.get(o.gpu_type, 0.0) + s
+        if o.gpu_type == t:
+            who = "running" if o.start <= a else "earlier" if o.submit <= a else "overtook"
+            key = f"{who} {width(o)}"
+            split[key] = split.get(key, 0.0) + s / H
+    tail0 = max((o.start for o in ran if o.job_id in one), default=0.0)
+    end = max(o.end for o in ran)
+    tail_busy = sum(max(0.0, min(o.end, end) - max(o.start, tail0)) * max(o.num_gpus, 1) for o in ran)
+    return {"job": {"model": last.model, "gpus": last.num_gpus, "gpu_type": t, "submit_h": a / H, "start_h": b / H,
+                    "run_h": (last.end - b) / H},
+            "split_gpu_h": split, "idle_gpu_h": {k: (g * (b - a) - busy.get(k, 0.0)) / H for k, g in gpus.items()},
+            "tail_h": (end - tail0) / H, "tail_busy": tail_busy / (sum(gpus.values()) * (end - tail0)) if end > tail0 else None,
+            "makespan_over_lb": run.metrics["makespan_s"] / lb_s if lb_s else None}
+
+
+def wide_lines(rows: list[dict]) -> list[str]:
+    """The --wide table: per seed and run, the last job's wait and what its type's GPUs ran meanwhile."""
+    out = []
+    for r in rows:
+        for name, w in r["wide"].items():
+            j = w["job"]
+            split = ", ".join(f"{k} {v:.0f}" for k, v in sorted(w["split_gpu_h"].items(), key=lambda kv: -kv[1]))
+            idle = ", ".join(f"{k} {v:.0f}" for k, v in w["idle_gpu_h"].items())
+            out.append(f"seed {r['seed']} {name}: last {j['model']} x{j['gpus']} {j['gpu_type']} arrived "
+                       f"{j['submit_h']:.0f} h, started {j['start_h']:.0f} h, ran {j['run_h']:.0f} h; its type's "
+                       f"GPU h in the wait: {split}; idle GPU h: {idle}; tail {w['tail_h']:.0f} h at "
+                       f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}")
     return out
 
 
@@ -522,6 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--room", action="store_true",
                     help="print where packing could act, per seed (`room`), and the LP bound with pairs beside it "
                          "(the share of the 1-GPU work it pairs, its ratio with pairs / without)")
+    ap.add_argument("--starvation-age", type=float, default=24.0, metavar="H",
+                    help="the planner's starvation guard in hours (SimSetup.starvation_age_s; default 24, the "
+                         "shipped one); 0 or less: no guard")
+    ap.add_argument("--wide", action="store_true",
+                    help="print, per seed and run, the wait of the job that ends last and what its GPU type ran "
+                         "meanwhile (`wide_wait`)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -569,14 +638,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
           f", memory {args.memory}, predictor {args.predictor}"
-          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{', ExcNodeList lever' if args.exclude else ''}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{', ExcNodeList lever' if args.exclude else ''}{'' if args.starvation_age == 24 else f', starvation guard {args.starvation_age:g} h' if args.starvation_age > 0 else ', no starvation guard'}{f', cluster {args.cluster}' if args.cluster else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
                      not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
-                     args.control_jitter, args.spread, args.spread_draw, args.queue_share, args.exclude)
+                     args.control_jitter, args.spread, args.spread_draw, args.queue_share, args.exclude,
+                     args.starvation_age if args.starvation_age > 0 else None)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])
@@ -592,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             r["lp"] = bound_row(r["seed"], args.jobs, args.load, args.static, truth_pairs, args.cluster, ("lp",))["lp"]
         print("\n".join(room_lines(rows)))
+    if args.wide:
+        print("\n".join(wide_lines(rows)))
     if args.why:
         reasons: dict[str, int] = {}
         lone = dict.fromkeys(LONE_KINDS, 0.0)

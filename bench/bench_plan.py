@@ -88,6 +88,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--head-jobs", type=int, default=None, help="the planner's head_jobs [default: its default]")
     args = ap.parse_args()
 
     snap = snapshot(args.pending, args.gpus, args.seed)
@@ -102,7 +103,7 @@ def main() -> None:
         g_cpu.append(time.process_time() - c0)
     print(f"greedy plan: {len(snap.pending)} pending: {min(g_times):.3f} s wall, {min(g_cpu):.3f} s CPU "
           f"(best of {args.repeat})")
-    policy = get_policy("msched")
+    policy = get_policy("msched", **({} if args.head_jobs is None else {"head_jobs": args.head_jobs}))
     times, cpu = [], []
     for _ in range(args.repeat):
         t0, c0 = time.perf_counter(), time.process_time()

@@ -49,6 +49,7 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     begin_time_min_gain = 1.0              #   where the delay it avoids is this many times the hold or more
     tight_queue    = true                  # read the queue with fixed-width `squeue -O` (false: squeue --json)
     digest_overlap = false                 # reorder: start the queue read beside the light check's digest
+    activity_hint  = true                  # reorder: skip the light check when sdiag's job counters moved
 
     [type_partitions]                      # type_lever = "partition": GPU type -> its partition
     a100 = "gpu-a100"
@@ -67,10 +68,13 @@ This module must stay cheap to import: msub reads it on every submission.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from types import MappingProxyType
 
 from msched.util.record import record
+
+MappingProxyType = type(type.__dict__)   # types.MappingProxyType, as types.py defines it
+TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:           # for annotations only: importing collections.abc costs msub ~1 ms (predict14)
+    from collections.abc import Mapping
 
 # Paths are plain strings here: msub imports this module on every submission (see msched.util.record).
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -147,6 +151,10 @@ class Config:
     # Off by default: the read a light round ends has already cost the controller a whole job-table dump,
     # and most rounds are light
     digest_overlap: bool = False
+    # the light check first reads sdiag's job counters (SlurmClient.activity, no job-table read): when they
+    # moved since the last light check (a job arrived, started or ended) the round skips the digest's squeue
+    # and reads the queue at once, recording the digest of that read for the next light check (twelfth pass)
+    activity_hint: bool = True
     gpu_specs: str = ""                     # a site's own GPU spec rows, added to msched/data/gpu_specs.csv
     estimator: str = "table"                # the iteration-time source: see msched.estimate.runtime.times_for
     cost_model: str = ""                    # refitted cost-model parameters ("" = msched/data/cost_model.json)
@@ -206,7 +214,7 @@ class Config:
                               "pack_exclude = true (the round keeps them apart)")
         if not isinstance(self.begin_time_lever, bool):
             raise ConfigError(f"begin_time_lever {self.begin_time_lever!r} must be true or false")
-        for name in ("tight_queue", "digest_overlap"):
+        for name in ("tight_queue", "digest_overlap", "activity_hint"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} {getattr(self, name)!r} must be true or false")
         if not isinstance(self.begin_time_max_jobs, int) or self.begin_time_max_jobs < 0:

@@ -41,8 +41,7 @@ The grammar, strictly (what the Lua generator must accept and nothing more):
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from msched.util.light import lru_cache
 from msched.util.record import record
 
 PREFIX = "msched:v1;"

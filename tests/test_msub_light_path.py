@@ -7,6 +7,7 @@ runs msub's whole decision for a torchvision model and must load exactly the lig
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -22,7 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msched.config import Config, ConfigError
+from msched.config import DATA_DIR, Config, ConfigError
+from msched.errors import ProfileError
 from msched.models.precision import _FLAGS as PRECISION_FLAGS
 from msched.models.precision import _VALUED as PRECISION_VALUED
 from msched.models.precision import detect_precision, normalise_precision
@@ -32,6 +34,7 @@ from msched.msub.sbatch_args import _first_int, parse_time_limit
 from msched.msub.spawn import spawn_and_wait
 from msched.tag import _SAFE, JobTag, _quote, parse_comment, with_tag
 from msched.util.light import DictReader, json_loads
+from msched.util.light import lru_cache as light_lru_cache
 from msched.util.record import record
 
 # msched's modules on the path for a torchvision model (classify, estimate, choose, tag, constrain)
@@ -52,7 +55,10 @@ LIGHT_PATH = {
 NOT_ON_PATH = ("torch", "torchvision", "numpy", "sklearn", "sqlalchemy", "rich", "click", "dataclasses",
                "inspect", "typing", "pathlib", "subprocess", "urllib.parse", "tomllib", "hashlib",
                "msched.models.profiler", "msched.models.profile_cache", "msched.policy.base", "msched.policy.snapshot",
-               "re", "json", "csv", "enum")      # `re` and what imports it (msched.util.light)
+               "re", "json", "csv", "enum",      # `re` and what imports it (msched.util.light)
+               # the collections package, and functools and types that import it (msched.util.record,
+               # msched.util.light's lru_cache)
+               "collections", "collections.abc", "functools", "types", "reprlib", "operator", "keyword")
 
 
 def _loaded_by_msub(tmp_path) -> tuple[set[str], str]:
@@ -361,3 +367,208 @@ def test_dict_reader_reads_as_csv_dictreader(text):
     assert read(DictReader, io.StringIO(text, newline="")) == read(csv.DictReader, io.StringIO(text, newline=""))
     lines = text.splitlines(keepends=True)          # msub's reference_rows gives it a list of lines
     assert read(DictReader, lines) == read(csv.DictReader, lines)
+
+
+# records are built as namedtuple builds its classes, without compiling source (msched.util.record); the
+# oracle is the record as it was: a namedtuple subclass
+def _record_by_namedtuple(cls: type) -> type:
+    from collections import namedtuple
+
+    names = list(cls.__dict__.get("__annotations__", {}))
+    defaults = [cls.__dict__[n] for n in names if n in cls.__dict__]
+    base = namedtuple(cls.__name__, names, defaults=defaults, module=cls.__module__)
+    body = {k: v for k, v in cls.__dict__.items() if k not in names and k not in ("__dict__", "__weakref__")}
+    body["__slots__"] = ()
+    checked = body.get("_checked")
+    if checked is not None:
+        def __new__(subcls, *args, **kwargs):  # noqa: N807
+            return checked(base.__new__(subcls, *args, **kwargs))
+        body["__new__"] = __new__
+    return type(cls.__name__, (base,), body)
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return "ok", fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the outcome compared is the exception's type and message
+        return type(exc).__name__, str(exc)
+
+
+_FIELD_NAMES = [f"f{i}" for i in range(16)] + ["x", "label", "count"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 15), st.data())
+def test_records_behave_as_the_namedtuple_records_did(n_fields, data):
+    names = data.draw(st.lists(st.sampled_from(_FIELD_NAMES), min_size=n_fields, max_size=n_fields, unique=True))
+    n_defaults = data.draw(st.integers(0, n_fields))
+    doc = data.draw(st.sampled_from([None, "A record."]))
+    checked = data.draw(st.booleans())
+
+    def make(builder):
+        body = {"__annotations__": dict.fromkeys(names, "int"), "__module__": __name__, "__qualname__": "R",
+                "__doc__": doc, "total": property(lambda self: sum(v for v in self if isinstance(v, int)))}
+        body.update({n: 100 + i for i, n in enumerate(names[n_fields - n_defaults:])})
+        if checked:
+            def _checked(self):
+                if self and self[0] == -1:
+                    raise ValueError("refused")
+                return self
+            body["_checked"] = _checked
+        return builder(type("R", (), body))
+
+    new, old = make(record), make(_record_by_namedtuple)
+    for attr in ("_fields", "_field_defaults", "__match_args__", "__doc__", "__module__", "__qualname__", "__name__"):
+        assert getattr(new, attr) == getattr(old, attr), attr
+    assert [getattr(new, n).__doc__ for n in names] == [getattr(old, n).__doc__ for n in names]
+    values = st.one_of(st.integers(-1, 3), st.text(max_size=2), st.none())
+    for _ in range(4):
+        args = data.draw(st.lists(values, max_size=n_fields + 1))
+        kwargs = data.draw(st.dictionaries(st.sampled_from(names + ["zz"]), values, max_size=3))
+        got, want = _outcome(new, *args, **kwargs), _outcome(old, *args, **kwargs)
+        assert got[0] == want[0] and (got[1] == want[1] if got[0] != "ok" else tuple(got[1]) == tuple(want[1]))
+        if got[0] != "ok":
+            continue
+        a, b = got[1], want[1]
+        assert type(a) is new and repr(a) == repr(b) and a._asdict() == b._asdict() and a.total == b.total
+        assert hash(a) == hash(b) and a == b and copy.copy(a) == a and copy.deepcopy(a) == a
+        change = data.draw(st.dictionaries(st.sampled_from(names + ["zz"]), values, max_size=2))
+        replaced = _outcome(a._replace, **change), _outcome(b._replace, **change)
+        assert replaced[0][0] == replaced[1][0] and tuple(replaced[0][1]) == tuple(replaced[1][1])
+        items = data.draw(st.lists(values, max_size=n_fields + 1))
+        made = _outcome(new._make, items), _outcome(old._make, items)
+        assert made[0][0] == made[1][0] and tuple(made[0][1]) == tuple(made[1][1])
+
+
+@pytest.mark.parametrize("n_fields", [0, 1, 12, 13, 43])
+def test_records_of_any_size_construct_and_pickle(n_fields):
+    names = [f"f{i}" for i in range(n_fields)]
+    cls = record(type("_Sized", (), {"__annotations__": dict.fromkeys(names, "int"), "__module__": __name__,
+                                     "__qualname__": "_Sized", **{n: i for i, n in enumerate(names[1:])}}))
+    old = _record_by_namedtuple(type("_Sized", (), {"__annotations__": dict.fromkeys(names, "int"),
+                                                    **{n: i for i, n in enumerate(names[1:])}}))
+    globals()["_Sized"] = cls                          # where pickle looks the class up
+    try:
+        r = cls(*range(7, 7 + n_fields)) if n_fields else cls()
+        assert pickle.loads(pickle.dumps(r)) == r and type(pickle.loads(pickle.dumps(r))) is cls
+        assert repr(r) == repr(old(*r)) and cls.__new__.__doc__ == old.__new__.__doc__
+        if n_fields > 1:
+            assert cls(f0=5) == old(f0=5) and cls(5)._replace(f1=9) == (5, 9, *range(1, n_fields - 1))
+            assert _outcome(cls) == _outcome(old) == \
+                ("TypeError", "_Sized.__new__() missing 1 required positional argument: 'f0'")
+    finally:
+        del globals()["_Sized"]
+
+
+def test_record_refuses_an_underscore_field_as_namedtuple_does():
+    with pytest.raises(ValueError, match="Field names cannot start with an underscore: '_x'"):
+        @record
+        class _Bad:
+            _x: int
+
+
+# functools.lru_cache without functools (msched.util.light): the same cache as functools' own, call for call
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=30))
+def test_lru_cache_caches_and_evicts_as_functools_does(maxsize, calls):
+    import functools
+
+    def make(decorator):
+        log = []
+
+        def f(x, y=0):
+            """Doc."""
+            log.append((x, y))
+            if x == 5:
+                raise ValueError(x)               # an exception is not cached
+            return [x, y]
+        return decorator(maxsize)(f), log
+
+    (ours, our_log), (theirs, their_log) = make(light_lru_cache), make(functools.lru_cache)
+    for x, keyword in calls:
+        got = _outcome(ours, x, y=1) if keyword else _outcome(ours, x)
+        want = _outcome(theirs, x, y=1) if keyword else _outcome(theirs, x)
+        assert got == want
+        assert tuple(ours.cache_info()) == tuple(theirs.cache_info())
+    assert our_log == their_log
+    assert repr(ours.cache_info()) == repr(theirs.cache_info())
+    assert ours.cache_parameters() == theirs.cache_parameters()
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__", "__annotations__"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert ours.__wrapped__ is not None and ours.__wrapped__.__name__ == "f"
+    ours.cache_clear()
+    assert ours.cache_info().currsize == 0
+
+
+def test_msub_turns_the_collector_off_only_in_its_own_process(tmp_path, monkeypatch, capsys):
+    """msub's own process (allow_exec) runs without the cyclic garbage collector; a caller's process
+    (allow_exec=False: tests, a resident decider) keeps its collector as it was."""
+    import gc
+
+    from msched.msub.main import main
+
+    conf = tmp_path / "msched.toml"
+    conf.write_text(f'sbatch = "/bin/true"\nstate_dir = "{tmp_path}"\n')
+    monkeypatch.setenv("MSCHED_CONFIG", str(conf))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert gc.isenabled()
+    assert main(["--msched-dry-run", "--wrap", "true"], allow_exec=False) == 0
+    assert gc.isenabled()
+    assert "sbatch command: /bin/true --wrap true" in capsys.readouterr().out
+    code = ("import gc, sys; from msched.msub.main import main; "
+            "rc = main(['--msched-dry-run', '--wrap', 'true']); print(gc.isenabled()); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MSCHED_CONFIG": str(conf), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "False", (proc.stdout, proc.stderr)
+
+
+# the shipped profile table through the user's marshal copy (msched.models.shipped): what the JSON says,
+# whatever the copy holds, unless the copy is the user's own and was made from the same bytes
+def test_shipped_table_cache_follows_the_file_bytes(tmp_path, monkeypatch):
+    import marshal
+
+    from msched.models import shipped
+
+    monkeypatch.setenv("MSCHED_CACHE_DIR", str(tmp_path / "cache"))
+    table = tmp_path / "data" / "torchvision_features.json"
+    table.parent.mkdir()
+    with open(os.path.join(DATA_DIR, "torchvision_features.json"), "rb") as fh:
+        original = fh.read()
+    table.write_bytes(original)
+
+    def read():
+        shipped.load_table.cache_clear()
+        return shipped.load_table(str(table))
+
+    try:
+        assert read() == json.loads(original)                     # first read: the JSON, and a copy made
+        copy = tmp_path / "cache" / "torchvision_features.json.marshal"
+        assert oct(copy.stat().st_mode & 0o777) == "0o600"
+        assert read() == json.loads(original)
+        # the copy is what a later read uses (a copy with other contents for the same bytes shows through) ...
+        copy.write_bytes(marshal.dumps((marshal.version, original, {"models": {"from_the_copy": {}}})))
+        assert list(read()["models"]) == ["from_the_copy"]
+        # ... but never for other bytes, even of the same size and modification time
+        st = table.stat()
+        edited = original.replace(b'"models"', b'"modelz"', 1)
+        assert len(edited) == len(original)
+        table.write_bytes(edited)
+        os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert read() == json.loads(edited) and "models" not in read()
+        table.write_bytes(original)
+        assert read() == json.loads(original)
+        # a copy others can write, or a damaged one, is not used
+        copy.write_bytes(marshal.dumps((marshal.version, original, {"models": {"from_the_copy": {}}})))
+        copy.chmod(0o622)
+        assert read() == json.loads(original)
+        copy.chmod(0o600)
+        copy.write_bytes(copy.read_bytes()[:50])
+        assert read() == json.loads(original)
+        # no cache directory to write: the JSON, every time
+        monkeypatch.setenv("MSCHED_CACHE_DIR", str(table / "not-a-directory"))
+        assert read() == json.loads(original)
+        table.unlink()
+        with pytest.raises(ProfileError, match="cannot read shipped profiles .*torchvision_features.json"):
+            read()
+    finally:
+        shipped.load_table.cache_clear()

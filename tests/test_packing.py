@@ -515,6 +515,44 @@ def test_a_pending_shard_job_is_planned_only_on_the_types_msub_packed_it_for():
     assert [(j.job_id, j.types) for j in seen] == [("1", ("titanxp",)), ("2", ())]
 
 
+def test_a_shard_job_whose_request_reaches_none_of_its_packed_types_is_pinned_where_it_is():
+    """Packed for the titanxp, but the owner's own feature (`bigmem`, set since submit) matches only the
+    titanv nodes: the planner may not send it to another type (pack13: msub never checked its partners
+    there), so it is pinned where its request sends it now and msched writes no type on it, whatever a
+    plan wants; its priority is still msched's to write. A job whose request reaches its packed type is
+    kept to it (as above) and stays writable."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.policy import get_policy
+    from msched.policy.snapshot import JobDecision, Plan
+    from msched.rounds.core import Update, build_snapshot, diff_plan
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard"), partitions=("gpu", "shared")),
+             SlurmNode("n2", "titanv", 4, features=("titanv", "shard", "bigmem"), partitions=("gpu", "shared"))]
+
+    def job(job_id: str, features: str) -> SlurmJob:
+        tag = JobTag(model="resnet18", ref="resnet18", group="resnet18", sim=1.0, bs=32, iters=1000, pack=1.2,
+                     added="titanxp")
+        return SlurmJob(job_id, "PENDING", partition="shared", priority=50, num_gpus=0, features=features,
+                        comment=with_tag(tag, None), reason="Priority")
+
+    snap, views = build_snapshot([job("1", "bigmem"), job("2", "")], nodes, est, 0.0)
+    by_id = {p.job_id: p for p in snap.pending}
+    assert by_id["1"].allowed_types == ("titanv",) and by_id["1"].pinned_type == "titanv"
+    assert views["1"].pinned and not views["2"].pinned
+    assert by_id["2"].allowed_types == ("titanxp",) and by_id["2"].pinned_type is None
+    for types in (("titanxp",), ("titanv",)):
+        plan = Plan("msched", [JobDecision("1", 90, types), JobDecision("2", 80, types)])
+        updates = diff_plan(views, plan)
+        assert [u for u in updates if u.job_id == "1"] == [Update("1", "priority", 90, 50)]
+    assert diff_plan(views, Plan("msched", [JobDecision("2", 50, ("titanxp",))])) == \
+        [Update("2", "features", "titanxp", "")]
+    # the planner itself: job 1 is not given a type, job 2 only its packed one
+    planned = get_policy("msched").plan(snap).by_job()
+    assert planned["2"].gpu_types in ((), ("titanxp",))
+    assert not [u for u in diff_plan(views, get_policy("msched").plan(snap)) if u.job_id == "1" and u.field == "features"]
+
+
 def test_no_job_is_slowed_past_the_plans_end():
     """horizon_s: the plan ends in 10 h. A 4 h job at 0.5x (8 h) may share; a 6 h one (12 h) may not,
     and neither may a job whose queued partner would then run past the end (its 6 h solo at 0.5x)."""

@@ -182,6 +182,10 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
     first = reorderer.round()
     assert first.result is not None and first.result.update_calls > 0
     assert calls == [] and client.last_read == "tight"
+    # with `activity_hint` (the default) it kept sdiag's job counters, read beside its squeue: the light
+    # check after the rounds that wrote compares with the counters of the last read of Slurm
+    from msched.rounds.reorder import ACTIVITY_FILE
+    assert (Path(reorderer.config.state_dir) / ACTIVITY_FILE).read_text() == client.activity()
     outcomes = [reorderer.round()]
     while outcomes[-1].result is not None and outcomes[-1].result.update_calls and len(outcomes) < 6:
         assert calls == []                  # after a round that wrote: no digest squeue
@@ -194,7 +198,9 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
     client.nodes()
     assert reorderer._read_digest() == reorderer._queue_digest() is not None
     # a change after the light round: the next round reads the digest first, then the queue (it does not
-    # build the lines of a digest it has), and records the digest it read
+    # build the lines of a digest it has), and records the digest it read (with `activity_hint` off: with
+    # it, a cancel moves sdiag's counters and the round skips the digest, tested below)
+    reorderer.config = reorderer.config._replace(activity_hint=False)
     slurm_cluster.run(["scancel", plain[0]], check=True)
     calls.clear()
     after = reorderer.round()
@@ -205,7 +211,7 @@ def test_a_round_that_cannot_be_light_reads_the_queue_once(slurm_cluster, settle
 @pytest.mark.slurm
 def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an_event_round(
         slurm_cluster, settled_queue, monkeypatch):
-    """Off by default, a light round runs no read of the whole queue. With `digest_overlap` on, the light
+    """Off (the default), a light round runs no read of the whole queue. With `digest_overlap` on, the light
     check starts the round's tight squeue and sinfo beside the digest's squeue (eleventh pass: an event
     round then waits for one squeue, not two in a row), and a light round ends what it started: no
     command left running, nothing left to collect. A round the digest sends on reads the queue from the
@@ -228,8 +234,11 @@ def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an
     def tight_squeues() -> list:
         return [s for s in started if tight_format(NARROW) in s.argv]
 
-    # off by default: a light round runs the digest's squeue and no read of the whole queue
-    assert not reorderer.config.digest_overlap
+    # off: a light round runs the digest's squeue and no read of the whole queue (the activity hint off
+    # too: with it, the event round below would skip the digest and its overlap)
+    reorderer.config = reorderer.config._replace(digest_overlap=False, activity_hint=False)
+    _settle(reorderer)                          # a changed config is a new state: a full round first
+    started.clear()
     assert reorderer.round().light and not tight_squeues()
     reorderer.config = reorderer.config._replace(digest_overlap=True)
     _settle(reorderer)                          # a changed config is a new state: a full round first
@@ -242,6 +251,67 @@ def test_the_reads_started_beside_the_digest_end_with_a_light_round_and_serve_an
     after = reorderer.round()
     assert not after.light and client.last_read == "tight"
     assert len(tight_squeues()) == 1 and not client._prefetched     # the one started beside the digest
+
+
+@pytest.mark.slurm
+def test_when_slurms_job_counters_moved_the_round_skips_the_digest_and_reads_the_queue_at_once(
+        slurm_cluster, settled_queue, monkeypatch):
+    """`activity_hint` (on by default, twelfth pass): the light check first reads sdiag's job counters
+    (`CliClient.activity`). Unchanged since the last light check (the state directory's ACTIVITY_FILE),
+    it reads the digest as before and a quiet queue's round is light. After a job ends (a cancel: the
+    counters move) the round runs no digest squeue: it reads the queue at once. A change the counters do
+    not count (a hold) the digest still sees. A round the counters send on when Slurm is as the last round
+    left it plans nothing (`_unchanged_round`) and records the digest of its own read, by which the next
+    round is light."""
+    import msched.slurm.cli.client as cli
+    from msched.rounds.reorder import ACTIVITY_FILE
+    from msched.slurm.cli.tight import NARROW, tight_format
+
+    reorderer, _blockers, _managed, plain = settled_queue
+    client = reorderer.client
+    assert reorderer.config.activity_hint and not reorderer.config.digest_overlap
+    events: list[str] = []
+    start = cli._Started.__init__
+    digest = cli.CliClient.queue_digest
+
+    def counted(self, argv, env, timeout_s):  # noqa: ANN001, ANN202
+        start(self, argv, env, timeout_s)
+        events.append("tight" if tight_format(NARROW) in argv else "other")
+
+    def digested(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        events.append("digest")
+        return digest(self, *args, **kwargs)
+
+    monkeypatch.setattr(cli._Started, "__init__", counted)
+    monkeypatch.setattr(cli.CliClient, "queue_digest", digested)
+
+    def round_after(change: list[str] | None = None):  # noqa: ANN202 - (outcome, the events of its reads)
+        if change:
+            slurm_cluster.run(change, check=True)
+        events.clear()
+        return reorderer.round(), list(events)
+
+    _settle(reorderer)
+    kept = Path(reorderer.config.state_dir) / ACTIVITY_FILE
+    assert kept.read_text() == client.activity() and "Jobs canceled:" in kept.read_text()
+    out, seen = round_after()
+    assert out.light and seen == ["digest"]                         # the counters did not move
+    out, seen = round_after(["scancel", plain[0]])
+    assert not out.light and out.result is not None and client.last_read == "tight"
+    assert "digest" not in seen and seen.count("tight") == 1 and not client._prefetched
+    assert kept.read_text() == client.activity()
+    _settle(reorderer)
+    out, seen = round_after()
+    assert out.light and seen == ["digest"]
+    out, seen = round_after(["scontrol", "hold", plain[1]])         # not counted: the digest sees it
+    assert not out.light and client.last_read == "tight"
+    assert seen.index("digest") < seen.index("tight") and seen.count("tight") == 1
+    _settle(reorderer)
+    kept.write_text("the counters of another day")                  # moved, but Slurm is as it was
+    out, seen = round_after()
+    assert out.unchanged and out.result is None and not out.light and "digest" not in seen
+    out, seen = round_after()
+    assert out.light and seen == ["digest"]         # by the digest of that round's own read, recorded
 
 
 @pytest.mark.slurm

@@ -18,7 +18,7 @@ Pure Python: the planner and msub may call `fits` for every type.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from _collections_abc import Mapping  # collections.abc's own class, without the collections package
 
 from msched.estimate.gpu_specs import GpuSpec
 from msched.util.record import record

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from _collections_abc import Mapping  # collections.abc's own class, without the collections package
 
 from msched.config import DATA_DIR, METRICS, Config, load_config
 from msched.errors import ProfileError
 from msched.models.features import FEATURE_NAMES, Standardisation, feature_vector
-from msched.util.light import json_load
+from msched.util.light import json_load, lru_cache
 from msched.util.record import record
+
+TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:           # for annotations only: importing collections.abc costs msub ~1 ms (predict14)
+    from collections.abc import Iterable, Sequence
 
 DEFAULT_REFERENCES = os.path.join(DATA_DIR, "reference_models.json")
 

@@ -9,7 +9,7 @@ The policy classes are imported when first asked for: msub imports `msched.polic
 
 from __future__ import annotations
 
-from functools import lru_cache
+from msched.util.light import lru_cache
 
 _COMMON = frozenset({"slack", "backfill", "unknown_runtime_s"})
 _REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinity", "managed_first", "planner",

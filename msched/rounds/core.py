@@ -586,7 +586,7 @@ def _read_job(job: SlurmJob, estimator: Estimator, canon, node_type: dict[str, s
             return (_LEFT_OUT,)       # held or waiting on another job: not startable; never write it
         pj, view = _pending(job, tag, estimator, as_type, known, types_matching, possible, lever)
         if shard and tag is not None and tag.added:
-            pj = _within_packed_types(pj, tag.added, canon)
+            pj, view = _within_packed_types(pj, view, tag.added, canon)
         return (_PENDING, pj, view)
     return (_LEFT_OUT,)
 
@@ -760,16 +760,24 @@ def _pending(job: SlurmJob, tag: JobTag | None, estimator: Estimator, as_type, k
     return pj, view
 
 
-def _within_packed_types(pj: PendingJob, added: str, canon) -> PendingJob:  # noqa: ANN001
+def _within_packed_types(pj: PendingJob, view: JobView, added: str, canon) -> tuple[PendingJob, JobView]:  # noqa: ANN001
     """A pending shard job's types are the ones msub judged it on and packed it for (its tag's `added`):
     on another type it would meet partners no check saw. Without this the planner moved such jobs (seen
     in bench_packing, seed 10: two LM jobs packed for the V100 only were sent to a P100 by the planner
-    and shared one there at 0.45x solo). Kept as is when none of them is left (the round's usual view)."""
+    and shared one there at 0.45x solo). When the request reaches none of them (the owner's own features,
+    set since, match only nodes of other types) the job is pinned where its request sends it now: msched
+    writes no type on it, so it never moves a shard job off its packed types, nor among the others."""
     from dataclasses import replace
 
     packed = [canon(t) for t in added.split("|") if t]
+    if not packed:
+        return pj, view
     allowed = [t for t in (pj.allowed_types or packed) if t in packed]
-    return replace(pj, allowed_types=tuple(allowed)) if allowed else pj
+    if allowed:
+        return replace(pj, allowed_types=tuple(allowed)), view
+    here = tuple(t for t in pj.allowed_types if t in pj.current_types) or pj.allowed_types
+    return (replace(pj, allowed_types=here, pinned_type="|".join(here), current_types=()),
+            replace(view, pinned=True, current_types=()))
 
 
 def bounded_claim(est: dict[str, float], time_limit_s: float | None) -> dict[str, float]:

@@ -10,7 +10,9 @@ this module adds what only the real cluster needs, in an order that keeps the qu
    plan, the clock is before its plan's `stable_until`, no hold is open and the begin-time lever is off,
    the round has the last one's inputs: record a summary row, publish the free time again, and stop
    (no squeue --json, no snapshot, no plan: the planning core is not even imported); the round's own
-   reads start beside the digest (config `digest_overlap`) and are ended when the round is light;
+   reads start beside the digest (config `digest_overlap`) and are ended when the round is light; when
+   sdiag's job counters moved since the last light check (config `activity_hint`), a job arrived,
+   started or ended: the round skips the digest and reads the queue at once;
 3. read jobs and nodes once (batched), ingest tags not seen before;
 4. run the round against the incumbent the store holds (plan, keep what is worth its writes, diff,
    apply only the changes within the write budget; jobs that started meanwhile are skipped);
@@ -49,6 +51,7 @@ log = logging.getLogger("msched.rounds.reorder")
 STATE_DIR_MODE = 0o755      # the free-time file in it is for every user's msub
 FREE_TIME_MODE = 0o644
 LOCK_MODE = 0o600
+ACTIVITY_FILE = "slurm-activity"   # in the state directory: the job counters the last light check read
 COMPLETION_OVERLAP_S = 120.0   # re-read finished jobs this far before the last round: clocks and late writes
 
 
@@ -292,6 +295,7 @@ class Reorderer:
         self.publish = publish
         self._run_id: int | None = None
         self._last_completion_check: float | None = None
+        self._activity_kept = False       # this process's light check read Slurm's job counters already
         self.skip_unchanged = True        # a round that finds the last round's Slurm state does not plan
 
     @property
@@ -377,16 +381,30 @@ class Reorderer:
         return self._run_id
 
     # ---------------------------------------------------------------- a round
-    @without_cyclic_gc
     def round(self, *, dry_run: bool = False, now: float | None = None,
               jobs: list[SlurmJob] | None = None, nodes: list[SlurmNode] | None = None) -> RoundOutcome:
         """One round. Raises ReorderError (one line, saying whether Slurm was changed).
 
         A dry run reads Slurm and plans, and writes nothing anywhere: not Slurm, not the database
         (so it needs no database access), not the free-time file. `jobs`/`nodes` given: use them as
-        the round's one read (tests pass an older read to make jobs start between read and write)."""
+        the round's one read (tests pass an older read to make jobs start between read and write).
+        A round that ends without an error vouches for the store it checked (msched.store.light's
+        `vouch`: the next round may take the file on trust while it is as this one left it)."""
+        light = self.store
+        outcome = self._round(dry_run=dry_run, now=now, jobs=jobs, nodes=nodes)
+        if not dry_run:
+            for store in {id(light): light, id(self.store): self.store}.values():
+                vouch = getattr(store, "vouch", None)
+                if vouch is not None:
+                    vouch()
+        return outcome
+
+    @without_cyclic_gc
+    def _round(self, *, dry_run: bool, now: float | None, jobs: list[SlurmJob] | None,
+               nodes: list[SlurmNode] | None) -> RoundOutcome:
         from msched.store.base import StoreError
 
+        self._activity_kept = False
         db_s = 0.0
         if not dry_run:
             t0 = time.perf_counter()
@@ -411,11 +429,14 @@ class Reorderer:
             self.client.digest_wanted = digest is None      # else the reads need not keep it
         # the jobs that ended before the completions' window are wanted by id only: the read need not parse them
         self.client.finished_before = self._completion_since() if not dry_run else None
+        counters = own_read and not self._activity_kept and self._hinted()
         try:
             if jobs is None and nodes is None:
                 # the queue's squeue and the sinfo run while the round loads the planning core and the
                 # estimator (`SlurmClient.prefetch`; started already beside the light check's digest, if any)
                 self.client.prefetch()
+                if counters:                # a round that had no light check: sdiag beside the squeue
+                    self.client.prefetch_activity()
             # the planning core: not for a light round
             from msched.policy.reservations import BeginTimeOptions
             from msched.rounds.core import TypeLever, run_round
@@ -428,6 +449,8 @@ class Reorderer:
                 nodes = read_nodes if nodes is None else nodes
                 if not dry_run and given is None and self.replay_journal(jobs):
                     jobs = self.read()[0]       # released jobs have their priority back: plan with it
+            if counters:
+                self._keep_activity(self.client.activity())
         finally:
             self.client.close()         # a read started and not collected (a failure before the read)
         read_digest = self._read_digest_later() if own_read else None
@@ -587,6 +610,8 @@ class Reorderer:
             return None, None               # a hold or begin time to undo: the full round replays it
         # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
         # for --release, which a round's replay leaves alone)
+        if self._counters_moved():
+            return None, None               # a job arrived, started or ended: read the queue at once
         # the round's own reads start beside the digest's squeue (`SlurmClient.prefetch`): when the digest
         # differs, the round collects them, so an event round waits for one squeue instead of two in a row
         # (eleventh pass); a light round ends them as soon as it knows it is light
@@ -609,6 +634,40 @@ class Reorderer:
             self._prune(now, rid)
         return RoundOutcome(None, round_id=round_id, free_time=free, unchanged=True, light=True,
                             pending=pending, running=running, db_seconds=time.perf_counter() - t0), digest
+
+    def _counters_moved(self) -> bool:
+        """Whether Slurm's job counters (`SlurmClient.activity`: sdiag, no job-table read) differ from those
+        the last light check read (kept in ACTIVITY_FILE in the state directory): a job arrived, started or
+        ended since, so the queue's digest almost surely differs too and the light check's squeue would
+        only delay the round's read (config `activity_hint`; twelfth pass). False when the hint is off or
+        sdiag cannot tell. Only a hint: a round it sends on reads the queue whole and, when Slurm is as the
+        last round left it after all, plans nothing (`_unchanged_round`); what the counters miss (a user's
+        scontrol update, a node's state) the digest still sees."""
+        if not self._hinted():
+            return False
+        self._activity_kept = True
+        return self._keep_activity(self.client.activity())
+
+    def _hinted(self) -> bool:
+        return bool(self.config.activity_hint) and self.client.digest_of_read and self.store is not None
+
+    def _keep_activity(self, now: str | None) -> bool:
+        """Keep Slurm's job counters `now` in ACTIVITY_FILE; whether they differ from those kept there. A
+        round that reads the queue without a light check keeps them too (read beside its squeue), so the
+        light check after it compares with the counters of the last read of Slurm, not of the last check."""
+        if now is None:
+            return False
+        path = Path(self.config.state_dir) / ACTIVITY_FILE
+        try:
+            if path.read_text(encoding="utf-8", errors="replace") == now:
+                return False
+        except OSError:
+            pass
+        try:
+            write_atomically(path, now)
+        except OSError as exc:      # only a hint: the next light check is skipped again
+            log.debug("cannot keep Slurm's job counters in %s: %s", path, exc.strerror)
+        return True
 
     def _full_store(self) -> None:
         """The hold journal needs the SQLAlchemy store (a hold to replay, the begin-time or nice lever): a

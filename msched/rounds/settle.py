@@ -213,8 +213,8 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
     """The queue with these managed priorities and types (others as Slurm holds them), run by the model.
     `memo`: a dict shared by the evaluations of one snapshot (a round evaluates it several times with
     mostly the same types per job), keeping each job's (types, runtimes) for the types it was held to."""
-    order = sorted(snapshot.pending, key=lambda j: queue_key(j, priority.get(j.job_id)))
     memo = {} if memo is None else memo
+    order = slurm_order(snapshot, priority, memo)
 
     def choose(job: PendingJob, tl: Timeline, _not_before: float):
         held = types.get(job.job_id) if job.managed and not job.pinned_type else None
@@ -234,6 +234,31 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
     managed = [placed[j.job_id].end for j in snapshot.pending if j.managed and j.job_id in placed]
     return Evaluation(placed, max(last, snapshot.running_end),
                       sum(managed) / len(managed) if managed else math.inf, tl, order)
+
+
+_RANKS = object()       # `slurm_order`'s entry in an evaluation memo
+
+
+def slurm_order(snapshot: ClusterSnapshot, priority: Mapping[str, int], memo: dict | None = None) -> list[PendingJob]:
+    """The pending jobs in Slurm's order (`queue_key`) with these priorities (a job absent keeps its own):
+    `sorted(pending, key=lambda j: queue_key(j, priority.get(j.job_id)))`, exactly. The part of the key
+    that no priority changes (submit time, then job id) is ranked once per snapshot and kept in `memo`,
+    so each evaluation sorts pairs of integers (twelfth pass: ~3x less CPU for the sort at 10,000 pending)."""
+    pending = snapshot.pending
+    kept = memo.get(_RANKS) if memo is not None else None
+    if kept is None or kept[0] is not pending:
+        if any(j.submit_time != j.submit_time for j in pending):     # a NaN: only the whole key's sort
+            return sorted(pending, key=lambda j: queue_key(j, priority.get(j.job_id)))
+        by_static = sorted(range(len(pending)), key=lambda i: queue_key(pending[i], 0))
+        ranks = [0] * len(pending)
+        for rank, i in enumerate(by_static):
+            ranks[i] = rank
+        kept = (pending, ranks)
+        if memo is not None:
+            memo[_RANKS] = kept
+    get = priority.get
+    keys = [(-(p if (p := get(j.job_id)) is not None else j.priority), r) for j, r in zip(pending, kept[1], strict=True)]
+    return [pending[i] for i in sorted(range(len(pending)), key=keys.__getitem__)]
 
 
 def _incumbent_state(snapshot: ClusterSnapshot, incumbent: Incumbent | None):

@@ -398,6 +398,20 @@ class SlurmClient(abc.ABC):
         value = self.read_digest(setup)
         return lambda: value
 
+    def activity(self) -> str | None:
+        """Counters of what happened to Slurm's jobs (submitted, started, completed, cancelled, failed, and
+        since when they count), read without reading the job table: equal in two rounds, no job arrived,
+        started or ended between them. Only a hint (the reorderer's `digest_overlap = "auto"` starts the
+        queue's read beside the light check's digest when they moved): what they do not count (a user's
+        scontrol update, a node's state) the digest still sees. None where the backend cannot tell; this
+        default."""
+        return None
+
+    def prefetch_activity(self) -> None:
+        """Start reading what the next `activity()` returns, where the backend can (the command line: its
+        sdiag, beside the queue's read); this default does nothing."""
+        return None
+
     def prefetch(self) -> bool:
         """Start the next `jobs()` and `nodes()` reads in the background where the backend can (the
         command line: their squeue and sinfo), so that the caller's work meanwhile overlaps them; they

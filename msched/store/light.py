@@ -18,6 +18,7 @@ opens the SQLAlchemy store on the same file (`full()`).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections import namedtuple
@@ -29,7 +30,17 @@ from typing import Any
 
 from msched.store import rows
 from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError, day_of, unchanged_round_values
+from msched.util.files import write_atomically
 from msched.util.text import one_line
+
+# `check_integrity`: the mark beside the database file, and at most this many rounds in a row take a file
+# left as the last round left it on trust before one runs quick_check again (an hour at one a minute)
+# the jobs columns `incumbent` reads, in this order, and those the round's record compares (`_decision_rows`)
+_PENDING_COLUMNS = ("job_id", "id", "planned_type", "est_runtime", "planned_priority", "writes")
+_DECISION_COLUMNS = ("planned_type", "est_runtime", "planned_priority", "writes")
+CHECKED_MARK = ".checked"
+MARK_VERSION = "msched-checked-1"
+CHECK_EVERY = 60
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -71,6 +82,9 @@ class LightStore:
         self.config = config
         self.display_url = f"sqlite:///{path}"
         self._full = None
+        self._checked: int | None = None    # rounds in a row the file was taken on trust (0: checked now)
+        self._pending: tuple[int, int, dict[str, tuple]] | None = None    # `incumbent`'s rows (run, data_version)
+        self._vouched = False
         self._json: dict[str, set[str]] = {}       # table -> its JSON columns, as the file declares them
         self._row_types: dict[tuple[str, ...], type] = {}
         self.conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -105,6 +119,22 @@ class LightStore:
 
     # ------------------------------------------------------------------ as msched.store.db.Store
     def check_integrity(self) -> None:
+        """`PRAGMA quick_check` (msched.store.db.Store.check_integrity), unless the file is as the last
+        round left it: CHECKED_MARK beside it holds that round's fingerprint of the file (inode, size,
+        modification and change times of the database and a non-empty WAL, taken after its connection
+        closed) and how many rounds in a row took it on trust; equal now, and fewer than CHECK_EVERY,
+        this round does too (twelfth pass: quick_check reads the whole file, ~10 ms at 5 MB and growing
+        with the store, every round). Anything else touching the file (another writer, a reader's
+        checkpoint, a copy, a damaged write that changed it) changes the fingerprint; a change that
+        leaves all four as they were (the disk itself) is caught within CHECK_EVERY rounds."""
+        trusted = self._trusted_rounds()
+        if trusted is not None and trusted + 1 < CHECK_EVERY:
+            self._checked = trusted + 1
+            return
+        self._quick_check()
+        self._checked = 0
+
+    def _quick_check(self) -> None:
         try:
             rows = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check").fetchmany(3)]
         except sqlite3.Error as exc:
@@ -142,10 +172,50 @@ class LightStore:
             self._full = open_site_store(self.config)
         return self._full
 
+    def vouch(self) -> None:
+        """The round that checked the file (or took it on trust) ended without an error: `dispose` leaves
+        the mark by which the next round may take the file on trust (`check_integrity`)."""
+        self._vouched = self._checked is not None
+
     def dispose(self) -> None:
         self.conn.close()
         if self._full is not None:
             self._full.dispose()
+        mark = self._mark_path()
+        try:
+            if self._vouched:           # after the close: its checkpoint is part of what the round left
+                write_atomically(mark, f"{MARK_VERSION} {self._fingerprint()} {self._checked}\n")
+            elif self._checked is not None:
+                mark.unlink(missing_ok=True)        # a round that failed after the check: check next time
+        except OSError:
+            pass                        # no mark: the next round runs quick_check
+
+    def _mark_path(self) -> Path:
+        return self.path.with_name(self.path.name + CHECKED_MARK)
+
+    def _fingerprint(self) -> str:
+        """The database file's and its WAL's (when not empty) inode, size, modification and change times."""
+        parts = []
+        for f in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = os.stat(f)
+            except FileNotFoundError:
+                continue
+            if f != self.path and not st.st_size:
+                continue                # opening the file makes an empty WAL, closing it removes it
+            parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+        return "/".join(parts)
+
+    def _trusted_rounds(self) -> int | None:
+        """How many rounds in a row took the file on trust when it is as the last round left it; else None."""
+        try:
+            version, fingerprint, count = self._mark_path().read_text(encoding="ascii").split()
+            rounds = int(count)
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        if version != MARK_VERSION or fingerprint != self._fingerprint() or not 0 <= rounds < CHECK_EVERY:
+            return None
+        return rounds
 
     # ------------------------------------------------------------------ what a light round reads and writes
     def run_id(self, kind: str, name: str) -> int | None:
@@ -198,10 +268,42 @@ class LightStore:
         return None if row is None or row[0] is None else float(row[0])
 
     def incumbent(self, run_id: int):  # noqa: ANN201 - msched.rounds.settle.Incumbent
-        """As msched.store.writes.load_incumbent."""
-        return rows.incumbent_of(self.conn.execute(
-            "SELECT job_id, planned_type, planned_priority FROM jobs WHERE run_id = ? AND state = 'PENDING' "
-            "AND planned_priority IS NOT NULL", (run_id,)))
+        """As msched.store.writes.load_incumbent. The same read keeps the pending jobs' rows as the round's
+        record compares its plan with them (`_decision_rows`: twelfth pass, no second read of ~10,000
+        rows at 10,000 pending), with SQLite's data_version to tell whether another connection wrote since."""
+        version = self._data_version()
+        found = self.conn.execute(f"SELECT {', '.join(_PENDING_COLUMNS)} FROM jobs WHERE run_id = ? "
+                                  "AND state = 'PENDING'", (run_id,)).fetchall()
+        self._pending = (run_id, version, {r[0]: r for r in found})
+        return rows.incumbent_of((r[0], r[2], r[4]) for r in found if r[4] is not None)
+
+    def _data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def _decision_rows(self, cur: sqlite3.Cursor, run_id: int, job_ids: Sequence[str]) -> dict[str, Any]:
+        """`_existing(cur, run_id, job_ids, DECISION_COLUMNS)`, from the rows `incumbent` read where no other
+        connection wrote since and this one wrote no jobs row (the same rows, the same values); the jobs
+        it did not read (not pending there) are read here."""
+        kept, self._pending = self._pending, None
+        if kept is None or kept[0] != run_id or kept[1] != self._data_version():
+            return self._existing(cur, run_id, job_ids, _DECISION_COLUMNS)
+        names = ("job_id", "id", *_DECISION_COLUMNS)
+        kind = self._row_types.get(names)
+        if kind is None:
+            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - as _select's
+        decode = "est_runtime" in self._json["jobs"]
+        out: dict[str, Any] = {}
+        missing = []
+        for jid in job_ids:
+            r = kept[2].get(jid)
+            if r is None:
+                missing.append(jid)
+                continue
+            est = json.loads(r[3]) if decode and r[3] is not None else r[3]
+            out[jid] = kind(r[0], r[1], r[2], est, r[4], r[5])
+        if missing:
+            out.update(self._existing(cur, run_id, missing, _DECISION_COLUMNS))
+        return out
 
     def active_job_ids(self, run_id: int) -> set[str]:
         return {str(r[0]) for r in self.conn.execute(
@@ -296,8 +398,7 @@ class LightStore:
         writes = rows.update_counts(result)
         values = rows.round_values(run_id, result, writes, state_key=state_key, queue_digest=queue_digest)
         decisions = rows.planned_decisions(result)
-        known = self._existing(cur, run_id, [str(d.job_id) for d in decisions],
-                               ("planned_type", "est_runtime", "planned_priority", "writes")) if decisions else {}
+        known = self._decision_rows(cur, run_id, [str(d.job_id) for d in decisions]) if decisions else {}
         changed, job_rows = rows.decision_changes(decisions, getattr(result, "incumbent", None), writes, known)
         values["decision_rows"] = len(changed)
         round_id = self._insert(cur, "rounds", [values])
@@ -354,6 +455,8 @@ class LightStore:
         """INSERT the rows (dicts of one set of columns); returns the last row's id (0: none)."""
         if not values:
             return 0
+        if table == "jobs":
+            self._pending = None
         cols = list(values[0])
         sql = f'INSERT INTO "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)}" for c in cols)}) ' \
               f'VALUES ({", ".join("?" * len(cols))})'
@@ -375,4 +478,6 @@ class LightStore:
                             [[*(self._encode(table, k, v[k]) for k in keys), v["id"]] for v in group])
 
     def _update_jobs(self, cur: sqlite3.Cursor, values: Sequence[dict[str, Any]]) -> None:
+        if values:
+            self._pending = None            # the rows `incumbent` kept are not the file's any more
         self._update(cur, "jobs", values)

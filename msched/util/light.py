@@ -1,4 +1,4 @@
-"""JSON and CSV reading for msub's light path without the `json` and `csv` packages.
+"""JSON and CSV reading and `lru_cache` for msub's light path, without the `json`, `csv` and `functools` packages.
 
 `json.decoder` and `csv.py` each import `re` (with `enum`, `re._parser`, `re._compiler`...), which costs msub
 ~6 ms of CPU on every submission (interpreter start to exit, bench/bench_msub.py; BENCHMARKS, predict13), a
@@ -10,11 +10,16 @@ packages wrap. These functions call the same C code directly:
   extra data) is handed to `json.loads` itself, so every error is `json.loads`'s own, word for word.
 - `DictReader(lines)` reads as `csv.DictReader(lines)` does with its defaults (the excel dialect: `_csv`'s
   own defaults; field names from the first row; missing fields None, extra fields under the key None).
+- `lru_cache(maxsize)` is `functools.lru_cache(maxsize)` (the same C cache) without importing functools,
+  which imports the collections package, reprlib and types (~2-3 ms of msub's CPU with msched.util.record's
+  records, which no longer need collections either; BENCHMARKS, predict14).
 
 Writing (json.dumps, csv.writer) is off the hot path and uses the packages.
 """
 
 from __future__ import annotations
+
+from msched.util.record import record
 
 try:
     from _csv import reader as _csv_reader
@@ -99,3 +104,42 @@ class DictReader:
             for key in names[len(row):]:
                 d[key] = None
         return d
+
+
+# --------------------------------------------------------------------------- functools.lru_cache
+try:
+    from _functools import _lru_cache_wrapper
+except ImportError:           # an interpreter without the C cache: functools' own
+    _lru_cache_wrapper = None
+
+
+@record
+class CacheInfo:
+    """functools' CacheInfo, what `cache_info()` returns."""
+
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
+def lru_cache(maxsize: int = 128):
+    """`functools.lru_cache(maxsize)`, the same C cache, without importing functools.
+
+    msub's path needs only this decorator from functools (see the module's docstring).
+    `_functools._lru_cache_wrapper` is the cache `functools.lru_cache` itself wraps; this sets what
+    `functools.update_wrapper` sets (`__wrapped__`, name, docstring...) and `cache_parameters()`."""
+    if _lru_cache_wrapper is None:
+        from functools import lru_cache as functools_lru_cache
+        return functools_lru_cache(maxsize)
+
+    def decorate(fn):
+        wrapper = _lru_cache_wrapper(fn, maxsize, False, CacheInfo)
+        wrapper.cache_parameters = lambda: {"maxsize": maxsize, "typed": False}
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__", "__type_params__"):
+            if hasattr(fn, attr):
+                setattr(wrapper, attr, getattr(fn, attr))
+        wrapper.__dict__.update(fn.__dict__)
+        wrapper.__wrapped__ = fn
+        return wrapper
+    return decorate
