@@ -68,15 +68,25 @@ def test_a_built_timeline_holds_each_gpu_free_time_in_order(data):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.data())
-def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data):
+@given(st.data(), st.booleans())
+def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data, shift_fast):
     """`timeline._shifted` (SHIFT_BASE): a round's base timeline derived from the last round's, with only
     the nodes whose free GPUs or jobs changed rebuilt and the others moved to the new clock, holds the
     free times a fresh build gives, round after round: jobs end and start (some as new objects equal to
     the old), GPUs go busy with no job to explain them, the clock stands still or jumps past ends, now
     and then a job on two nodes (built anew then). A node's unchanged list is the last base's own
-    (`SHARE_LISTS`): booking a copy of either base changes neither."""
+    (`SHARE_LISTS`): booking a copy of either base changes neither. With `SHIFT_FAST` (the per-node job
+    lists patched, the changed nodes found at C speed) and without."""
     import msched.policy.timeline as timeline
+
+    timeline.SHIFT_FAST = shift_fast
+    try:
+        _base_moved(data, timeline)
+    finally:
+        timeline.SHIFT_FAST = True
+
+
+def _base_moved(data, timeline) -> None:  # noqa: ANN001
 
     draw = data.draw
     nodes, running = _cluster(draw)
@@ -383,6 +393,52 @@ def test_plans_with_the_per_queue_memo_equal_plans_without(snap, planner, object
     assert MschedPolicy.reuse_per_queue
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")),
+       st.sampled_from((2, 200)))
+def test_plans_sharing_entries_across_queues_and_rounds_equal_plans_computing_their_own(data, planner, objective,
+                                                                                     head_jobs):
+    """`msched.policy.msched.SHARE_ENTRIES`: one policy's per-queue memos share each job's candidates and
+    decode entry with every queue of the same context (the search's head, the whole queue, the tail after
+    a head of 2 jobs, the next rounds); round after round (jobs kept as the same objects, replaced by
+    equal or changed ones, gone, new; the clock moving jobs in and out of starvation; node shapes
+    changing now and then) the plans equal those of a fresh policy per round that computes its own."""
+    import msched.policy.msched as msched_policy
+    from msched.policy import get_policy
+
+    draw = data.draw
+    opts = {"planner": planner, "objective": objective, "time_box_s": 1e6, "head_jobs": head_jobs}
+    shared = get_policy("msched", **opts)
+    snap = draw(queues())
+    for step in range(draw(st.integers(1, 5))):
+        fast = shared.plan(snap)
+        msched_policy.SHARE_ENTRIES = False
+        try:
+            plain = get_policy("msched", **opts).plan(snap)
+        finally:
+            msched_policy.SHARE_ENTRIES = True
+        assert _decisions(fast) == _decisions(plain), step
+        assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+        pending = []
+        for j in snap.pending:
+            fate = draw(st.integers(0, 5))
+            if fate == 0:
+                continue                                              # started or cancelled
+            if fate == 1:
+                j = dataclasses.replace(j, priority=j.priority + 1)   # rewritten: a new object
+            elif fate == 2 and j.managed:
+                j = dataclasses.replace(j, est_runtime_s={t: v * 2 for t, v in j.est_runtime_s.items()})
+            pending.append(j)
+        extra = draw(queues())
+        pending += [dataclasses.replace(j, job_id=f"{step}.{j.job_id}") for j in extra.pending[:draw(st.integers(0, 3))]]
+        nodes = snap.nodes
+        if draw(st.integers(0, 3)) == 0:
+            nodes = extra.nodes                                       # other shapes
+        snap = dataclasses.replace(snap, now=draw(st.sampled_from((snap.now, snap.now + 60.0, 90_000.0))),
+                                   nodes=nodes, running=extra.running if nodes is extra.nodes else snap.running,
+                                   pending=tuple(pending or extra.pending))
+
+
 @settings(max_examples=60, deadline=None)
 @given(queues(), st.sampled_from(("balanced", "makespan", "jct")), st.sampled_from((0.0, 0.1)),
        st.sampled_from((0.0, 0.5)))
@@ -554,6 +610,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
     monkeypatch.setattr(timeline, "SHIFT_BASE", False)
     monkeypatch.setattr(timeline, "SHARE_LISTS", False)
+    monkeypatch.setattr(timeline, "SHIFT_FAST", False)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._JobMemo, "keep_items", False)
     monkeypatch.setattr(core._NodeMemo, "keep", False)
@@ -565,6 +622,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
     monkeypatch.setattr(simulator, "KEPT_ENDS", False)
+    monkeypatch.setattr(simulator, "LAZY_PROFILES", False)
     monkeypatch.setattr(compare, "CACHE_SHAPES", False)
     monkeypatch.setattr(compare, "KEEP_USABLE_MEMORY", False)
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
@@ -574,10 +632,37 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
+    monkeypatch.setattr(msched_policy, "SHARE_ENTRIES", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)
     monkeypatch.setattr(core, "KEEP_TOTALS", False)
+
+
+@pytest.mark.parametrize("switch", ["slurm_sim.simulator.LAZY_PROFILES", "msched.policy.timeline.SHIFT_FAST",
+                                    "msched.policy.msched.SHARE_ENTRIES"])
+def test_a_replay_with_one_of_planner15s_shortcuts_off_gives_the_same_schedule(switch, monkeypatch):
+    """Each of this round's shortcuts alone (backfill's node profiles built when first looked at, the
+    shifted base's patched job lists, the memos' shared entries): the optimizing planner's replay of the
+    trace below starts and ends every job at the same time on the same type with the same writes with it
+    off as on."""
+    import importlib
+
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster("a100:8x1,titanv:4x2,rtx2080ti:4x2")
+    models = sorted(truth.models())[:8]
+    trace = synth(90, models, truth, seed=4, arrival="poisson:400", max_gpus=4, cluster=cluster)
+    setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
+                     policy_options={"planner": "optimize", "time_box_s": 1e6})
+    fast = replay(trace, "msched", setup)
+    module, name = switch.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name) is True
+    with monkeypatch.context() as m:
+        m.setattr(importlib.import_module(module), name, False)
+        plain = replay(trace, "msched", setup)
+    assert fast.rounds == plain.rounds > 20
+    assert [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in fast.outcomes] == \
+        [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in plain.outcomes]
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

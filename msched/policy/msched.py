@@ -108,6 +108,8 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
 
 
 _MISS = object()
+SHARE_ENTRIES = True     # the per-queue memos of one context share their per-job entries (`_entry_pool`); off: each
+                         # memo computes its own (tests/test_fast_paths.py)
 FASTEST_FIRST = True     # construct looks at a job's candidate types fastest first (`_decode_entry`); off: as given
                          # (tests/test_fast_paths.py)
 
@@ -292,6 +294,7 @@ class MschedPolicy(MschedOncePolicy):
 
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
+        self._prune_pool(snapshot)
         order, starving = self.order(snapshot)
         return self.plan_for_order(snapshot, order, starving)
 
@@ -403,8 +406,39 @@ class MschedPolicy(MschedOncePolicy):
         starving set (the same objects) are the ones it was made for."""
         memo = getattr(self, "_memo", None)
         if memo is None or memo.snapshot is not snapshot or memo.starving is not starving:
-            memo = self._memo = _QueueMemo(self, snapshot, starving)
+            memo = self._memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
         return memo
+
+    def _entry_pool(self, snapshot: ClusterSnapshot, starving: set[str]) -> tuple[dict, dict] | None:
+        """The per-job candidates and decode entries a `_QueueMemo` keeps, shared by the memos of every
+        queue with the same context (`SHARE_ENTRIES`; None: off): a job's entry depends only on the job
+        object (each kept with its job), the snapshot's types, the shapes of its nodes (`PossibleTypes`, whose
+        answers are one dict while the shapes hold), whether the job starves, FASTEST_FIRST and the
+        policy's own options. So one plan's decodes of the search's head, of the whole queue and of the
+        tail after the head (the optimizing planner's snapshots of one queue) and the next round's of the
+        jobs still queued find what an earlier one computed."""
+        if not SHARE_ENTRIES:
+            return None
+        key = (tuple(snapshot.gpu_types), frozenset(starving), FASTEST_FIRST, getattr(self, "planner", None),
+               self.slack, self.unknown_runtime_s)
+        answers = self._possible._memo
+        pool = getattr(self, "_pool", None)
+        if pool is None or pool[0] is not answers or pool[1] != key:
+            pool = self._pool = (answers, key, {}, {})
+        elif len(pool[2]) > 4 * len(snapshot.pending) + 50_000:      # never for ever
+            pool[2].clear()
+            pool[3].clear()
+        return pool[2], pool[3]
+
+    def _prune_pool(self, snapshot: ClusterSnapshot) -> None:
+        """At a round's plan: the shared entries (`_entry_pool`) of jobs no longer queued dropped, once they
+        are as many again as the queue."""
+        pool = getattr(self, "_pool", None)
+        if pool is not None and len(pool[2]) + len(pool[3]) > 4 * len(snapshot.pending) + 256:
+            ids = {j.job_id for j in snapshot.pending}
+            for d in (pool[2], pool[3]):
+                for jid in [k for k in d if k not in ids]:
+                    del d[jid]
 
     def plan_from(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
                   placed: Mapping[str, Placed], chosen: Mapping[str, tuple[str, ...]], tl: Timeline) -> Plan:
@@ -471,12 +505,16 @@ class _QueueMemo:
     read for its types, which every copy shares). The optimizing planner decodes one queue tens of times
     per round; each decode then only merges and places."""
 
-    def __init__(self, policy: MschedPolicy, snapshot: ClusterSnapshot, starving: set[str]):
+    def __init__(self, policy: MschedPolicy, snapshot: ClusterSnapshot, starving: set[str],
+                 pool: tuple[dict, dict] | None = None):
         self.policy, self.snapshot, self.starving = policy, snapshot, starving
         self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
         self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
-        self._cand: dict[str, tuple] = {}
-        self._entry: dict[str, tuple] = {}
+        # job id -> (job, its candidates) and (job, its decode entry); shared with other memos of the same
+        # context when `pool` is given (`MschedPolicy._entry_pool`)
+        self._cand: dict[str, tuple]
+        self._entry: dict[str, tuple]
+        self._cand, self._entry = pool if pool is not None else ({}, {})
 
     def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
         """`construct_order(snapshot.pending, order)` from the sorted lists kept."""

@@ -71,7 +71,9 @@ log = logging.getLogger("msched.policy.planner")
 
 PLANNERS = ("optimize", "greedy", "cpsat")
 DEFAULT_TIME_BOX_S = 2.0
-DEFAULT_HEAD_JOBS = 200
+DEFAULT_HEAD_JOBS = 600      # the search's head (200 before jct15): on make demo's 600-job batch shape 600 beat 200 on
+                             # makespan and mean JCT on tuning and held-out seeds at the same plan() CPU on 10,000 jobs
+                             # (bench/bench_head.py; BENCHMARKS.md "The search head and online JCT")
 DEFAULT_TOLERANCE = 0.25    # balanced's makespan allowance online (0.05 before): as good or better on every bench
                              # workload and seed, better on two (BENCHMARKS.md, the planner's fifth round)
 SEARCH_WORK = 6000           # decode steps per round at most (decodes x (head jobs + running jobs + nodes):
@@ -257,6 +259,7 @@ class OptimizingPolicy(MschedPolicy):
         return out
 
     def _searched(self, snapshot: ClusterSnapshot) -> Plan:
+        self._prune_pool(snapshot)
         order, starving = self.order(snapshot)
         head_n = min(len(order) - len(starving), self.head_jobs)      # the search's head (`_split`)
         if self.cpsat_jobs and self.planner != "greedy" and CPSAT_MIN_JOBS <= head_n <= self.cpsat_jobs \
