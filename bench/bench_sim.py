@@ -204,10 +204,16 @@ def cuts14_anew() -> None:
 def cuts15_anew() -> None:
     """Switch off planner15's plan-identical cuts (each checked against this plain path in
     tests/test_fast_paths.py): a decode's starts on a type it booked read by a scan however many nodes it
-    booked."""
+    booked; the per-queue memos' entries computed per memo; the shifted base timeline found by passes over
+    every running job and node; backfill's node profiles all built at each pass's start."""
+    import msched.policy.msched as msched_policy
     import msched.policy.timeline as timeline
+    import slurm_sim.simulator as simulator
 
     timeline.Timeline.scan_dirty_max = None
+    msched_policy.SHARE_ENTRIES = False
+    timeline.SHIFT_FAST = False
+    simulator.LAZY_PROFILES = False
 
 
 def main() -> None:

@@ -62,6 +62,8 @@ _COUNTS = "refuse"
 # backfill builds each node's free-GPU profile from the running jobs in one sorted pass rather than by one
 # insertion per job (the same step functions: tests/test_fast_paths.py compares replays with it off)
 ONE_PASS_PROFILES = True
+LAZY_PROFILES = True      # with KEPT_ENDS: a node's profile built when a job of the pass first looks at the node, not
+                          # every node's at the pass's start (off: all at the start; tests/test_fast_paths.py)
 KEPT_ENDS = True          # backfill's node profiles from each node's running jobs' limit ends, kept sorted as jobs
                           # start and end (`Simulator._ends`), instead of a pass over every active job; off:
                           # that pass (tests/test_fast_paths.py). Without shard jobs only (their GPUs follow
@@ -679,17 +681,24 @@ class Simulator:
             self._blocked = {jid for jid in self._blocked if self.jobs[jid].state == PENDING}
             return
         prof: dict[int, _Profile] = {}
+        # a node's profile from its kept ends when first asked for (LAZY_PROFILES): until then no job of this
+        # pass started on it (a start books the profiles of its nodes first), so its free GPUs and ends are
+        # what they were when the pass began
+        lazy = LAZY_PROFILES and KEPT_ENDS and self.packing is None
+        kept_ends = self._ends
 
         def profile(n: int) -> _Profile:
             p = prof.get(n)
             if p is None:
-                p = prof[n] = _Profile(now, self.free[n])
+                ends = kept_ends[n] if lazy else None
+                p = prof[n] = _Profile.from_frees(now, self.free[n], ends, ordered=True) if ends else \
+                    _Profile(now, self.free[n])
             return p
 
         # each running job's GPUs free at its limit's end, per node: every node's step function at once
         # (ONE_PASS_PROFILES) or one insertion per job
         frees: dict[int, list[tuple[float, int]]] = {}
-        if KEPT_ENDS and self.packing is None:       # no shard job can run: every running job is in `_ends`
+        if KEPT_ENDS and self.packing is None and not lazy:   # no shard job can run: every running job is in `_ends`
             for n, ends in enumerate(self._ends):
                 if ends:
                     prof[n] = _Profile.from_frees(now, self.free[n], ends, ordered=True)

@@ -68,15 +68,25 @@ def test_a_built_timeline_holds_each_gpu_free_time_in_order(data):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.data())
-def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data):
+@given(st.data(), st.booleans())
+def test_a_base_timeline_moved_to_a_later_clock_equals_a_fresh_build(data, shift_fast):
     """`timeline._shifted` (SHIFT_BASE): a round's base timeline derived from the last round's, with only
     the nodes whose free GPUs or jobs changed rebuilt and the others moved to the new clock, holds the
     free times a fresh build gives, round after round: jobs end and start (some as new objects equal to
     the old), GPUs go busy with no job to explain them, the clock stands still or jumps past ends, now
     and then a job on two nodes (built anew then). A node's unchanged list is the last base's own
-    (`SHARE_LISTS`): booking a copy of either base changes neither."""
+    (`SHARE_LISTS`): booking a copy of either base changes neither. With `SHIFT_FAST` (the per-node job
+    lists patched, the changed nodes found at C speed) and without."""
     import msched.policy.timeline as timeline
+
+    timeline.SHIFT_FAST = shift_fast
+    try:
+        _base_moved(data, timeline)
+    finally:
+        timeline.SHIFT_FAST = True
+
+
+def _base_moved(data, timeline) -> None:  # noqa: ANN001
 
     draw = data.draw
     nodes, running = _cluster(draw)
@@ -600,6 +610,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(timeline, "_shared_base", fresh_base)
     monkeypatch.setattr(timeline, "SHIFT_BASE", False)
     monkeypatch.setattr(timeline, "SHARE_LISTS", False)
+    monkeypatch.setattr(timeline, "SHIFT_FAST", False)
     monkeypatch.setattr(Timeline, "copy", whole_copy)
     monkeypatch.setattr(core._JobMemo, "keep_items", False)
     monkeypatch.setattr(core._NodeMemo, "keep", False)
@@ -611,6 +622,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(MschedPolicy, "reuse_per_queue", False)
     monkeypatch.setattr(simulator, "ONE_PASS_PROFILES", False)
     monkeypatch.setattr(simulator, "KEPT_ENDS", False)
+    monkeypatch.setattr(simulator, "LAZY_PROFILES", False)
     monkeypatch.setattr(compare, "CACHE_SHAPES", False)
     monkeypatch.setattr(compare, "KEEP_USABLE_MEMORY", False)
     monkeypatch.setattr(base, "ONE_NODE_FAST_PATH", False)
@@ -625,6 +637,32 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)
     monkeypatch.setattr(core, "KEEP_TOTALS", False)
+
+
+@pytest.mark.parametrize("switch", ["slurm_sim.simulator.LAZY_PROFILES", "msched.policy.timeline.SHIFT_FAST",
+                                    "msched.policy.msched.SHARE_ENTRIES"])
+def test_a_replay_with_one_of_planner15s_shortcuts_off_gives_the_same_schedule(switch, monkeypatch):
+    """Each of this round's shortcuts alone (backfill's node profiles built when first looked at, the
+    shifted base's patched job lists, the memos' shared entries): the optimizing planner's replay of the
+    trace below starts and ends every job at the same time on the same type with the same writes with it
+    off as on."""
+    import importlib
+
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster("a100:8x1,titanv:4x2,rtx2080ti:4x2")
+    models = sorted(truth.models())[:8]
+    trace = synth(90, models, truth, seed=4, arrival="poisson:400", max_gpus=4, cluster=cluster)
+    setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
+                     policy_options={"planner": "optimize", "time_box_s": 1e6})
+    fast = replay(trace, "msched", setup)
+    module, name = switch.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name) is True
+    with monkeypatch.context() as m:
+        m.setattr(importlib.import_module(module), name, False)
+        plain = replay(trace, "msched", setup)
+    assert fast.rounds == plain.rounds > 20
+    assert [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in fast.outcomes] == \
+        [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in plain.outcomes]
 
 
 @pytest.mark.parametrize("planner", ["greedy", "optimize"])

@@ -572,3 +572,29 @@ def test_shipped_table_cache_follows_the_file_bytes(tmp_path, monkeypatch):
             read()
     finally:
         shipped.load_table.cache_clear()
+
+
+def test_records_work_on_an_interpreter_without_the_c_field_accessor(monkeypatch):
+    """record.py takes namedtuple's C accessor from `_collections`; where that module is missing it builds
+    the same read-only field properties itself, as collections.py does."""
+    import importlib.util
+
+    import msched.util.record as shipped
+
+    monkeypatch.setitem(sys.modules, "_collections", None)      # `import _collections` now raises ImportError
+    spec = importlib.util.spec_from_file_location("record_without_c_accessor", shipped.__file__)
+    fallback = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fallback)
+    assert fallback._tuplegetter is not shipped._tuplegetter     # the fallback was taken
+
+    @fallback.record
+    class Pair:
+        left: int
+        right: str = "r"
+
+    pair = Pair(1)
+    assert (pair.left, pair.right) == (1, "r")
+    assert Pair.left.__doc__ == "Alias for field number 0"
+    with pytest.raises(AttributeError):
+        pair.left = 2
+    assert pair._replace(right="x") == (1, "x")

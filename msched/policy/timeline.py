@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import operator
 from collections import defaultdict
@@ -349,6 +350,8 @@ def _est_end(job: RunningJob) -> float:
 
 _BASE: list = []        # [(nodes, running, now, unknown_busy_s, pristine Timeline)]: the last one built
 SHIFT_BASE = True       # a new base derived from the last one (`_shifted`); off: built anew (tests/test_fast_paths.py)
+SHIFT_FAST = True       # `_shifted` patches per-node job lists and finds changed nodes at C speed; off: a pass over
+                        # every running job and node in Python (tests/test_fast_paths.py)
 SHARE_LISTS = True      # `_shifted` keeps the last base's list of a node whose free times did not change (off: a copy)
 
 
@@ -416,7 +419,7 @@ def _increments(base: Timeline, nodes: tuple, running: tuple, unknown_busy_s: fl
         on[id(job)] = (job, i)
         jobs[i].append(job)
     rest = [_node_free(base.now, nodes[i], jobs[i], unknown_busy_s)[1] for i in range(len(nodes))]
-    base._inc = (index, on, rest)
+    base._inc = (index, on, rest, jobs)
     return base._inc
 
 
@@ -432,11 +435,15 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
     inc = _increments(prev, prev_nodes, prev_running, unknown_busy_s)
     if inc is None:
         return None
-    index, on, rest = inc
-    changed = {i for i, r in enumerate(rest) if r}
-    for i, same in enumerate(map(operator.is_, prev_nodes, nodes)):
-        if same:
-            continue
+    index, on, rest, on_node = inc
+    fast = SHIFT_FAST
+    if fast:
+        changed = set(itertools.compress(range(len(rest)), rest))
+        differ = itertools.compress(range(len(nodes)), map(operator.is_not, prev_nodes, nodes))
+    else:
+        changed = {i for i, r in enumerate(rest) if r}
+        differ = (i for i, same in enumerate(map(operator.is_, prev_nodes, nodes)) if not same)
+    for i in differ:
         a, b = prev_nodes[i], nodes[i]
         if a.name != b.name or a.gpu_type != b.gpu_type or a.gpus != b.gpus:
             return None
@@ -462,23 +469,55 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
                     return None
                 new_on[k] = (job, i)
                 changed.add(i)
-    jobs: dict[int, list[RunningJob]] = {i: [] for i in changed}
-    if changed:
-        for job, i in new_on.values():
-            if i in changed:
-                jobs[i].append(job)
-    free = []
     new_rest = list(rest)
     share = SHARE_LISTS
-    for i, f in enumerate(prev.free):
-        if i in changed:
-            f, new_rest[i] = _node_free(now, nodes[i], jobs[i], unknown_busy_s)
-        elif f and f[0] < now:
-            k = bisect.bisect_left(f, now)
-            f = [now] * k + f[k:]
-        elif not share:
-            f = list(f)
-        free.append(f)
+    if fast:
+        # per node the jobs it holds, patched where jobs ended or started (the lists of the nodes they were
+        # on copied first: the last base's stay as they are); every other node's list is the last base's,
+        # moved to the clock where its first GPU frees before now
+        new_on_node = list(on_node)
+        if ended or started:
+            fresh: set[int] = set()
+            for k in ended:
+                job, i = on[k]
+                if i not in fresh:
+                    new_on_node[i] = list(new_on_node[i])
+                    fresh.add(i)
+                held = new_on_node[i]
+                del held[next(n for n, x in enumerate(held) if x is job)]
+            for k in started:
+                job, i = new_on[k]
+                if i not in fresh:
+                    new_on_node[i] = list(new_on_node[i])
+                    fresh.add(i)
+                new_on_node[i].append(job)
+        free = list(prev.free) if share else [list(f) for f in prev.free]
+        for i in [i for i, f in enumerate(free) if f and f[0] < now]:
+            if i not in changed:
+                f = free[i]
+                k = bisect.bisect_left(f, now)
+                free[i] = [now] * k + f[k:]
+        for i in changed:
+            free[i], new_rest[i] = _node_free(now, nodes[i], new_on_node[i], unknown_busy_s)
+    else:
+        jobs: dict[int, list[RunningJob]] = {i: [] for i in changed}
+        if changed:
+            for job, i in new_on.values():
+                if i in changed:
+                    jobs[i].append(job)
+        free = []
+        for i, f in enumerate(prev.free):
+            if i in changed:
+                f, new_rest[i] = _node_free(now, nodes[i], jobs[i], unknown_busy_s)
+            elif f and f[0] < now:
+                k = bisect.bisect_left(f, now)
+                f = [now] * k + f[k:]
+            elif not share:
+                f = list(f)
+            free.append(f)
+        new_on_node = [[] for _ in nodes]
+        for job, i in new_on.values():
+            new_on_node[i].append(job)
     t = Timeline.__new__(Timeline)
     t.now, t.names, t.types, t.by_type, t.size, t.max_node = now, prev.names, prev.types, prev.by_type, prev.size, \
         prev.max_node
@@ -495,5 +534,5 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
     t._pristine = True
     t._origin = None
     t._dirty = {}
-    t._inc = (index, new_on, new_rest)
+    t._inc = (index, new_on, new_rest, new_on_node)
     return t

@@ -32,7 +32,13 @@ namedtuple's way (compiling the lambda).
 
 from __future__ import annotations
 
-from _collections import _tuplegetter
+try:
+    from _collections import _tuplegetter  # namedtuple's own C field accessor
+except ImportError:                         # an interpreter without it: what collections.py falls back to
+    from operator import itemgetter as _itemgetter
+
+    def _tuplegetter(index: int, doc: str) -> property:
+        return property(_itemgetter(index), doc=doc)
 
 _NOT_COPIED = ("__dict__", "__weakref__", "__annotations__")
 _tuple_new = tuple.__new__
