@@ -401,8 +401,8 @@ class SlurmClient(abc.ABC):
     def activity(self) -> str | None:
         """Counters of what happened to Slurm's jobs (submitted, started, completed, cancelled, failed, and
         since when they count), read without reading the job table: equal in two rounds, no job arrived,
-        started or ended between them. Only a hint (the reorderer's `digest_overlap = "auto"` starts the
-        queue's read beside the light check's digest when they moved): what they do not count (a user's
+        started or ended between them. Only a hint (config `activity_hint`: when they moved, the reorderer
+        skips the light check's digest and reads the queue at once): what they do not count (a user's
         scontrol update, a node's state) the digest still sees. None where the backend cannot tell; this
         default."""
         return None
