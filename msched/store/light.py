@@ -33,11 +33,11 @@ from msched.store.base import BUSY_TIMEOUT_S, SCHEMA_VERSION, StoreError, day_of
 from msched.util.files import write_atomically
 from msched.util.text import one_line
 
-# `check_integrity`: the mark beside the database file, and at most this many rounds in a row take a file
-# left as the last round left it on trust before one runs quick_check again (an hour at one a minute)
 # the jobs columns `incumbent` reads, in this order, and those the round's record compares (`_decision_rows`)
 _PENDING_COLUMNS = ("job_id", "id", "planned_type", "est_runtime", "planned_priority", "writes")
 _DECISION_COLUMNS = ("planned_type", "est_runtime", "planned_priority", "writes")
+# `check_integrity`: the mark beside the database file, and at most this many rounds in a row take a file
+# left as the last round left it on trust before one runs quick_check again (an hour at one a minute)
 CHECKED_MARK = ".checked"
 MARK_VERSION = "msched-checked-1"
 CHECK_EVERY = 60
