@@ -519,11 +519,12 @@ def real_settle(n_pending: int, tmp: Path, seed: int = 0, *, ends: int = 4, log=
                 f"plan {m['plan_s']:.2f} s; est. makespan {m['est_makespan_s']:.0f} s; moved {m['moved']}, "
                 f"kept {m['kept']}, waiting {m['held_back']}; buys {m['buys']}")
             ph = m["phases"]
+            why = f" ({m['read_because']})" if m.get("read_because") else ""    # an older tree's has none
             parts = ", ".join(f"{k} {ph[k]:.2f}" for k in ("digest", "scheduler", "squeue", "sinfo", "snapshot",
                                                           "planner", "settle", "writes", "finished", "store")
                               if k in ph)
             log(f"  {label} [{tree['which']}]: {m['pending']} pending, {m['writes']} REQUEST_UPDATE_JOB "
-                f"({m['controller_s'] * 1000:.0f} ms of controller time), queue read {m.get('queue_read') or '-'}, process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
+                f"({m['controller_s'] * 1000:.0f} ms of controller time), queue read {m.get('queue_read') or '-'}{why}, process {wall:.2f} s wall (imports {m['import_s']:.2f} s, round "
                 f"{m['round_s']:.2f} s: {parts}), CPU {m['cpu_s']:.2f} s, peak RSS {m['peak_rss_mb']:.0f} MB; "
                 f"Slurm commands CPU {m['slurm_cpu_s']:.2f} s, largest RSS {m['slurm_peak_rss_mb']:.0f} MB; "
                 f"{what}; load {m['load1']:.1f}")

@@ -148,7 +148,7 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
     store.dispose()
     r = out.result
     m: dict = {"round_s": round_s, "round_cpu_s": round_cpu, "unchanged": r is None, "light": out.light,
-               "queue_read": client.last_read, "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
+               "queue_read": client.last_read, "read_because": getattr(out, "read_because", ""), "sqlalchemy_loaded": "sqlalchemy" in sys.modules,
                "setup_wall_s": import_wall, "setup_cpu_s": import_cpu}
     if r is None:
         m.update(pending=out.pending, update_calls=0, plan_s=0.0, moved=0, kept=0, held_back=0)

@@ -298,13 +298,14 @@ def test_when_slurms_job_counters_moved_the_round_skips_the_digest_and_reads_the
     assert out.light and seen == ["digest"]                         # the counters did not move
     out, seen = round_after(["scancel", plain[0]])
     assert not out.light and out.result is not None and client.last_read == "tight"
+    assert out.read_because == "job-counters-moved"
     assert "digest" not in seen and seen.count("tight") == 1 and not client._prefetched
     assert kept.read_text() == client.activity()
     _settle(reorderer)
     out, seen = round_after()
     assert out.light and seen == ["digest"]
     out, seen = round_after(["scontrol", "hold", plain[1]])         # not counted: the digest sees it
-    assert not out.light and client.last_read == "tight"
+    assert not out.light and client.last_read == "tight" and out.read_because == "digest-differs"
     assert seen.index("digest") < seen.index("tight") and seen.count("tight") == 1
     _settle(reorderer)
     kept.write_text("the counters of another day")                  # moved, but Slurm is as it was
@@ -427,6 +428,8 @@ def test_a_light_round_needs_every_condition(tmp_path, lever):
             return
         first = next(i for i, o in enumerate(outcomes) if o.light)
         assert first >= 1 and all(o.light for o in outcomes[first:])
+        assert outcomes[0].read_because == "no-planned-round" and "read=no-planned-round" in outcomes[0].summary()
+        assert all(o.read_because == "" and "read=" not in o.summary() for o in outcomes[first:])
         before = outcomes[first - 1]
         assert before.result is None or before.result.update_calls == 0
         with store.read() as s:
@@ -438,19 +441,23 @@ def test_a_light_round_needs_every_condition(tmp_path, lever):
         (nice,) = [journal.record_hold(job, "nice", "0", "owner's offset")]
         assert reorderer.round().light                  # a nice record is not a hold to undo
         hold = journal.record_hold(job, "hold", "", "an interrupted round")
-        assert not reorderer.round().light              # an open hold: the round reads and replays it
+        held = reorderer.round()
+        assert not held.light and held.read_because == "open-hold"  # the round reads and replays it
         journal.close([hold, nice], "test")
         assert reorderer.round().light
 
         c.cancel(job)
-        assert not reorderer.round().light                  # the digest saw the job end
+        ended = reorderer.round()
+        assert not ended.light and ended.read_because == "digest-differs"   # the digest saw the job end
         _settle(reorderer)
         with store.read() as s:
             stable_until = s.scalars(select(Round).order_by(Round.id.desc())).first().stable_until
         assert stable_until is not None and stable_until > c.now()
-        assert not reorderer.round(now=stable_until).light   # the clock alone changes the plan
+        expired = reorderer.round(now=stable_until)
+        assert not expired.light and expired.read_because == "plan-expired"   # the clock alone changes the plan
         reorderer.skip_unchanged = False
-        assert not reorderer.round().light                  # switched off: every round reads
+        off = reorderer.round()
+        assert not off.light and off.read_because == "light-checks-off"      # switched off: every round reads
     finally:
         store.dispose()
 

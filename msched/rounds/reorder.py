@@ -35,7 +35,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +78,17 @@ class RoundOutcome:
     light: bool = False                   # ... found by the queue's digest alone: not even read
     pending: int = 0                      # the round's pending and running GPU jobs (an unchanged round)
     running: int = 0
+    read_because: str = ""                # why a round of its own read Slurm's queue (`Reorderer.READ_REASONS`)
 
     def summary(self) -> str:
         r = self.result
         if r is None and self.light:
             return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes light=yes "
                     "(Slurm's queue digest as the last round left it: not read, not planned)")
+        read = f" read={self.read_because}" if self.read_because else ""
         if r is None:
             return (f"round pending={self.pending} running={self.running} updates=0 unchanged=yes "
-                    f"completions={self.completions} (Slurm as the last round left it: not planned)")
+                    f"completions={self.completions}{read} (Slurm as the last round left it: not planned)")
         snap = r.snapshot
         managed = sum(1 for p in snap.pending if getattr(p, "managed", True))
         plan = r.plan
@@ -104,7 +106,7 @@ class RoundOutcome:
         return (f"{head} pending={len(snap.pending)} managed={managed} running={len(snap.running)} "
                 f"{updates}{buys} skipped={len(r.skipped)} new={self.new_jobs} "
                 f"completions={self.completions} plan={r.plan_seconds * 1000:.1f}ms est_makespan={makespan} "
-                f"free_gpus={gpus}")
+                f"free_gpus={gpus}{read}")
 
 
 # ---------------------------------------------------------------------------------------------- lock
@@ -177,8 +179,20 @@ def _could_settle(last: Any, now: float) -> bool:
     """Whether the last recorded round (`last`, its row) left the incumbent as it found it, so that a
     round now that reads the same Slurm would decide as it did: it wrote nothing to Slurm, changed no
     job's held plan, and `now` is before its plan's `stable_until`."""
-    return not (last is None or last.changes or last.decision_rows or
-                (last.stable_until is not None and now >= last.stable_until))
+    return _unsettled_because(last, now) is None
+
+
+def _unsettled_because(last: Any, now: float) -> str | None:
+    """Which of `_could_settle`'s conditions fails first (a `Reorderer.READ_REASONS` word), or None."""
+    if last is None:
+        return "no-planned-round"
+    if last.changes:
+        return "last-round-wrote"
+    if last.decision_rows:
+        return "plan-changed"
+    if last.stable_until is not None and now >= last.stable_until:
+        return "plan-expired"
+    return None
 
 
 class _SqlaView:
@@ -281,6 +295,23 @@ class Reorderer:
     estimator. `run_round` of `msched.rounds.core` does the planning and the writing; this class wraps it
     with ingestion, recording, completion tracking and publishing."""
 
+    # why a round read Slurm's queue instead of being light (RoundOutcome.read_because, the log line's read=):
+    # the light check's conditions in the order `_light_round` tries them
+    READ_REASONS = (
+        "light-checks-off",         # skip_unchanged is off (every round reads)
+        "begin-time-lever",         # the begin-time lever decides on the clock: never light
+        "no-light-check",           # no store to compare with
+        "no-planned-round",         # no earlier planned round of this run
+        "last-round-wrote",         # the last planned round wrote to Slurm
+        "plan-changed",             # ... or changed a job's held plan
+        "plan-expired",             # its plan's stable_until has passed
+        "open-hold",                # a hold or begin time in the journal to replay
+        "job-counters-moved",       # sdiag's job counters moved (activity_hint)
+        "digest-unreadable",        # the queue's digest could not be read
+        "digest-differs",           # the digest is not the last round's
+        "no-published-free-time",   # nothing published to carry on
+    )
+
     def __init__(self, config: Config, client: SlurmClient, store, *, objective: str | None = None,  # noqa: ANN001
                  policy=None, estimator=None, run_kind: str = "slurm", run_name: str | None = None,  # noqa: ANN001
                  publish: bool = True):
@@ -297,6 +328,7 @@ class Reorderer:
         self._last_completion_check: float | None = None
         self._activity_kept = False       # this process's light check read Slurm's job counters already
         self.skip_unchanged = True        # a round that finds the last round's Slurm state does not plan
+        self._read_because = ""           # this round's READ_REASONS word (RoundOutcome.read_because)
 
     @property
     def _db(self):  # noqa: ANN202 - msched.store.light.LightStore, or a _SqlaView
@@ -391,7 +423,11 @@ class Reorderer:
         A round that ends without an error vouches for the store it checked (msched.store.light's
         `vouch`: the next round may take the file on trust while it is as this one left it)."""
         light = self.store
+        self._read_because = "" if dry_run or jobs is not None or nodes is not None else \
+            "light-checks-off" if not self.skip_unchanged else ""
         outcome = self._round(dry_run=dry_run, now=now, jobs=jobs, nodes=nodes)
+        if self._read_because and not outcome.light:
+            outcome = replace(outcome, read_because=self._read_because)
         if not dry_run:
             for store in {id(light): light, id(self.store): self.store}.values():
                 vouch = getattr(store, "vouch", None)
@@ -597,20 +633,22 @@ class Reorderer:
         read; the next round that reads looks back to this round's time less COMPLETION_OVERLAP_S.
         What the digest cannot see (README): a user moving text between two of their own text fields."""
         if not self.skip_unchanged or self.config.begin_time_lever or self.store is None:
+            self._read_because = "begin-time-lever" if self.config.begin_time_lever else "no-light-check"
             return None, None
         t0 = time.perf_counter()
         store = self._db
         rid = self._run_id if self._run_id is not None else store.run_id(self.run_kind, self.run_name)
-        if rid is None:
-            return None, None
-        last = store.last_planned_round(rid)
-        if not _could_settle(last, now):
+        last = store.last_planned_round(rid) if rid is not None else None
+        self._read_because = _unsettled_because(last, now) or ""
+        if self._read_because:
             return None, None
         if any(kind != "nice" for kind in store.open_hold_kinds()):
+            self._read_because = "open-hold"
             return None, None               # a hold or begin time to undo: the full round replays it
         # (the nice lever's entries stay open while msched steers a job: the record of its owner's offset
         # for --release, which a round's replay leaves alone)
         if self._counters_moved():
+            self._read_because = "job-counters-moved"
             return None, None               # a job arrived, started or ended: read the queue at once
         # the round's own reads start beside the digest's squeue (`SlurmClient.prefetch`): when the digest
         # differs, the round collects them, so an event round waits for one squeue instead of two in a row
@@ -619,10 +657,12 @@ class Reorderer:
             self.client.prefetch()
         digest = self._queue_digest()
         if digest is None or last.queue_digest != digest:
+            self._read_because = "digest-unreadable" if digest is None else "digest-differs"
             return None, digest
         self.client.close()
         free = self._carry_published(now)
         if free is None:
+            self._read_because = "no-published-free-time"
             return None, digest
         pending, running = int(last.pending or 0), int(last.running or 0)
         try:
