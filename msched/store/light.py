@@ -287,11 +287,7 @@ class LightStore:
         kept, self._pending = self._pending, None
         if kept is None or kept[0] != run_id or kept[1] != self._data_version():
             return self._existing(cur, run_id, job_ids, _DECISION_COLUMNS)
-        names = ("job_id", "id", *_DECISION_COLUMNS)
-        kind = self._row_types.get(names)
-        if kind is None:
-            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - as _select's
-        decode = "est_runtime" in self._json["jobs"]
+        kind = self._row_type(("job_id", "id", *_DECISION_COLUMNS))
         out: dict[str, Any] = {}
         missing = []
         for jid in job_ids:
@@ -299,8 +295,7 @@ class LightStore:
             if r is None:
                 missing.append(jid)
                 continue
-            est = json.loads(r[3]) if decode and r[3] is not None else r[3]
-            out[jid] = kind(r[0], r[1], r[2], est, r[4], r[5])
+            out[jid] = kind(r[0], r[1], r[2], self._decode("jobs", "est_runtime", r[3]), r[4], r[5])
         if missing:
             out.update(self._existing(cur, run_id, missing, _DECISION_COLUMNS))
         return out
@@ -432,9 +427,7 @@ class LightStore:
         """Rows as named tuples, the table's JSON columns decoded."""
         c = cur.execute(sql, params)
         names = tuple(names) if names is not None else tuple(d[0] for d in c.description)
-        kind = self._row_types.get(names)
-        if kind is None:
-            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - one per column set
+        kind = self._row_type(names)
         json_at = [i for i, n in enumerate(names) if n in self._json[table]]
         out = []
         for raw in c.fetchall():
@@ -444,6 +437,13 @@ class LightStore:
                     raw[i] = json.loads(raw[i]) if raw[i] is not None else None
             out.append(kind(*raw))
         return out
+
+    def _row_type(self, names: tuple[str, ...]) -> type:
+        """The named tuple of rows with these columns, one per column set."""
+        kind = self._row_types.get(names)
+        if kind is None:
+            kind = self._row_types[names] = namedtuple("Row", names)  # noqa: PYI024 - one per column set
+        return kind
 
     def _encode(self, table: str, column: str, value: Any) -> Any:
         return json.dumps(value) if column in self._json[table] else value
