@@ -292,8 +292,8 @@ def exclusions(jobs: Sequence[SlurmJob], known: Sequence[ShardJob], nodes: Seque
                priorities: Mapping[str, int] | None = None) -> dict[str, tuple[str, ...]]:
     """{pending shard job: shard nodes it must not start on} (msched.policy.packing.shard_exclusions): the
     running shard jobs alone on a GPU (`_by_gpu`, each node's shards per GPU) are the partners it may be
-    given; a job may land on the types its constraint names (all shard types when it names none); the
-    pending ones start in the order of `priorities` (the pairing's; else the ones they hold)."""
+    given; a job may land on the types its constraint names (all shard types when it names none) that its
+    request reaches (`ShardJob.reach`); the pending ones start in the order of `priorities` (the pairing's; else the ones they hold)."""
     priorities = priorities or {}
     shard_nodes = {n.name: canon(n.gpu_type) for n in nodes
                    if SHARD_FEATURE in n.features and n.gpu_type and canon(n.gpu_type) in types}
@@ -314,5 +314,6 @@ def exclusions(jobs: Sequence[SlurmJob], known: Sequence[ShardJob], nodes: Seque
     for j in pending:
         job = slurm_job[j.job_id]
         _user, named = split(job.features or "", lambda n: canon(n) if canon(n) in types else None)
-        allowed[j.job_id] = frozenset(named) if named else frozenset(types)
+        allowed[j.job_id] = (frozenset(named) if named else frozenset(types)) \
+            & (frozenset(types) if j.reach is None else frozenset(j.reach))   # never a node it cannot reach
     return shard_exclusions(pending, lone, shard_nodes, ok, allowed)
