@@ -273,6 +273,67 @@ def test_a_pair_goes_only_to_a_type_both_jobs_were_packed_for():
     assert pair_shard_jobs([lone, rec], predict, ["p100", "v100"], own=own).pairs == ()
 
 
+def test_a_pair_goes_only_to_a_type_both_jobs_requests_reach():
+    """pack14's gap: the pairing writes the pair's type as each job's feature, so it may pair two jobs
+    only on a type both owners' own requests reach (`ShardJob.reach`); a job whose request reaches no
+    shard type (an unreadable constraint) pairs with no one. The numbers as above: the P100 gets more
+    done, but rec's owner reaches only the V100."""
+    predict = lambda a, b, t: {"p100": 1.3, "v100": 1.6}[t]  # noqa: E731
+    own = lambda a, b, t: {"p100": 0.9, "v100": 0.6}[t]  # noqa: E731   (the P100's pair does more work)
+
+    def job(job_id: str, prio: int, **kw) -> ShardJob:  # noqa: ANN003
+        return ShardJob(job_id, prio, JobSpeeds({"p100": 20.0, "v100": 20.0}, 20), length_s=10.0, **kw)
+    assert pair_shard_jobs([job("rec", 100), job("lm", 99)], predict, ["p100", "v100"], own=own).gpu_types == \
+        {"rec": "p100", "lm": "p100"}
+    plan = pair_shard_jobs([job("rec", 100, reach=("v100",)), job("lm", 99)], predict, ["p100", "v100"], own=own)
+    assert plan.gpu_types == {"rec": "v100", "lm": "v100"}
+    plan = pair_shard_jobs([job("rec", 100, reach=("v100",)), job("lm", 99, reach=("p100",))], predict,
+                           ["p100", "v100"], own=own)
+    assert (plan.pairs, plan.gpu_types) == ((), {})
+    assert pair_shard_jobs([job("rec", 100, reach=()), job("lm", 99)], predict, ["p100", "v100"], own=own).pairs == ()
+    lone = job("run", 0, running=True, gpu_type="p100")
+    assert pair_shard_jobs([lone, job("rec", 100, reach=("v100",))], predict, ["p100", "v100"], own=own).pairs == ()
+
+
+def test_the_round_writes_a_shard_job_only_a_type_its_owners_request_reaches():
+    """The round core on Slurm's views: two shard types; the owner's own feature `bigmem` is carried only
+    by the titanxp shard node, and a third job names a partition (`sx`) that holds only that node. The
+    real interference model (guard "mean") would pair every job on the titanv (measured without these
+    requests: `bigmem&titanv` written before this fix, a job that could never start); each type written
+    on these jobs must be the titanxp, the only one their requests reach, and they are still paired."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.rounds.packing import shard_jobs
+
+    est = TagEstimator(TableTimes(PerfTable.load("msched/data/gpu_performance.csv")))
+
+    def shard(job_id: str, model: str, prio: int, features: str = "", partition: str = "shared") -> SlurmJob:
+        tag = JobTag(model=model, ref=model, group=model, sim=1.0, bs=32, iters=1000, pack=1.2)
+        return SlurmJob(job_id, "PENDING", partition=partition, priority=prio, num_gpus=0, features=features,
+                        comment=with_tag(tag, None), reason="Priority")
+
+    nodes = [SlurmNode("n4", "titanxp", 4, features=("titanxp", "shard", "bigmem"), partitions=("gpu", "shared", "sx")),
+             SlurmNode("n2", "titanv", 4, features=("titanv", "shard"), partitions=("gpu", "shared"))]
+    jobs = [shard("1", "resnet18", 50, "bigmem"), shard("2", "resnet18", 49, "bigmem"), shard("3", "vgg16", 48),
+            shard("4", "resnet50", 47), shard("5", "resnet18", 46, partition="sx"), shard("6", "vgg16", 45)]
+    assert {j.job_id: j.reach for j in shard_jobs(jobs, None, str.lower, nodes=nodes)} == \
+        {"1": ("titanxp",), "2": ("titanxp",), "3": ("titanxp", "titanv"), "4": ("titanxp", "titanv"),
+         "5": ("titanxp",), "6": ("titanxp", "titanv")}
+    bare = [replace(j, features="", partition="shared") for j in jobs]
+    _, free = packing_round(bare, nodes, est, guard="mean")
+    assert {free.gpu_types[j] for j in ("1", "2", "5")} == {"titanv"}     # where they would go unconstrained
+    updates, plan = packing_round(jobs, nodes, est, guard="mean")
+    written = {u.job_id: u.value for u in updates if u.field == "features"}
+    assert {j for p in plan.pairs for j in (p.a, p.b)} >= {"1", "2", "5"}
+    assert written["1"] == written["2"] == "bigmem&titanxp" and written["5"] == "titanxp"
+    for p in plan.pairs:
+        assert p.gpu_type == "titanxp" or not {p.a, p.b} & {"1", "2", "5"}
+    # an owner's constraint msched cannot read reaches nothing: no type written, no pair
+    odd = [replace(jobs[0], features="bigmem&(("), *jobs[1:]]
+    updates, plan = packing_round(odd, nodes, est, guard="mean")
+    assert not [u for u in updates if u.job_id == "1" and u.field == "features"]
+    assert "1" not in {j for p in plan.pairs for j in (p.a, p.b)}
+
+
 def test_memory_keeps_a_pair_apart():
     predict = lambda a, b, t: 1.5  # noqa: E731
     jobs = [_job("a", 10, 100, peak_gb=12.0), _job("b", 10, 99, peak_gb=12.0)]

@@ -136,6 +136,9 @@ def test_the_round_reads_the_lone_shard_jobs_from_slurms_gpu_indices():
     ok, seen = _ok_unless(("p", "z"))
     assert exclusions(jobs, known, nodes, str.lower, ["v100"], ok) == {"p": ("s1",)}
     assert sorted(seen) == [("p", "w", "v100"), ("p", "z", "v100")]       # x and y hold no open shard
+    # a job whose own request reaches no v100 shard node is named none of them (no write for nothing)
+    known[-1] = ShardJob("p", 1, _speeds(), reach=("k80",))
+    assert exclusions(jobs, known, nodes, str.lower, ["v100"], _ok_unless(("p", "z"))[0]) == {"p": ()}
 
 
 def test_exclusions_go_through_the_journal_and_release_clears_them(tmp_path):

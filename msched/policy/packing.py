@@ -46,6 +46,8 @@ class ShardJob:
     start_time: float = 0.0
     length_s: float = 0.0             # its estimated solo runtime (shortest over its types); 0 = unknown
     types: tuple[str, ...] = ()       # the shard types msub packed it for (its tag's `added`); (): any
+    reach: tuple[str, ...] | None = None   # pending: the shard types its owner's own request (constraint,
+                                           # partitions) reaches, the only ones the round may write; None: any
 
 
 @record
@@ -289,6 +291,8 @@ def pair_shard_jobs(jobs: Sequence[ShardJob], predict: Callable[[JobSpeeds, JobS
         for t in types:
             if (a.types and t not in a.types) or (b.types and t not in b.types):
                 continue        # msub checked each job's partners on its own packed types only (`may_meet`)
+            if (a.reach is not None and t not in a.reach) or (b.reach is not None and t not in b.reach):
+                continue        # a type its owner's request does not reach: it would never start there
             if best_type and not (on_best_type(a.speeds, t, shard_types) and on_best_type(b.speeds, t, shard_types)):
                 continue
             value = pair_value(a, b, t, predict, usable_gb(t), threshold, slower)

@@ -33,9 +33,12 @@ def is_shard_job(job: SlurmJob, shard_partitions: frozenset[str] | None = None) 
 
 def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # noqa: ANN001
                estimator=None, shard_partitions: frozenset[str] | None = None,  # noqa: ANN001
-               planned: dict[str, int] | None = None) -> list[ShardJob]:
+               planned: dict[str, int] | None = None, nodes: Sequence[SlurmNode] | None = None) -> list[ShardJob]:
+    """The pairing's view of Slurm's shard jobs. `nodes` (the cluster's): each pending job's `reach`, the
+    shard types its owner's own request reaches (`ShardJob.reach`; None without nodes: any)."""
     from msched.estimate.interference import InterferenceError, peak_gb, speeds_from_tag
 
+    reach_of = _Reach(nodes, canon) if nodes is not None else None
     out = []
     for job in jobs:
         if not is_shard_job(job, shard_partitions) or not (job.is_pending or job.is_running):
@@ -57,8 +60,46 @@ def shard_jobs(jobs: Sequence[SlurmJob], times, canon: Callable[[str], str],  # 
         prio = (planned or {}).get(job.job_id, job.priority) if job.is_pending else job.priority
         packed = tuple(canon(t) for t in (tag.added or "").split("|") if t) if tag is not None else ()
         out.append(ShardJob(job.job_id, prio, speeds, peak, job.is_running,
-                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length, packed))
+                            canon(job.gpu_type) if job.gpu_type else None, job.start_time or 0.0, length, packed,
+                            reach_of(job) if reach_of is not None and job.is_pending else None))
     return out
+
+
+class _Reach:
+    """The shard types a pending shard job's own request reaches: the types of the shard nodes in its
+    partitions whose features satisfy the owner's part of its constraint (msched's GPU-type terms
+    removed: those are the round's to write). The pairing writes a pair's type as the job's feature
+    (`packing_round`); a type outside this set would leave the job unable to start (pack14's gap: the
+    owner's `bigmem` only on V100 nodes, or a partition holding only P100 shard nodes). A constraint
+    msched cannot read reaches nothing: the job is paired with no one and written no type. Kept per
+    (constraint, partitions), which many jobs share."""
+
+    def __init__(self, nodes: Sequence[SlurmNode], canon: Callable[[str], str]) -> None:
+        shard = [n for n in nodes if n.gpu_type and n.gpus > 0 and SHARD_FEATURE in n.features]
+        self._types = tuple(dict.fromkeys(canon(n.gpu_type) for n in shard))
+        self._nodes = [(canon(n.gpu_type), n.gpus, n.features, n.partitions) for n in shard]
+        self._canon = canon
+        self._kept: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def __call__(self, job: SlurmJob) -> tuple[str, ...]:
+        key = (job.features or "", job.partition or "")
+        hit = self._kept.get(key)
+        if hit is None:
+            hit = self._kept[key] = self._read(*key)
+        return hit
+
+    def _read(self, features: str, partition: str) -> tuple[str, ...]:
+        from msched.policy.feasibility import node_sizes
+        from msched.slurm.feature_expr import ConstraintError
+
+        canon, types = self._canon, self._types
+        user_part, _types = split(features, lambda n: canon(n) if canon(n) in types else None)
+        try:
+            sizes = node_sizes(self._nodes, constraint=user_part, partitions=partition.split(","))
+        except ConstraintError as exc:
+            log.warning("%s; shard job paired on no type", exc)
+            return ()
+        return tuple(t for t in types if t in sizes)
 
 
 def shard_partitions(nodes: Sequence[SlurmNode]) -> frozenset[str]:
@@ -220,7 +261,7 @@ def packing_round(jobs: Sequence[SlurmJob], nodes: Sequence[SlurmNode], estimato
         return [], None
     times = getattr(getattr(estimator, "inner", estimator), "times", None)
     known = shard_jobs(jobs, times, canon, estimator, parts,
-                       {u.job_id: int(u.value) for u in planned if u.field == "priority"})
+                       {u.job_id: int(u.value) for u in planned if u.field == "priority"}, nodes)
     plan = pair_shard_jobs(known, model.combined_throughput, types, type_usable_gb,
                            threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
                            slower=slower, own=model.own_speed, best_type=guard == "bound")
@@ -251,8 +292,8 @@ def exclusions(jobs: Sequence[SlurmJob], known: Sequence[ShardJob], nodes: Seque
                priorities: Mapping[str, int] | None = None) -> dict[str, tuple[str, ...]]:
     """{pending shard job: shard nodes it must not start on} (msched.policy.packing.shard_exclusions): the
     running shard jobs alone on a GPU (`_by_gpu`, each node's shards per GPU) are the partners it may be
-    given; a job may land on the types its constraint names (all shard types when it names none); the
-    pending ones start in the order of `priorities` (the pairing's; else the ones they hold)."""
+    given; a job may land on the types its constraint names (all shard types when it names none) that its
+    request reaches (`ShardJob.reach`); the pending ones start in the order of `priorities` (the pairing's; else the ones they hold)."""
     priorities = priorities or {}
     shard_nodes = {n.name: canon(n.gpu_type) for n in nodes
                    if SHARD_FEATURE in n.features and n.gpu_type and canon(n.gpu_type) in types}
@@ -273,5 +314,6 @@ def exclusions(jobs: Sequence[SlurmJob], known: Sequence[ShardJob], nodes: Seque
     for j in pending:
         job = slurm_job[j.job_id]
         _user, named = split(job.features or "", lambda n: canon(n) if canon(n) in types else None)
-        allowed[j.job_id] = frozenset(named) if named else frozenset(types)
+        allowed[j.job_id] = (frozenset(named) if named else frozenset(types)) \
+            & (frozenset(types) if j.reach is None else frozenset(j.reach))   # never a node it cannot reach
     return shard_exclusions(pending, lone, shard_nodes, ok, allowed)
