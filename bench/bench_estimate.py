@@ -90,7 +90,8 @@ NESTED_LOG: Path | None = None   # --nested-log: each held-out family's nested c
 # the fit's variants the nested study chooses among (--nested-variants; cost_fit.FIT_OVERLAP and GEN_CALL):
 # None leaves a flag as the module sets it (--fit-variant sets the module's for the other studies)
 FIT_VARIANTS = {"base": {"fit_overlap": False, "gen_call": False}, "overlap": {"fit_overlap": True, "gen_call": False},
-                "call": {"fit_overlap": False, "gen_call": True}, "overlap+call": {"fit_overlap": True, "gen_call": True}}
+                "call": {"fit_overlap": False, "gen_call": True}, "overlap+call": {"fit_overlap": True, "gen_call": True},
+                "fp64bw": {"fit_overlap": False, "gen_call": False, "fp64_ceiling": True}}
 
 
 def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, float] | None = None,
@@ -99,7 +100,8 @@ def fitted(kept: list[FitRow], profiles: dict, specs, weights: tuple[float, floa
     rows, profiles, weights and fitting code were fitted before. `weights`: the fit's (host pool, run prior)
     weights (cost_fit.HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT) when not the shipped ones; `variant`: a FIT_VARIANTS
     name (default: cost_fit's FIT_OVERLAP and GEN_CALL as set)."""
-    flags = FIT_VARIANTS[variant] if variant else {"fit_overlap": cost_fit.FIT_OVERLAP, "gen_call": cost_fit.GEN_CALL}
+    flags = FIT_VARIANTS[variant] if variant else {"fit_overlap": cost_fit.FIT_OVERLAP, "gen_call": cost_fit.GEN_CALL,
+                                                   "fp64_ceiling": cost_fit.FP64_CEILING}
     rows = training_data.fit_rows(kept)
     if weights == (cost_fit.HOST_POOL_WEIGHT, cost_fit.RUN_PRIOR_WEIGHT):
         weights = None
@@ -476,6 +478,43 @@ def loto_by_job_type(loto: dict) -> list[str]:
     return out
 
 
+def input_cost_study(rows, profiles, specs, loto: dict, model: str = "gavel:recommendation") -> list[str]:
+    """Tried by predict15, not shipped: the input term's `c_in` (ms per MB, host side) refitted after the main
+    fit on the kept rows of `model` (recommendation: 80 KB per sample, the one job type whose input is large;
+    kept out of the main fit, training_data.NOT_FITTED, since it moves the GPU-side parameters), every other
+    parameter frozen, so a left-out type on the same run (Gavel's cluster) inherits a host cost learned from
+    its siblings' rows. Markdown rows per left-out type with rows of `model`: c_in before and after, and its
+    error over `model`'s rows and over all its rows, before and after (soft: the sum of abs log errors)."""
+    from scipy.optimize import minimize_scalar
+
+    def iter_ms(cm, r):
+        return cm.iteration_ms(profiles[r.model], specs.get(r.gpu_type), r.precision, r.batch_size, r.num_gpus,
+                               r.optimizer, run=r.run)
+
+    out = []
+    for label, res in loto.items():
+        t = label.split(" ")[0]
+        cm = LOTO_FITS.get(t)
+        if cm is None or not any(r.model == model for r, _p in res):
+            continue
+        kept = [r for r in rows if r.model == model and specs.get(r.gpu_type).gpu_type != t]
+        refit = CostModel(json.loads(json.dumps(cm.data)))
+
+        def loss(log_c, refit=refit, kept=kept):
+            refit.shared["c_in"] = math.exp(log_c)
+            return sum(abs(math.log(iter_ms(refit, r) / r.iter_ms)) for r in kept)
+
+        best = minimize_scalar(loss, bounds=(math.log(1e-3), math.log(100.0)), method="bounded")
+        refit.shared["c_in"] = math.exp(best.x)
+
+        def err(m, sub):
+            return statistics.fmean(abs(math.log(iter_ms(m, r) / r.iter_ms)) for r, _p in sub)
+        own = [(r, p) for r, p in res if r.model == model]
+        out.append(f"| {t} | {len(kept)} | {cm.shared['c_in']:.3f} -> {refit.shared['c_in']:.3f} | "
+                   f"{err(cm, own):.3f} -> {err(refit, own):.3f} | {err(cm, res):.3f} -> {err(refit, res):.3f} |")
+    return out
+
+
 def loto_leans_on(loto: dict, specs) -> list[str]:
     """Markdown rows: what a left-out type's prediction takes from the fit without it, beside the fit on every
     row: its generation's efficiencies (the classes its rows use; `default` where the generation has no row
@@ -565,6 +604,38 @@ def fp64_study(rows, profiles, specs, loto: dict) -> list[str]:
                                               r.optimizer, run=r.run) / r.iter_ms) for r, _p in held]
             lines.append(f"| {name} | {value:.3f} | {statistics.fmean(map(abs, errs)):.3f} | "
                          f"{statistics.fmean(errs):+.3f} |")
+    return lines
+
+
+def half_rate_pair(rows, specs) -> list[str]:
+    """The two half-rate FP64 parts measured in double (A100, TITAN V; 1 GPU): per precision, each model's
+    iteration-time ratio between them over the models both measured. Why (predict15): with one of them left
+    out, the other is the only double row of its FP64:FP32 class; a rule that carried its double times over
+    by one factor would predict every model at the same ratio, and the mean abs deviation of the log ratios
+    around their mean is what such a rule reaches at best. The cost model is not such a rule (its memory and
+    per-layer terms shape the ratio by model: the float and half rows beat their one-factor figure), so this
+    says how far apart the two parts are model by model in each precision, not the cost model's floor."""
+    half = sorted({specs.get(r.gpu_type).gpu_type for r in rows if r.precision == "double"
+                   and specs.get(r.gpu_type).fp64_tflops * 4 >= specs.get(r.gpu_type).fp32_tflops})
+    if len(half) != 2:
+        return []
+    a, b = (specs.get(t) for t in half)
+    times: dict[tuple[str, str, str], float] = {}
+    for r in rows:
+        t = specs.get(r.gpu_type).gpu_type
+        if t in half and r.num_gpus == 1:
+            times[(t, r.precision, r.model)] = r.iter_ms
+    lines = [f"| precision | models | {b.gpu_type} / {a.gpu_type}: geometric mean | min - max | mean abs deviation "
+             "of log ratio (the best one factor does) |", "|---|---|---|---|---|"]
+    for prec in ("float", "half", "double"):
+        logs = [math.log(times[(b.gpu_type, prec, m)] / times[(a.gpu_type, prec, m)])
+                for (t, p, m) in sorted(times) if t == a.gpu_type and p == prec and (b.gpu_type, prec, m) in times]
+        if logs:
+            mid = statistics.fmean(logs)
+            lines.append(f"| {prec} | {len(logs)} | {math.exp(mid):.2f} | {math.exp(min(logs)):.2f} - "
+                         f"{math.exp(max(logs)):.2f} | {statistics.fmean(abs(x - mid) for x in logs):.3f} |")
+    lines.append(f"\n(spec sheets, {b.gpu_type} / {a.gpu_type}: FP64 peak {b.fp64_tflops / a.fp64_tflops:.2f}, "
+                 f"memory bandwidth {b.memory_bw_gbs / a.memory_bw_gbs:.2f}, FP32 {b.fp32_tflops / a.fp32_tflops:.2f})")
     return lines
 
 
@@ -691,6 +762,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nested-variants", default="",
                     help="with --nested: comma-separated fit variants the inner folds also choose among (e.g. base,call; "
                          "default: none, the fit as --fit-variant sets it)")
+    ap.add_argument("--input-study", action="store_true",
+                    help="also refit the input term on the kept recommendation rows of each left-out Gavel type "
+                         "(predict15's study; not the shipped fit)")
     ap.add_argument("--fit-cache", type=Path, default=None,
                     help="folder keeping each fit's parameters by its training rows and the fitting code "
                          "(a re-run that changes only the predictor skips the fits)")
@@ -701,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_variant:
         cost_fit.FIT_OVERLAP = FIT_VARIANTS[args.fit_variant]["fit_overlap"]
         cost_fit.GEN_CALL = FIT_VARIANTS[args.fit_variant]["gen_call"]
+        cost_fit.FP64_CEILING = FIT_VARIANTS[args.fit_variant].get("fp64_ceiling", False)
     FIT_CACHE = args.fit_cache
     if args.file_host_weight is not None:
         cost_fit.FILE_HOST_WEIGHT = args.file_host_weight
@@ -827,9 +902,18 @@ def main(argv: list[str] | None = None) -> int:
                  "row; efficiencies by precision class, the host's ms per call = c_host x host factor)",
                  ("type", "generation", "efficiencies", "bandwidth efficiency", "run GPU-time factor",
                   "host ms per call"), loto_leans_on(loto, specs))
+    if args.input_study:
+        _print_table("The input term refitted on the left-out type's siblings' recommendation rows, the rest of the "
+                     "fit frozen (predict15; not shipped)",
+                     ("left out", "recommendation rows kept", "c_in (ms per MB)", "its recommendation rows",
+                      "all its rows"), input_cost_study(rows, profiles, specs, loto))
     if any(r.precision == "double" for r in rows):
         print("\nDouble precision (FP64) on each type measured in it:\n")
         print("\n".join(fp64_study(rows, profiles, specs, loto)))
+        pair = half_rate_pair(rows, specs)
+        if pair:
+            print("\nThe two half-rate FP64 parts, model by model (1 GPU; iteration-time ratio):\n")
+            print("\n".join(pair))
     if noisy:
         print("\nNoisy measurement files (median log(p90/p10) of their iterations above "
               f"{training_data.NOISY_SPREAD:g}; fitted and counted like the rest): "

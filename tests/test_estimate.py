@@ -254,6 +254,46 @@ def test_a_synchronous_loop_adds_host_and_gpu_time():
     assert max(gpu, host) < overlapped < gpu + host
 
 
+def _unit_shared() -> dict:
+    """Shared parameters at 1 (efficiencies, traffic multipliers), every fixed and multi-GPU cost at 0."""
+    kinds = ("conv_pointwise", "conv_spatial", "conv_grouped", "conv_other", "linear", "other")
+    shared = {f"e_{k}": 1.0 for k in kinds} | {f"a_{k}": 1.0 for k in (*kinds, "norm", "act", "pool", "w")}
+    return shared | {"c_gpu": 0.0, "c_host": 0.0, "phi": 0.0, "h_replica": 0.0, "dp_bytes": 0.0, "dp_module": 0.0,
+                     "dp_fixed": 0.0, "c_step": 0.0, "c_in": 0.0}
+
+
+def test_fp64_ceiling_is_a_third_side_of_the_roofline():
+    """predict15 (cost_fit.FP64_CEILING, off in the shipped file): with `i_fp64` a double row's compute is the
+    smooth maximum of FP64-peak time and FLOPs over `i_fp64` x the spec sheet's bandwidth. One linear kind of
+    1 GFLOP per sample, no bytes, batch 10 on TITAN V (7.45 TFLOPS FP64, 652.8 GB/s), i_fp64 = 2: 30 GFLOP at
+    7.45 TFLOPS = 4.027 ms, over 1,305.6 GFLOP/s = 22.98 ms. Float rows and files without `i_fp64` unchanged."""
+    profile = {"params": 0, "flops_by_kind": {"linear": 1e9}, "bytes_by_kind": {}, "calls_by_kind": {}}
+    titanv = load_specs().require("titanv")
+    data = {"shared": _unit_shared(), "gen_eff": {"volta": {"fp64": 1.0, "fp32": 1.0}}, "gen_bw": {"volta": 1.0}}
+    plain = CostModel(data)
+    capped = CostModel(dict(data, shared=dict(data["shared"], i_fp64=2.0)))
+    peak_ms, ceiling_ms = 30e9 / 7.45e9, 30e9 / (2.0 * 652.8e6)
+    assert plain.iteration_ms(profile, titanv, "double", 10) == pytest.approx(peak_ms, rel=1e-6)
+    assert capped.iteration_ms(profile, titanv, "double", 10) == pytest.approx(
+        (peak_ms ** 4 + ceiling_ms ** 4) ** 0.25, rel=1e-6)
+    assert capped.iteration_ms(profile, titanv, "float", 10) == pytest.approx(plain.iteration_ms(profile, titanv, "float", 10),
+                                                                              rel=1e-6)
+
+
+def test_fp64_ceiling_is_fitted_only_when_asked(profiles):
+    """Double rows made with a ceiling of 1.5 FLOPs per byte on the two half-rate parts (A100, TITAN V) and the
+    shipped parameters otherwise: the fit with `fp64_ceiling` finds it within 25%; the plain fit has no
+    `i_fp64` (the shipped model's arithmetic)."""
+    base, specs = load_cost_model(), load_specs()
+    truth = CostModel(dict(base.data, shared=dict(base.shared, i_fp64=1.5)))
+    models = ["resnet18", "resnet50", "densenet121", "vgg16", "squeezenet1_0", "mobilenet_v2"]
+    rows = [FitRow(m, t, 1, 12, p, truth.iteration_ms(profiles[m], specs.get(t), p, 12, 1))
+            for m in models for t in ("a100", "titanv", "titanxp") for p in ("float", "double")]
+    with_ceiling = fit(rows, profiles, specs, fp64_ceiling=True)
+    assert with_ceiling["shared"]["i_fp64"] == pytest.approx(1.5, rel=0.25)
+    assert "i_fp64" not in fit(rows, profiles, specs, fp64_ceiling=False)["shared"]
+
+
 def test_fit_recovers_known_parameters(profiles):
     """Rows made by a known parameter set (the shipped one) on a subset: the fit from a neutral start
     reproduces them closely on models it did not see."""

@@ -22,7 +22,7 @@ FIXED = {"e_conv_spatial": 1.0}          # the scale the generation efficiencies
 # LSTM step runs (~2 forward, ~3 backward, ~7 us each at ~1.4 GHz); only recurrent rows (Gavel's LM) move it
 # c_in (ms per MB of a whole loop's input, host side): set before any fit from a host copy of the batch plus a
 # pageable copy over PCIe (~10 GB/s together: 0.1 ms per MB); only rows with large inputs move it
-INITIAL = {"q_overlap": 4.0, "phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_in": 0.1, "c_step": 0.05, "h_replica": 0.3,
+INITIAL = {"i_fp64": 2.0, "q_overlap": 4.0, "phi": 0.05, "c_gpu": 0.005, "c_host": 0.03, "c_in": 0.1, "c_step": 0.05, "h_replica": 0.3,
            "dp_bytes": 1.0, "dp_module": 0.01, "dp_fixed": 1.0}
 PRIOR_WEIGHT = 0.03   # a weak pull of log-parameters toward their start: keeps unseen ones put
 POOL_WEIGHT = 0.3     # pull of each generation's efficiency toward the other generations' (log) mean:
@@ -55,12 +55,18 @@ FILE_HOST_WEIGHT = 1.0
 #   differs between generations, so the best type of a launch-bound model is not only its host's).
 FIT_OVERLAP = False
 GEN_CALL = False
+# predict15: FP64_CEILING, a double-precision ceiling at `i_fp64` FLOPs per byte of the spec sheet's memory
+# bandwidth (one shared parameter; off: the shipped model). Why tried: TITAN V left out has no Volta double
+# row, and its FP64 units' spec peak (1/2 of FP32) is not what binds its double kernels (0.15 of it reached,
+# BENCHMARKS.md predict12); the 1/32-rate parts are bound by their FP64 units and stay under any such ceiling.
+FP64_CEILING = False
 # physical ranges (log-space bounds): efficiencies relative to a spatial convolution's, memory-traffic
 # multipliers of the bytes the terms count. Without them a parameter that only small layers inform (the
 # classifier's linear layer at batch 12) soaks up fixed costs and wrecks the large layers of a family the
 # fit never saw (VGG's 100M-parameter linears).
 BOUNDS = {"e_": (0.2, 2.0), "a_conv_grouped": (0.25, 50.0), "a_": (0.25, 8.0), "eff:": (0.05, 3.0),
-          "bw:": (0.2, 5.0), "file:": (0.33, 3.0), "q_overlap": (1.5, 12.0), "call:": (0.25, 4.0)}
+          "bw:": (0.2, 5.0), "file:": (0.33, 3.0), "q_overlap": (1.5, 12.0), "call:": (0.25, 4.0),
+          "i_fp64": (0.1, 100.0)}
 MIN_MODELS_FOR_DEFAULT = 3   # generations measured on fewer models do not shape the unseen-generation default
 
 
@@ -83,16 +89,18 @@ def file_key(gpu_type: str, num_gpus: int, precision: str) -> str:
 
 def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable, *,
         host_pool_weight: float | None = None, run_prior_weight: float | None = None,
-        file_host_weight: float | None = None, fit_overlap: bool | None = None, gen_call: bool | None = None) -> dict:
+        file_host_weight: float | None = None, fit_overlap: bool | None = None, gen_call: bool | None = None,
+        fp64_ceiling: bool | None = None) -> dict:
     """Fit on `rows` (profiles by model name, spec rows by type) and return the parameter file's data.
     `host_pool_weight`, `run_prior_weight`, `file_host_weight`: HOST_POOL_WEIGHT, RUN_PRIOR_WEIGHT and
-    FILE_HOST_WEIGHT unless given (the benchmark's cross-validation of them); `fit_overlap`, `gen_call`:
-    FIT_OVERLAP and GEN_CALL unless given."""
+    FILE_HOST_WEIGHT unless given (the benchmark's cross-validation of them); `fit_overlap`, `gen_call`,
+    `fp64_ceiling`: FIT_OVERLAP, GEN_CALL and FP64_CEILING unless given."""
     host_pool = HOST_POOL_WEIGHT if host_pool_weight is None else host_pool_weight
     run_prior = RUN_PRIOR_WEIGHT if run_prior_weight is None else run_prior_weight
     file_weight = FILE_HOST_WEIGHT if file_host_weight is None else file_host_weight
     overlap = FIT_OVERLAP if fit_overlap is None else fit_overlap
     with_call = GEN_CALL if gen_call is None else gen_call
+    with_fp64 = FP64_CEILING if fp64_ceiling is None else fp64_ceiling
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -108,7 +116,8 @@ def fit(rows: Sequence[FitRow], profiles: Mapping[str, object], specs: SpecTable
     eff_keys = sorted({(g, pclass[k]) for g, t, pclass in per_row for k in COMPUTE_KINDS if t["C_" + k] > 0})
     counts = {g: sum(1 for gg, _t, _p in per_row if gg == g) for g in gens}
     bw_fixed = max(gens, key=lambda g: counts[g])
-    free_shared = [n for n in SHARED if n not in FIXED] + (["q_overlap"] if overlap else [])
+    free_shared = [n for n in SHARED if n not in FIXED] + (["q_overlap"] if overlap else []) \
+        + (["i_fp64"] if with_fp64 else [])
     bw_free = [g for g in gens if g != bw_fixed]
     call_free = bw_free if with_call else []
     types = sorted({specs.get(r.gpu_type).gpu_type for r in usable})

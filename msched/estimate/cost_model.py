@@ -127,6 +127,9 @@ def terms(profile: object, spec: GpuSpec, precision: str, batch_size: int, num_g
         t["K_" + k] = float(calls.get(k, 0)) * 1e9 / peak if peak > 0 and f > 0 else 0.0
         # outputs written forward and read twice backward; weights read forward and backward, gradient written
         t["M_" + k] = 3.0 * (by * b + float(kind_params.get(k, 0)) * 4.0) * scale / bw
+        # double precision's FLOPs over the spec sheet's bandwidth (ms at 1 FLOP per byte): the FP64 ceiling's
+        # term, read only by a parameter file with `i_fp64` (`combine`)
+        t["D_" + k] = 3.0 * f * b / bw if pc == "fp64" else 0.0
         pclass[k] = pc
     for g in MEMORY_GROUPS:
         t["M_" + g] = 0.0
@@ -184,10 +187,17 @@ def combine(t: Mapping, p: Mapping, eff: Mapping, ebw, hostf=1.0, linkf=1.0, xp_
     host times overlap in a smooth maximum whose exponent is the parameter file's `q_overlap` where fitted
     (SMOOTH_Q otherwise). Works on floats (prediction) and numpy arrays (fitting) alike."""
     gpu = 0.0
+    # predict15, off unless a parameter file has `i_fp64` (cost_fit.FP64_CEILING): double-precision kernels
+    # also capped at `i_fp64` FLOPs per byte of the spec sheet's bandwidth, a third side of the roofline
+    i64 = p.get("i_fp64")
     for k in COMPUTE_KINDS:
         c = (t["C_" + k] + p["phi"] * t["K_" + k]) / (p["e_" + k] * eff[k]) + xp_small
         m = p["a_" + k] * t["M_" + k] / ebw + xp_small
-        gpu = gpu + _smax(c, m)
+        if i64 is None:
+            gpu = gpu + _smax(c, m)
+        else:
+            d = t["D_" + k] / i64 + xp_small
+            gpu = gpu + (c ** SMOOTH_Q + m ** SMOOTH_Q + d ** SMOOTH_Q) ** (1.0 / SMOOTH_Q)
     for g in MEMORY_GROUPS:
         gpu = gpu + p["a_" + g] * t["M_" + g] / ebw
     gpu = (gpu + p["a_w"] * t["W"] / ebw + p["c_gpu"] * t["L_gpu"] * callf + p.get("c_step", 0.0) * t["T"]) * gpuf
