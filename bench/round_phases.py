@@ -105,10 +105,14 @@ def _wrap_planning_core(phases: Phases) -> None:
 
 def measure(state: Path, name: str, write_budget: int | None = None, tight: bool = True) -> dict:
     """One round of the bench's site `name` under `state` (bench_reorder.site), taken apart."""
-    phases = Phases()
-    _wrap_planning_core(phases)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import msched.cli
+
+    if hasattr(msched.cli, "one_round_process"):     # as `msched reorder` runs its one round in this tree
+        msched.cli.one_round_process()
+    phases = Phases()
+    _wrap_planning_core(phases)
     from msched.commands.reorder_run import _round_store
     from msched.rounds.reorder import Reorderer
     from msched.slurm.cli import CliClient

@@ -104,3 +104,37 @@ def test_predictor_uses_tensor_cores_for_half():
     h = {t: s for t, (s, _src) in times("resnet50", 1, 12, precision="half").items()}
     assert min(f, key=f.get) == "a100" and min(h, key=h.get) == "titanv"
     assert h["titanv"] / f["titanv"] < 0.8 and h["titanxp"] / f["titanxp"] > 0.95
+
+
+@pytest.mark.parametrize("tag_fields, limit, want", [
+    ({"iters": 36_000}, None, {"a100": 900.0, "titanv": 3600.0}),
+    ({"iters": 36_000}, 1000.0, {"a100": 900.0}),                        # titanv past the limit: dropped
+    ({"model": "my_vgg", "iters": 36_000, "flops": 2.0}, None, {"a100": 1800.0, "titanv": 7200.0}),  # by its ref
+    ({}, 1800.0, {"a100": 450.0, "titanv": 1800.0}),                     # no iterations: the limit on titanv
+    ({"iters": 36_000, "pinned": "a100"}, 1000.0, {"a100": 900.0}),
+    ({"iters": 100_000, "pinned": "a100"}, 1000.0, {"a100": 1000.0}),    # over the limit everywhere: limit used
+    ({"model": "resnet50", "ref": "resnet50", "iters": 1000}, None, {}),  # not in the table
+])
+def test_the_rounds_estimate_is_the_estimates_seconds(tag_fields, limit, want):
+    """A round asks the estimator for seconds only (`TagEstimator.__call__`, by `job_runtimes`, without the
+    texts of `estimates`): the same seconds as `estimates`, and the ones the table gives (vgg16: 25 ms an
+    iteration on a100, 100 ms on titanv)."""
+    from msched.estimate.estimators import TagEstimator
+    from msched.estimate.perf_table import PerfRow, PerfTable
+    from msched.tag import JobTag
+    from msched.util.record import record
+
+    @record
+    class Job:
+        num_gpus: int = 1
+        time_limit_s: float | None = None
+        gres_gpu_type: str | None = None
+
+    perf = PerfTable([PerfRow("vgg16", "a100", 1, 12, "float", 25.0, ""),
+                      PerfRow("vgg16", "titanv", 1, 12, "float", 100.0, "")])
+    est = TagEstimator(perf)
+    tag = JobTag(**{"model": "vgg16", "ref": "vgg16", "bs": 12, **tag_fields})
+    job = Job(time_limit_s=limit)
+    seconds = est(job, tag)
+    assert seconds == pytest.approx(want) and list(seconds) == list(want)
+    assert seconds == {t: e.seconds for t, e in est.estimates(job, tag).items()}

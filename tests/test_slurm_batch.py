@@ -170,7 +170,9 @@ def test_cli_batch_sends_odd_values_through_their_own_argv():
                                            JobUpdate("2", features="a100\nupdate JobId=7 Priority=1")])
     stdin_text = "".join(inp or "" for _, inp in replay.calls)
     assert "JobId=7" not in stdin_text
-    assert [argv for argv, _ in replay.calls[1:]] == [
+    assert [argv[:5] for argv, _ in replay.calls[:2]] == [["squeue", "-h", "-t", "PENDING", f"--jobs={j}"]
+                                                          for j in ("1", "2")]      # a few jobs: each by its id
+    assert [argv for argv, _ in replay.calls[2:]] == [
         ["scontrol", "update", "jobid=1", "Features=a100 titanv"],
         ["scontrol", "update", "jobid=2", "Features=a100\nupdate JobId=7 Priority=1"],
     ]
@@ -307,13 +309,37 @@ def test_real_batch_of_many_jobs_takes_three_processes(slurm_cluster, janitor):
 
 
 @pytest.mark.slurm
+def test_real_pending_check_of_a_few_jobs_asks_for_each_by_id(slurm_cluster, janitor):
+    """A round that writes a few jobs asks squeue for each of them by id (`pending_job_ids(among)`, the
+    controller then reads one job, not its whole table): the same answer as the whole pending list, for a
+    pending, a running, a finished and an unknown job (squeue -j of an id the controller never had exits 1:
+    not pending, not an error); more than PENDING_BY_ID jobs, the whole list."""
+    from msched.slurm.cli.client import PENDING_BY_ID
+
+    client = CliClient(Config(), env={"SLURM_CONF": str(slurm_cluster.conf)})
+    waiting = [janitor.add(j) for j in _later(client, PENDING_BY_ID + 1, "by-id")]
+    running = _on_a100(client, janitor, "by-id-run", "sleep 60", "RUNNING")
+    done = _on_a100(client, janitor, "by-id-done", "true", "COMPLETED")
+    every = client.pending_job_ids()
+    assert set(waiting) <= every and not {running, done} & every
+    assert PENDING_BY_ID == 3
+    assert client.pending_job_ids([waiting[0], running, done]) == {waiting[0]}
+    assert client.pending_job_ids([done, "987654321", waiting[1]]) == {waiting[1]}
+    assert client.pending_job_ids(waiting[:PENDING_BY_ID]) == set(waiting[:PENDING_BY_ID])
+    assert client.pending_job_ids([*waiting, running]) == set(waiting)      # PENDING_BY_ID + 2: the whole list
+    results = {r.job_id: r for r in client.update_jobs([JobUpdate(waiting[0], priority=77), JobUpdate(done, priority=9)])}
+    assert results[waiting[0]].ok and results[done].not_pending
+    assert client.job(waiting[0]).priority == 77
+
+
+@pytest.mark.slurm
 def test_real_jobs_that_stop_pending_after_the_check_come_back_per_job(slurm_cluster, janitor):
     """The check said pending, then the job ran or ended: scontrol's own per-job refusal is reported."""
     client = CliClient(Config(), env={"SLURM_CONF": str(slurm_cluster.conf)})
     waiting = [janitor.add(j) for j in _later(client, 2, "batch-stale")]
     running = _on_a100(client, janitor, "batch-stale-run", "sleep 60", "RUNNING")
     done = _on_a100(client, janitor, "batch-stale-done", "true", "COMPLETED")
-    client.pending_job_ids = lambda: {*waiting, running, done}          # type: ignore[method-assign]
+    client.pending_job_ids = lambda among=None: {*waiting, running, done}  # type: ignore[method-assign]
     results = client.update_jobs([JobUpdate(waiting[0], priority=321, features="titanxp"),
                                   JobUpdate(running, features="titanv", priority=9),
                                   JobUpdate(done, priority=9),
@@ -337,7 +363,7 @@ def test_real_batch_against_an_unreachable_controller_raises_unavailable(slurm_c
     client = CliClient(Config(), env={"SLURM_CONF": str(tmp_path / "slurm.conf")}, timeout_s=30)
     with pytest.raises(SlurmUnavailable):                                 # the pending check
         client.update_jobs([JobUpdate("1", priority=5)])
-    client.pending_job_ids = lambda: {"1", "2"}                           # type: ignore[method-assign]
+    client.pending_job_ids = lambda among=None: {"1", "2"}                # type: ignore[method-assign]
     with pytest.raises(SlurmUnavailable) as err:                          # scontrol itself
         client.update_jobs([JobUpdate("1", priority=5), JobUpdate("2", features="a100")])
     assert "\n" not in str(err.value)

@@ -529,3 +529,27 @@ def test_a_gpu_with_a_two_shard_job_has_no_open_shard():
     one, two, three = (SlurmJob(str(k), "RUNNING", start_time=float(k), shards=s) for k, s in ((1, 1), (2, 2), (3, 1)))
     assert [[j.job_id for j in g] for g in _by_gpu([three, two, one], 2)] == [["1", "3"], ["2"]]
     assert [[j.job_id for j in g] for g in _by_gpu([one, three, two], 4)] == [["1", "2", "3"]]
+
+
+def test_a_job_made_from_its_fields_is_the_constructors_job():
+    """`job_of` (the tight read's way to make each SlurmJob without the frozen dataclass's __init__) makes
+    the job the constructor makes: equal, hashed and shown alike, still frozen; a dict that misses a
+    field or names another is refused, as the constructor refuses a name it does not know."""
+    import dataclasses
+
+    from msched.slurm.base import SlurmJob, job_of
+
+    values = {"job_id": "42", "state": "PENDING", "name": "train x", "user": "alice", "partition": "gpu",
+              "priority": 7, "submit_time": 1.5e9, "start_time": None, "end_time": None, "time_limit_s": 3600.0,
+              "num_nodes": 1, "num_gpus": 4, "gpus_per_node": 4, "gres_gpu_type": "a100", "features": "v100|a100",
+              "comment": "note", "nodes": "", "gpu_type": None, "reason": "Priority", "admin_comment": "",
+              "nice": -3, "begin_time": 1.5e9 + 60, "gpu_index": (), "shards": 0, "exc_nodes": "n7"}
+    made, built = job_of(dict(values)), SlurmJob(**values)
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    assert dataclasses.astuple(made) == tuple(values.values()) and made.tag is None and made.is_pending
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.priority = 1
+    assert dataclasses.replace(made, priority=1) == SlurmJob(**{**values, "priority": 1})
+    for broken in ({k: v for k, v in values.items() if k != "exc_nodes"}, {**values, "colour": "red"}):
+        with pytest.raises(TypeError):
+            job_of(broken)

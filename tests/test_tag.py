@@ -162,3 +162,32 @@ def test_a_stamped_tag_in_admin_comment_wins_over_the_comment():
     assert job.tag.model == "resnet50" and job.tag.iters == 100
     assert SlurmJob(job_id="2", state="PENDING", comment=forged).tag.iters == 10**9      # a claim, bounded later
     assert SlurmJob(job_id="3", state="PENDING", comment=forged, admin_comment="site note").tag.model == "vgg16"
+
+
+def test_a_tag_reads_the_same_whatever_was_read_before_it():
+    """parse_tag keeps each item's reading apart from the whole tag's (`_read_item`): a comment read after
+    others that share its items gives what it gives read first, and a refused item that is also given
+    twice is refused for the repeat, as the grammar's order says (sixteenth pass)."""
+    from msched.tag import _read_item
+
+    heads = ["model=vgg16;model=%ZZ", "model=vgg16;iters=0;iters=0", "model=%ZZ;model=vgg16",
+             "model=vgg16;iters=36000;iters=0", "model=vgg16;iters=0", "model=vgg16;junk;junk",
+             "model=vgg16;newkey=x;newkey=y", "model=vgg16;newkey=a%07b", "ref=vgg16;why=none",
+             GOOD[len(PREFIX):], GOOD[len(PREFIX):] + ";bs=12", GOOD[len(PREFIX):].replace("iters=36000", "iters=7")]
+    comments = [f"{PREFIX}{h} mine" for h in heads]
+
+    def cold(comment: str) -> tuple:
+        parse_tag.cache_clear()
+        _read_item.cache_clear()
+        return parse_tag(comment)
+
+    alone = [cold(c) for c in comments]
+    assert [a[2] for a in alone[:9]] == ["model given twice", "iters=0 outside [1, 1e+12]",
+                                         "model has a malformed %-escape", "iters given twice",
+                                         "iters=0 outside [1, 1e+12]", "a malformed item (not key=value)",
+                                         "newkey given twice", "unknown field newkey holds a control byte or is too long",
+                                         ""]
+    assert alone[9][0].iters == 36000 and alone[10][2] == "bs given twice" and alone[11][0].iters == 7
+    for order in (comments, comments[::-1]):
+        parse_tag.cache_clear()
+        assert [parse_tag(c) for c in order] == (alone if order is comments else alone[::-1])

@@ -29,6 +29,7 @@ from msched.estimate.runtime import (
     Estimate,
     TableTimes,
     estimate_job,
+    job_runtimes,
     job_work,
     request_subset,
     runtimes,
@@ -83,7 +84,9 @@ class TagEstimator:
                             pinned=_pinned(job, tag), unknown_runtime_s=self.unknown_runtime_s)
 
     def __call__(self, job: object, tag: JobTag) -> dict[str, float]:
-        return {t: e.seconds for t, e in self.estimates(job, tag).items()}
+        """The seconds of `estimates`, without their texts (`job_runtimes`)."""
+        return job_runtimes(tag, num_gpus=job.num_gpus, time_limit_s=job.time_limit_s, times=self.times,
+                            pinned=_pinned(job, tag), unknown_runtime_s=self.unknown_runtime_s)[0]
 
     def work(self, job: object, tag: JobTag) -> float | None:
         """The job's work in iterations, as msched fixes it (see `msched.estimate.runtime.job_work`)."""

@@ -104,6 +104,8 @@ EXC_BATCH = 500            # jobs per squeue that reads excluded nodes (excluded
 ACTIVITY_LINES = ("Data since", "Jobs submitted:", "Jobs started:", "Jobs completed:", "Jobs canceled:",
                   "Jobs failed:")
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
+PENDING_BY_ID = 3          # a round that writes this many jobs or fewer asks squeue for each by id (`pending_job_ids`)
+_GONE = "Invalid job id specified"      # squeue -j of a job the controller no longer knows (exit status 1)
 
 
 _SPACES_BEFORE_SEP = re.compile(b" +" + SEP.encode())
@@ -730,15 +732,15 @@ class CliClient(SlurmClient):
         self._run(["scontrol", "update", f"jobid={job_id}", f"Partition={partition}"], error=JobNotPending)
 
     def update_jobs(self, updates: Sequence[JobUpdate]) -> list[UpdateResult]:
-        """A round's writes in a few processes: one squeue (which jobs are pending), one scontrol for
-        every feature update, one for every partition update, one for every priority update (see the
-        module docstring)."""
+        """A round's writes in a few processes: one squeue (which jobs are pending; one a job for a few
+        jobs, `pending_job_ids`), one scontrol for every feature update, one for every partition update,
+        one for every priority update (see the module docstring)."""
         updates = check_updates(updates)
         if not updates:
             return []
         errors: dict[str, SlurmError] = {}
         applied: dict[str, list[str]] = {u.job_id: [] for u in updates}
-        pending = self.pending_job_ids()
+        pending = self.pending_job_ids([u.job_id for u in updates])
         for u in updates:
             if u.job_id not in pending:
                 errors[u.job_id] = JobNotPending(f"job {u.job_id} is not pending (not among squeue's pending "
@@ -774,10 +776,28 @@ class CliClient(SlurmClient):
                 applied[job_id].append(name)
         return [UpdateResult(u.job_id, tuple(applied[u.job_id]), errors.get(u.job_id)) for u in updates]
 
-    def pending_job_ids(self) -> set[str]:
-        """The ids of every pending job (held ones included), in one squeue."""
-        out = self._run(["squeue", "-h", "-t", PENDING, "-O", self._format(("JobID",))])
-        return {line.split(SEP)[0].strip() for line in out.splitlines() if line.split(SEP)[0].strip()}
+    def pending_job_ids(self, among: Sequence[str] | None = None) -> set[str]:
+        """The ids of the pending jobs (held ones included): every one, in one squeue; or, given `among`
+        (at most PENDING_BY_ID plain job ids), those of them that are pending, one squeue -j each. squeue -j with
+        one id asks the controller for that job alone, where the whole pending list has it pack its whole
+        job table: 0.15-0.2 s of wall against 0.02 s at 10,000 jobs on the dev cluster, in every round
+        that writes (issue 21, sixteenth pass); squeue -j with several ids reads the whole table, hence
+        one squeue each. A job Slurm no longer knows is not pending."""
+        fmt = self._format(("JobID",))
+        if among is None or len(set(among)) > PENDING_BY_ID or not all(j.isascii() and j.isdigit() for j in among):
+            out = self._run(["squeue", "-h", "-t", PENDING, "-O", fmt])
+            every = {line.split(SEP)[0].strip() for line in out.splitlines() if line.split(SEP)[0].strip()}
+            return every if among is None else every & set(among)
+        pending: set[str] = set()
+        for job_id in dict.fromkeys(among):
+            proc = self._exec(["squeue", "-h", "-t", PENDING, f"--jobs={job_id}", "-O", fmt])
+            if proc.returncode != 0:
+                if _GONE in proc.stderr:
+                    continue            # purged from the controller's memory: ended long ago
+                raise _failed(self._cmd("squeue"), proc.stderr or proc.stdout)
+            if any(line.split(SEP)[0].strip() == job_id for line in proc.stdout.splitlines()):
+                pending.add(job_id)
+        return pending
 
     def _scontrol_batch(self, lines: Mapping[str, str]) -> dict[str, SlurmError]:
         """Run {job id: update line} through one scontrol; {job id: error} for the jobs it refused.

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
 from msched.config import Config
-from msched.slurm.base import FINISHED_STATES, PENDING, SlurmJob
+from msched.slurm.base import FINISHED_STATES, PENDING, SlurmJob, job_of
 from msched.slurm.cli.parsers import (
     DIGEST_JOB_FIELDS,
     SEP,
@@ -282,32 +282,33 @@ def _job(values: tuple[bytes, ...], config: Config, node_types: Mapping[str, str
     typed = t_job or t_node or t_task
     node_list = _field(_text(nodes)) if state != PENDING else ""
     prio = _number(priority)
-    return SlurmJob(
-        job_id=str(job_number),
-        state=state,
-        name=user_text(_text(name)),
-        user=_text(user).strip() or str(_number(uid)),
-        partition=_text(partition).strip(),
-        priority=prio if 0 <= prio < 0xFFFFFFFE else 0,
-        submit_time=parse_epoch(_text(submit)) or 0.0,
-        start_time=parse_epoch(_text(start)) if state != PENDING else None,
-        end_time=parse_epoch(_text(end)) if state in FINISHED_STATES else None,
-        time_limit_s=_limit_s(_text(limit)),
-        num_nodes=n_nodes,
-        num_gpus=per_job + per_node * n_nodes + per_task * n_tasks,
-        gpus_per_node=per_node or None,
-        gres_gpu_type=config.canonical_gpu_type(typed) if typed else None,
-        features=_field(_text(features)),
-        comment=user_text(_text(comment)),
-        nodes=node_list,
-        gpu_type=gpu_type_on(node_list, node_types),
-        reason=_field(reason),
-        admin_comment=user_text(_text(admin)),
-        nice=_number(nice),
-        begin_time=parse_epoch(_text(eligible)) if state == PENDING else None,
-        gpu_index=(),
-        shards=shards,
-    )
+    return job_of({
+        "job_id": str(job_number),
+        "state": state,
+        "name": user_text(_text(name)),
+        "user": _text(user).strip() or str(_number(uid)),
+        "partition": _text(partition).strip(),
+        "priority": prio if 0 <= prio < 0xFFFFFFFE else 0,
+        "submit_time": parse_epoch(_text(submit)) or 0.0,
+        "start_time": parse_epoch(_text(start)) if state != PENDING else None,
+        "end_time": parse_epoch(_text(end)) if state in FINISHED_STATES else None,
+        "time_limit_s": _limit_s(_text(limit)),
+        "num_nodes": n_nodes,
+        "num_gpus": per_job + per_node * n_nodes + per_task * n_tasks,
+        "gpus_per_node": per_node or None,
+        "gres_gpu_type": config.canonical_gpu_type(typed) if typed else None,
+        "features": _field(_text(features)),
+        "comment": user_text(_text(comment)),
+        "nodes": node_list,
+        "gpu_type": gpu_type_on(node_list, node_types),
+        "reason": _field(reason),
+        "admin_comment": user_text(_text(admin)),
+        "nice": _number(nice),
+        "begin_time": parse_epoch(_text(eligible)) if state == PENDING else None,
+        "gpu_index": (),
+        "shards": shards,
+        "exc_nodes": "",
+    })
 
 
 def _tres(field: bytes, seen: dict) -> tuple[tuple[int, str | None], int]:
