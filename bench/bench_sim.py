@@ -13,7 +13,7 @@ per line and for 1M lines (the goal, issue 13: a 1M-line trace loads in < 120 s 
 
     .venv/bin/python bench/bench_sim.py [--jobs 20000] [--full] [--fifo] [--policy msched] [--planner greedy]
                                         [--load-lines N] [--rounds-anew] [--cuts-anew] [--cuts12-anew] [--cuts13-anew]
-                                        [--cuts14-anew] [--cuts15-anew] [--search-work N] [--search-min-head N] [--settled-work F]
+                                        [--cuts14-anew] [--cuts15-anew] [--cuts16-anew] [--search-work N] [--search-min-head N] [--settled-work F]
 """
 
 from __future__ import annotations
@@ -216,6 +216,18 @@ def cuts15_anew() -> None:
     simulator.LAZY_PROFILES = False
 
 
+def cuts16_anew() -> None:
+    """Switch off planner16's plan-identical cuts (each checked against this plain path in
+    tests/test_fast_paths.py): backfill's search for a job's earliest start reads every node of its classes
+    even after one starts it now; the planner's CP-SAT question computes the simple bound without trying the
+    running jobs' latest end first."""
+    import msched.policy.planner as planner
+    import slurm_sim.simulator as simulator
+
+    simulator.STOP_AT_NOW = False
+    planner.RUNNING_BOUND_FIRST = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20000)
@@ -241,6 +253,8 @@ def main() -> None:
                     help="planner14's plan-identical cuts switched off (see cuts14_anew)")
     ap.add_argument("--cuts15-anew", action="store_true",
                     help="planner15's plan-identical cuts switched off (see cuts15_anew)")
+    ap.add_argument("--cuts16-anew", action="store_true",
+                    help="planner16's plan-identical cuts switched off (see cuts16_anew)")
     ap.add_argument("--search-work", type=int, default=None,
                     help="the optimizing planner's search budget in decode steps (msched.policy.planner.SEARCH_WORK)")
     ap.add_argument("--search-min-head", type=int, default=None,
@@ -266,6 +280,8 @@ def main() -> None:
         cuts14_anew()
     if a.cuts15_anew:
         cuts15_anew()
+    if a.cuts16_anew:
+        cuts16_anew()
     if a.search_work is not None:
         import msched.policy.planner as planner
 

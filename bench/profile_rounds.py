@@ -6,7 +6,7 @@ Prints the replay's outcomes digest too (start, end, type, state and writes of e
 with a cut on and off (`--cuts-anew`, bench_sim.py's) is the plan-identical check on a whole replay.
 
     .venv/bin/python bench/profile_rounds.py [--jobs 5000] [--cuts-anew] [--rounds-anew] [--cuts12-anew]
-                                             [--cuts13-anew] [--cuts14-anew] [--cuts15-anew]
+                                             [--cuts13-anew] [--cuts14-anew] [--cuts15-anew] [--cuts16-anew]
                                              [--settled-work F]
 """
 
@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--cuts13-anew", action="store_true", help="planner13's cuts off (bench_sim.cuts13_anew)")
     ap.add_argument("--cuts14-anew", action="store_true", help="planner14's cuts off (bench_sim.cuts14_anew)")
     ap.add_argument("--cuts15-anew", action="store_true", help="planner15's cuts off (bench_sim.cuts15_anew)")
+    ap.add_argument("--cuts16-anew", action="store_true", help="planner16's cuts off (bench_sim.cuts16_anew)")
     ap.add_argument("--settled-work", type=float, default=None, help="msched's settled_work option (changes plans)")
     a = ap.parse_args()
     if a.cuts12_anew:
@@ -68,6 +69,8 @@ def main() -> None:
         bench_sim.cuts14_anew()
     if a.cuts15_anew:
         bench_sim.cuts15_anew()
+    if a.cuts16_anew:
+        bench_sim.cuts16_anew()
     if a.cuts_anew:
         bench_sim.cuts_anew()
     if a.rounds_anew:

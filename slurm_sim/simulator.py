@@ -68,6 +68,10 @@ KEPT_ENDS = True          # backfill's node profiles from each node's running jo
                           # start and end (`Simulator._ends`), instead of a pass over every active job; off:
                           # that pass (tests/test_fast_paths.py). Without shard jobs only (their GPUs follow
                           # the pairing).
+STOP_AT_NOW = True        # backfill's search for a job's earliest start stops at the first node (in the order it
+                          # looks) that starts it now: no later node or class can start it sooner, and a tie keeps the
+                          # first; the nodes not looked at keep their lazy profiles (off: every node looked at;
+                          # tests/test_fast_paths.py)
 
 
 @dataclass(frozen=True)
@@ -727,6 +731,8 @@ class Simulator:
             if job.held or job.waiting_on or not job.classes or job.state != PENDING or job.begin_time > now:
                 continue
             best = None              # (start, class, nodes)
+            # a profile starts at now, so no start is earlier: once one is now the search can stop (STOP_AT_NOW)
+            stop = now if STOP_AT_NOW else -math.inf
             for c in job.classes:
                 cls = self.classes[c]
                 limit = self.limit_in(job, c)
@@ -737,11 +743,15 @@ class Simulator:
                         t = profile(n).earliest(job.num_gpus, limit)
                         if t is not None and (best is None or t < best[0]):
                             best = (t, c, (n,))
+                            if t <= stop:
+                                break
                 else:
                     k = job.num_gpus // cls.gpus
                     t, chosen = _earliest_whole(cls, [profile(n) for n in cls.nodes], k, limit)
                     if t is not None and (best is None or t < best[0]):
                         best = (t, c, chosen)
+                if best is not None and best[0] <= stop:
+                    break
             if best is None or best[0] > horizon:
                 continue               # no start within bf_window: no reservation (as Slurm)
             t, c, nodes = best

@@ -369,6 +369,52 @@ def test_the_snapshot_simple_bound_summed_directly_equals_the_instance_path(snap
     assert fast == plain
 
 
+@settings(max_examples=150, deadline=None)
+@given(queues(), st.booleans(), st.integers(-200, 9000))
+def test_the_running_jobs_term_is_never_above_the_simple_bound(snap, ghost, ghost_end):
+    """`snapshot_running_bound`, which the planner's `_cpsat_worth_it` tries before the simple bound
+    (`RUNNING_BOUND_FIRST`), is a lower value of the same bound: at most the simple bound (both of its paths),
+    never before now, and the latest running end on a type with GPUs; a running job on a type the nodes do not
+    have (`ghost`) counts in neither."""
+    import msched.policy.bound as bound
+
+    if ghost:
+        snap = dataclasses.replace(snap, running=(*snap.running, RunningJob("g1", "p100", 2, float(ghost_end), ())))
+    running = bound.snapshot_running_bound(snap)
+    simple = bound.snapshot_simple_bound(snap)
+    bound.SIMPLE_FAST = False
+    try:
+        assert running <= bound.snapshot_simple_bound(snap) and running <= simple
+    finally:
+        bound.SIMPLE_FAST = True
+    ends = [r.est_end for r in snap.running if r.gpu_type in TYPES and r.num_gpus > 0]
+    assert running == max([snap.now, *ends])
+
+
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("balanced", "makespan")), st.sampled_from((0, 8)))
+def test_plans_with_the_running_term_tried_first_equal_plans_without(snap, objective, min_jobs):
+    """The optimizing planner with `RUNNING_BOUND_FIRST` off (the simple bound every time `_cpsat_worth_it`
+    asks) gives the same plan; `min_jobs` 0 lets every head of 1-14 jobs reach the question."""
+    import msched.policy.planner as planner
+    from msched.policy import get_policy
+
+    opts = {"planner": "optimize", "objective": objective, "time_box_s": 1e6}
+    saved = planner.CPSAT_MIN_JOBS
+    planner.CPSAT_MIN_JOBS = min_jobs
+    try:
+        fast = get_policy("msched", **opts).plan(snap)
+        planner.RUNNING_BOUND_FIRST = False
+        try:
+            plain = get_policy("msched", **opts).plan(snap)
+        finally:
+            planner.RUNNING_BOUND_FIRST = True
+    finally:
+        planner.CPSAT_MIN_JOBS = saved
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+
+
 def _decisions(plan) -> list:
     return [(d.job_id, d.priority, d.gpu_types, d.est_start, d.est_end) for d in plan.decisions]
 
@@ -631,6 +677,8 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(Timeline, "sorted_pristine", False)
     monkeypatch.setattr(core, "SKIP_SHARDLESS", False)
     monkeypatch.setattr(bound, "SIMPLE_FAST", False)
+    monkeypatch.setattr(planner, "RUNNING_BOUND_FIRST", False)
+    monkeypatch.setattr(simulator, "STOP_AT_NOW", False)
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
     monkeypatch.setattr(msched_policy, "SHARE_ENTRIES", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
@@ -652,6 +700,32 @@ def test_a_replay_with_one_of_planner15s_shortcuts_off_gives_the_same_schedule(s
     cluster = parse_cluster("a100:8x1,titanv:4x2,rtx2080ti:4x2")
     models = sorted(truth.models())[:8]
     trace = synth(90, models, truth, seed=4, arrival="poisson:400", max_gpus=4, cluster=cluster)
+    setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
+                     policy_options={"planner": "optimize", "time_box_s": 1e6})
+    fast = replay(trace, "msched", setup)
+    module, name = switch.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name) is True
+    with monkeypatch.context() as m:
+        m.setattr(importlib.import_module(module), name, False)
+        plain = replay(trace, "msched", setup)
+    assert fast.rounds == plain.rounds > 20
+    assert [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in fast.outcomes] == \
+        [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in plain.outcomes]
+
+
+@pytest.mark.parametrize("switch", ["slurm_sim.simulator.STOP_AT_NOW", "msched.policy.planner.RUNNING_BOUND_FIRST"])
+def test_a_replay_with_one_of_planner16s_shortcuts_off_gives_the_same_schedule(switch, monkeypatch):
+    """Each of planner16's shortcuts alone (backfill's search for a start stopped at a node that starts the
+    job now; the CP-SAT question asked of the running jobs' latest end before the simple bound): the
+    optimizing planner's replay starts and ends every job at the same time on the same type with the same
+    writes with it off as on. The trace is the one above, on one-GPU and two-GPU nodes so that backfill's
+    node search has several nodes per class, and with a queue long enough for CP-SAT's question."""
+    import importlib
+
+    truth = PerfTable.load(default_truth_path())
+    cluster = parse_cluster("a100:1x8,titanv:2x4,rtx2080ti:4x2")
+    models = sorted(truth.models())[:8]
+    trace = synth(90, models, truth, seed=4, arrival="poisson:200", max_gpus=4, cluster=cluster)
     setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
                      policy_options={"planner": "optimize", "time_box_s": 1e6})
     fast = replay(trace, "msched", setup)
