@@ -32,6 +32,10 @@
     with `--flow-bound`, also the LP lower bound on the mean JCT (`msched.policy.bound.lp_flow_bound`,
     `slurm_sim.metrics.trace_flow_bound`: no schedule that runs each job on one type does better) over
     fifo's (seconds to minutes of HiGHS per seed; `--flow-step S` a finer grid: tighter, slower).
+    `--waits`: per variant, the longest wait of any job (is the 24 h starvation guard ever reached?) and
+    the mean wait over fifo's mean JCT. `--bf-interval S`: Slurm's bf_interval for every replay, fifo's
+    included (the cluster spec's, Slurm's 30 s default, otherwise): how much of msched's wait is
+    latency, a job held behind a higher one that cannot start until the next backfill pass.
 
 Times are simulated hours; the wall seconds of each planner are this machine's (2 shared cores).
 """
@@ -212,9 +216,12 @@ def settle_options(opts: dict) -> tuple[dict, object]:
 
 def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants: dict[str, dict],
                   first_seed: int = 1, oracle: bool = True, flow_bound: bool = False,
-                  flow_step_s: float | None = None, oracle_each: bool = False) -> None:
+                  flow_step_s: float | None = None, oracle_each: bool = False, waits: bool = False,
+                  bf_interval_s: float | None = None) -> None:
     """Each bench workload (bench/workloads.py) replayed in-process with backfill for every policy:
     msched with each option set of `variants` (and oracle with the default) against backfill fifo."""
+    from dataclasses import replace
+
     import workloads as wl
 
     from slurm_sim.cluster import parse_cluster
@@ -231,6 +238,8 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
         oracles: dict[str, list[float]] = {k: [] for k in variants}
         floors: list[float] = []
         flows: list[float] = []
+        longest: dict[str, list[float]] = {k: [] for k in variants}
+        mean_wait: dict[str, list[float]] = {k: [] for k in variants}
         for seed in range(first_seed, first_seed + seeds):
             try:
                 w = wl.build(name, sizes[name], seed)
@@ -238,6 +247,8 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
                 print(f"{name:>8} skipped: {exc}")
                 break
             cluster = parse_cluster(w.cluster)
+            if bf_interval_s is not None:
+                cluster = replace(cluster, scheduler=replace(cluster.scheduler, bf_interval_s=bf_interval_s))
             truth = PerfTable.load(w.truth)
             perf = PerfTable.load(w.perf) if w.perf is not None else truth
             refs = list(w.references) if w.references is not None else None
@@ -256,6 +267,11 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
                 ms, jct = r.metrics["makespan_s"] / fifo["makespan_s"], r.metrics["mean_jct_s"] / fifo["mean_jct_s"]
                 per[k].append((ms, jct))
                 cells.append(f"{ms:10.3f}/{jct:5.3f}       {r.plan_seconds:6.1f}")
+                if waits:
+                    w_s = job_waits(r.outcomes)
+                    longest[k].append(max(w_s, default=0.0))
+                    mean_wait[k].append(statistics.mean(w_s) / fifo["mean_jct_s"] if w_s else 0.0)
+                    cells[-1] += f" wait max {longest[k][-1] / H:.2f}h"
                 if oracle_each:         # the oracle with this variant's options too: its makespan x the LP bound
                     o_ms = replay(trace, "oracle", setup, bound=lb).metrics["makespan_s"] / lb.value_s
                     oracles[k].append(o_ms)
@@ -272,12 +288,19 @@ def run_workloads(names: list[str], seeds: int, sizes: dict[str, int], variants:
             if rows:
                 print(f"{name:>8} mean {k}: makespan x fifo {statistics.mean(r[0] for r in rows):.3f}, "
                       f"mean JCT x fifo {statistics.mean(r[1] for r in rows):.3f}"
-                      + (f", oracle makespan x LP bound {statistics.mean(oracles[k]):.3f}" if oracles[k] else ""))
+                      + (f", oracle makespan x LP bound {statistics.mean(oracles[k]):.3f}" if oracles[k] else "")
+                      + (f", longest wait {max(longest[k]) / H:.2f} h, mean wait x fifo's mean JCT "
+                         f"{statistics.mean(mean_wait[k]):.3f}" if longest[k] else ""))
         if floors:
             print(f"{name:>8} mean JCT floor (every job on its fastest type at once, slurm_sim.metrics.jct_floor) "
                   f"x fifo {statistics.mean(floors):.3f}")
         if flows:
             print(f"{name:>8} mean JCT LP lower bound (msched.policy.bound.lp_flow_bound) x fifo {statistics.mean(flows):.3f}")
+
+
+def job_waits(outcomes) -> list[float]:  # noqa: ANN001 - slurm_sim.metrics.JobOutcome
+    """Seconds from submission to start of every job that started."""
+    return [o.start - o.submit for o in outcomes if o.start is not None]
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -325,6 +348,10 @@ def main() -> None:
                     help="(c): comma-separated bench workloads to replay (static, philly, alibaba, gavel) [default: none]")
     ap.add_argument("--workload-jobs", default="static=200,philly=120,alibaba=300,gavel=80",
                     help="(c): jobs per workload (bench_quality --quick sizes)")
+    ap.add_argument("--waits", action="store_true",
+                    help="(c): per variant, the longest wait and the mean wait x fifo's mean JCT")
+    ap.add_argument("--bf-interval", type=float, default=None, metavar="S",
+                    help="(c): Slurm's bf_interval in seconds for every replay [default: the cluster's, 30]")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=K:V;K:V",
                     help="(c): an msched option set to compare, e.g. 'search=cpsat_jobs:0' (repeatable; "
                          "default: msched's defaults)")
@@ -338,7 +365,7 @@ def main() -> None:
         sizes = {k: int(v) for k, v in (x.split("=") for x in a.workload_jobs.split(","))}
         variants = dict(parse_variant(v) for v in a.variant) or {"msched": {}}
         run_workloads([x for x in a.workloads.split(",") if x], a.seeds, sizes, variants, a.first_seed,
-                      not a.no_oracle, a.flow_bound, a.flow_step, a.oracle_variants)
+                      not a.no_oracle, a.flow_bound, a.flow_step, a.oracle_variants, a.waits, a.bf_interval)
 
 
 if __name__ == "__main__":
