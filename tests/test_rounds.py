@@ -1062,3 +1062,33 @@ def test_write_head_is_read_from_the_site_config_and_zero_writes_the_whole_queue
     path.write_text("write_head = -1\n")
     with pytest.raises(ConfigError, match="write_head -1 must be a number >= 0"):
         load_config(path)
+
+
+def test_the_state_key_sees_every_field_a_round_reads_and_nothing_else():
+    """`slurm_state_key` (marshal's format 2 of the jobs' fields, sixteenth pass): the same for the same
+    Slurm read by other objects, in any order; another value of any field a round reads gives another
+    key; a pending job's reason counts only as held or waiting on a dependency."""
+    import dataclasses
+
+    from msched.rounds.core import slurm_state_key
+    from msched.slurm.base import SlurmJob, SlurmNode
+
+    job = SlurmJob(job_id="7", state="PENDING", name="train", user="alice", partition="gpu", priority=100,
+                   submit_time=1000.0, time_limit_s=3600.0, num_gpus=2, gpus_per_node=2, features="a100",
+                   comment="msched:v1;model=vgg16", reason="Priority", nice=0, begin_time=1000.0)
+    other = SlurmJob(job_id="12", state="RUNNING", name="x", user="bob", submit_time=900.0, start_time=950.0,
+                     num_gpus=1, nodes="n1", gpu_type="a100", reason="None")
+    nodes = [SlurmNode("n1", "a100", 4, 1)]
+    key = slurm_state_key([job, other], nodes, "setup")
+    assert slurm_state_key([dataclasses.replace(other), dataclasses.replace(job)], list(nodes), "setup") == key
+    assert slurm_state_key([job, other], nodes, "another setup") != key
+    changed = {"state": "RUNNING", "name": "train2", "user": "carol", "partition": "cpu", "priority": 101,
+               "submit_time": 1000.5, "start_time": 5.0, "end_time": 6.0, "time_limit_s": 3601.0, "num_nodes": 2,
+               "num_gpus": 3, "gpus_per_node": None, "gres_gpu_type": "a100", "features": "titanv", "comment": "",
+               "nodes": "n2", "gpu_type": "titanv", "admin_comment": "x", "nice": 5, "begin_time": None,
+               "reason": "JobHeldUser"}
+    keys = {field: slurm_state_key([dataclasses.replace(job, **{field: value}), other], nodes, "setup")
+            for field, value in changed.items()}
+    assert key not in keys.values() and len(set(keys.values())) == len(keys)
+    assert slurm_state_key([dataclasses.replace(job, reason="Resources"), other], nodes, "setup") == key
+    assert slurm_state_key([job, other], [SlurmNode("n1", "a100", 4, 2)], "setup") != key
