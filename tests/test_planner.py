@@ -650,3 +650,46 @@ def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget()
         get_policy("msched", settled_s=-1)
     with pytest.raises(ValueError, match="settled_evals must be"):
         get_policy("msched", settled_evals=0)
+
+
+# ------------------------------------------------------------------------------------- balanced types
+def test_pool_end_places_the_widest_jobs_first_on_the_gpus_that_free_first():
+    """`pool_end`, worked by hand: on 4 GPUs free at 0, a 4-GPU job of 1 h takes all four (0-1 h), then
+    the 3 h and 2 h jobs start at 1 h: the last ends at 4 h. With two GPUs busy until 5 h the wide job
+    waits for them (5-6 h) and the others follow it (6-9 h, 6-8 h). A job wider than the pool: never."""
+    from msched.policy.planner import pool_end
+
+    jobs = [(1, 2 * H), (4, 1 * H), (1, 3 * H)]
+    assert pool_end([0.0] * 4, jobs) == 4 * H
+    assert pool_end([0.0, 0.0, 5 * H, 5 * H], jobs) == 9 * H
+    assert pool_end([0.0] * 2, [(4, H)]) == float("inf")
+    assert pool_end([0.0, 7 * H], []) == 7 * H          # nothing placed: the pool's own last free time
+
+
+def test_balance_types_moves_jobs_off_the_type_that_ends_last_while_that_helps():
+    """`balance_types`, worked by hand on two one-GPU types A and B, every job on A to start (A ends at
+    5 h): moving x (A 2 h, B 3 h) ends both at 3 h, y (A 2, B 4) at 4, z (A 1, B 1) at 4; x moves. Then
+    neither y (A 1 h, B 7 h) nor z (A 2 h, B 4 h) ends the later pool before 3 h: it stops. With x
+    frozen the first of the equal moves (y, 4 h) is made, after which nothing helps (y back: A 5 h). A
+    start nothing improves gives None."""
+    from msched.policy.planner import balance_types
+
+    runtime = {"x": {"A": 2 * H, "B": 3 * H}, "y": {"A": 2 * H, "B": 4 * H}, "z": {"A": 1 * H, "B": 1 * H}}
+    gpus = {"x": 1, "y": 1, "z": 1}
+    pools = {"A": [0.0], "B": [0.0]}
+    start = {"x": "A", "y": "A", "z": "A"}
+    assert balance_types(start, runtime, gpus, pools) == {"x": "B", "y": "A", "z": "A"}
+    assert balance_types(start, runtime, gpus, pools, frozen={"x"}) == {"x": "A", "y": "B", "z": "A"}
+    assert balance_types({"x": "B", "y": "A", "z": "A"}, runtime, gpus, pools) is None
+    assert balance_types(start, runtime, gpus, pools, max_moves=0) is None
+    assert balance_types(start, runtime, gpus, pools, out_of_time=lambda: True) is None
+
+
+def test_the_balanced_start_is_an_option_of_msched_and_the_oracle():
+    """`balance_types` is a policy option, off by default (bench variants turn it on)."""
+    assert get_policy("msched").balance_types is False
+    assert get_policy("oracle", balance_types=True).balance_types is True
+    s = two_gpus_five_jobs()
+    for on in (True, False):     # one type: nothing to balance, the optimum either way
+        assert get_policy("msched", objective="makespan", time_box_s=120, balance_types=on).plan(s).est_makespan_end \
+            == 6 * H
