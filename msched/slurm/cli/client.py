@@ -24,8 +24,8 @@ How it reads Slurm:
   no finished record overrides a job squeue shows in another state.
 - `set_priority` checks the job is pending first (one squeue): scontrol accepts a priority for a
   running job silently, and the round core relies on JobNotPending to skip jobs that started.
-- A round's writes go through `update_jobs()`: one `squeue -t PD` for the pending check of every job,
-  then one `scontrol` for all feature updates and one for all priority updates (features first: a job is
+- A round's writes go through `update_jobs()`: one `squeue -t PD` for the pending check of every job
+  (`squeue --jobs=ID` for each of at most PENDING_BY_ID jobs: the controller reads one job), then one `scontrol` for all feature updates and one for all priority updates (features first: a job is
   retyped before it is raised), each reading one `update JobId=N Field=V` command per line from its
   standard input. Measured on 22.05.8 (tests/data/slurm/scontrol_batch.json): scontrol runs every line
   even after one fails, writes one stderr line `<reason> for job <id>` per failed job and exits 1 if
