@@ -771,8 +771,9 @@ class _Search:
         to another type ends the latest pool earlier, the best such move is made (`balance_types`). The
         start point is those types, the head widest first, then longest on its type. Measured on the static
         bench batch's seed 9 (15 whole-node jobs of 200, one 4-GPU node per type), planned at t=0 with the
-        true runtimes: the LP's types rounded 1.318x the LP bound, balanced 1.016x (46 moves, 0.17 s of
-        CPU); the greedy plan 1.251x and the local search 1.223x even at 100x its budget."""
+        true runtimes: the LP's types rounded 1.318x the LP bound, balanced 1.041x (at most 64 moves; the
+        search's plan from it 1.061x); the greedy plan 1.251x and the local search 1.224x even at 100x its
+        budget (BENCHMARKS.md, the planner's thirteenth round)."""
         gpus_of = {j.job_id: j.num_gpus for j in self.head}
         runtime = {}
         for j in self.head:
