@@ -691,26 +691,10 @@ def _plain_paths(monkeypatch) -> None:
                                     "msched.policy.msched.SHARE_ENTRIES"])
 def test_a_replay_with_one_of_planner15s_shortcuts_off_gives_the_same_schedule(switch, monkeypatch):
     """Each of this round's shortcuts alone (backfill's node profiles built when first looked at, the
-    shifted base's patched job lists, the memos' shared entries): the optimizing planner's replay of the
-    trace below starts and ends every job at the same time on the same type with the same writes with it
+    shifted base's patched job lists, the memos' shared entries): the optimizing planner's replay of a
+    90-job trace starts and ends every job at the same time on the same type with the same writes with it
     off as on."""
-    import importlib
-
-    truth = PerfTable.load(default_truth_path())
-    cluster = parse_cluster("a100:8x1,titanv:4x2,rtx2080ti:4x2")
-    models = sorted(truth.models())[:8]
-    trace = synth(90, models, truth, seed=4, arrival="poisson:400", max_gpus=4, cluster=cluster)
-    setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
-                     policy_options={"planner": "optimize", "time_box_s": 1e6})
-    fast = replay(trace, "msched", setup)
-    module, name = switch.rsplit(".", 1)
-    assert getattr(importlib.import_module(module), name) is True
-    with monkeypatch.context() as m:
-        m.setattr(importlib.import_module(module), name, False)
-        plain = replay(trace, "msched", setup)
-    assert fast.rounds == plain.rounds > 20
-    assert [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in fast.outcomes] == \
-        [(o.job_id, o.gpu_type, o.start, o.end, o.state, o.writes) for o in plain.outcomes]
+    _assert_same_schedule_with_switch_off(switch, "a100:8x1,titanv:4x2,rtx2080ti:4x2", "poisson:400", monkeypatch)
 
 
 @pytest.mark.parametrize("switch", ["slurm_sim.simulator.STOP_AT_NOW", "msched.policy.planner.RUNNING_BOUND_FIRST"])
@@ -718,14 +702,20 @@ def test_a_replay_with_one_of_planner16s_shortcuts_off_gives_the_same_schedule(s
     """Each of planner16's shortcuts alone (backfill's search for a start stopped at a node that starts the
     job now; the CP-SAT question asked of the running jobs' latest end before the simple bound): the
     optimizing planner's replay starts and ends every job at the same time on the same type with the same
-    writes with it off as on. The trace is the one above, on one-GPU and two-GPU nodes so that backfill's
+    writes with it off as on. The same trace as planner15's, on one-GPU and two-GPU nodes so that backfill's
     node search has several nodes per class, and with a queue long enough for CP-SAT's question."""
+    _assert_same_schedule_with_switch_off(switch, "a100:1x8,titanv:2x4,rtx2080ti:4x2", "poisson:200", monkeypatch)
+
+
+def _assert_same_schedule_with_switch_off(switch: str, cluster_spec: str, arrival: str, monkeypatch) -> None:
+    """The optimizing planner's replay of a 90-job trace of eight models on `cluster_spec` gives the same
+    rounds and the same (job, type, start, end, state, writes) with the module flag `switch` off as on."""
     import importlib
 
     truth = PerfTable.load(default_truth_path())
-    cluster = parse_cluster("a100:1x8,titanv:2x4,rtx2080ti:4x2")
+    cluster = parse_cluster(cluster_spec)
     models = sorted(truth.models())[:8]
-    trace = synth(90, models, truth, seed=4, arrival="poisson:200", max_gpus=4, cluster=cluster)
+    trace = synth(90, models, truth, seed=4, arrival=arrival, max_gpus=4, cluster=cluster)
     setup = SimSetup(cluster, truth, truth, Classifier(models, truth),
                      policy_options={"planner": "optimize", "time_box_s": 1e6})
     fast = replay(trace, "msched", setup)
