@@ -62,6 +62,7 @@ import operator
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from msched.policy.base import Placed, queue_key
@@ -138,7 +139,8 @@ def pool_end(free: Sequence[float], jobs: Sequence[tuple[int, float]]) -> float:
 
 
 def balance_types(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, float]], gpus: Mapping[str, int],
-                  pools: Mapping[str, Sequence[float]], *, frozen: set[str] = frozenset(), max_moves: int = 64,
+                  pools: Mapping[str, Sequence[float]], *, frozen: AbstractSet[str] = frozenset(),
+                  max_moves: int = BALANCE_MAX_MOVES,
                   out_of_time: Callable[[], bool] = lambda: False) -> dict[str, str] | None:
     """Each job's type (`types`: job -> type to start from) with the types' pools' ends (`pool_end`)
     balanced: while moving one job (not in `frozen`) off the type whose pool ends last to another of its
@@ -784,7 +786,7 @@ class _Search:
         start = {jid: t for jid, t in lp_types.items() if t in runtime.get(jid, ())}
         pinned = {j.job_id for j in self.head if j.pinned_type or not j.managed or j.job_id not in start}
         types = balance_types(start, runtime, gpus_of, pools, frozen=pinned,
-                              max_moves=BALANCE_MAX_MOVES, out_of_time=lambda: self.p.clock() >= self.deadline)
+                              out_of_time=lambda: self.p.clock() >= self.deadline)
         if types is None:
             return None
         fixed = {**lp_types, **types}
