@@ -100,16 +100,17 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
     out: dict[str, Placed] = {}
     last_start = snapshot.now
     one_node = ONE_NODE_FAST_PATH
+    max_node = tl.max_node              # per type with nodes, its widest node (a job that fits one fits)
     for job in order:
         types, runtime = choose(job, tl, last_start)
         best = None
         g = job.num_gpus if job.num_gpus > 1 else 1
         for t in types:
-            if t not in runtime or not tl.fits(t, g):
+            if t not in runtime:
                 continue
-            if one_node and g <= tl.max_node[t]:
-                # on one node: the start is the timeline's cached earliest (`start_time`); the placement
-                # is built only for the type chosen
+            if one_node and g <= max_node.get(t, 0):
+                # on one node (so it fits): the start is the timeline's cached earliest (`start_time`); only
+                # the type chosen is booked
                 s0 = tl.start_time(t, g)
                 if s0 is None:
                     continue
@@ -117,6 +118,8 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
                 key = (start, start + runtime[t])
                 if best is None or key < best[0]:
                     best = (key, t, runtime[t])
+                continue
+            if not tl.fits(t, g):
                 continue
             p = tl.earliest(t, g, None if backfill else last_start)
             if p is None:
