@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
 from msched.policy.planner import BATCH_SHARE
-from msched.policy.priorities import assign_keeping_plain
+from msched.policy.priorities import keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -458,10 +458,11 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     extra = [j for j in chosen if j not in obliged_set]
     inc_order = [j.job_id for j in inc_eval.order if j.job_id in new]   # the incumbent's order (`queue_key`)
     plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
+    assign = keeping_plain(inc_order, inc_prio, plain, managed_first)     # each hybrid permutes inc_order
 
     def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:
         order = _hybrid_order(inc_order, inc_eval, moves, new_eval, new_rank)
-        prio = {**inc_prio, **assign_keeping_plain(order, inc_prio, plain, managed_first)}
+        prio = {**inc_prio, **assign(order)}
         types = dict(inc_types)
         for j in moves:
             types[j] = new_types[j]
