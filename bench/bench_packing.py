@@ -226,9 +226,42 @@ def wide_wait(trace: list, run, gpus: dict[str, int], lb_s: float | None) -> dic
     tail_busy = sum(max(0.0, min(o.end, end) - max(o.start, tail0)) * max(o.num_gpus, 1) for o in ran)
     return {"job": {"model": last.model, "gpus": last.num_gpus, "gpu_type": t, "submit_h": a / H, "start_h": b / H,
                     "run_h": (last.end - b) / H},
+            "whole": whole_nodes(ran, t, a, b, exclude=last.job_id),
             "split_gpu_h": split, "idle_gpu_h": {k: (g * (b - a) - busy.get(k, 0.0)) / H for k, g in gpus.items()},
             "tail_h": (end - tail0) / H, "tail_busy": tail_busy / (sum(gpus.values()) * (end - tail0)) if end > tail0 else None,
             "makespan_over_lb": run.metrics["makespan_s"] / lb_s if lb_s else None}
+
+
+def whole_nodes(ran: list, gpu_type: str, since: float, until: float, exclude: str = "") -> dict:
+    """When a node of `gpu_type` first stood whole (no job on it) at or after `since` (the last job's
+    arrival), from the outcomes' nodes (a shard job holds its node while it runs): hours, the node, the
+    job whose end made it whole (width, model, arrival, start); and how many times a node of the type became whole in [since, until)
+    (each a chance for a whole-node job). pack16: a wide job waits for the first of these, and no
+    V100 node stood whole for 160-210 h of seeds 4 and 6."""
+    nodes = sorted({n for o in ran if o.gpu_type == gpu_type for n in o.nodes})
+    first: tuple | None = None
+    events = 0
+    for node in nodes:
+        here = sorted((o for o in ran if node in o.nodes and o.job_id != exclude), key=lambda o: o.start)
+        on = [o for o in here if o.start <= since < o.end]
+        t_whole, leaver = (since, None) if not on else (None, None)
+        count = len(on)
+        sweep = sorted([(o.end, -1, o) for o in here if o.end > since]
+                       + [(o.start, 1, o) for o in here if o.start > since], key=lambda e: (e[0], e[1]))
+        for t, step, o in sweep:
+            count += step
+            if step < 0 and count == 0:
+                events += t < until
+                if t_whole is None:
+                    t_whole, leaver = t, o
+        if t_whole is not None and (first is None or t_whole < first[0]):
+            first = (t_whole, node, leaver)
+    if first is None:
+        return {"first_h": None, "events": events}
+    t_whole, node, leaver = first
+    return {"first_h": t_whole / H, "node": node, "events": events,
+            "leaver": None if leaver is None else {"model": leaver.model, "gpus": leaver.num_gpus,
+                                                   "submit_h": leaver.submit / H, "start_h": leaver.start / H}}
 
 
 def wide_lines(rows: list[dict]) -> list[str]:
@@ -242,7 +275,8 @@ def wide_lines(rows: list[dict]) -> list[str]:
             out.append(f"seed {r['seed']} {name}: last {j['model']} x{j['gpus']} {j['gpu_type']} arrived "
                        f"{j['submit_h']:.0f} h, started {j['start_h']:.0f} h, ran {j['run_h']:.0f} h; its type's "
                        f"GPU h in the wait: {split}; idle GPU h: {idle}; tail {w['tail_h']:.0f} h at "
-                       f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}")
+                       f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}; "
+                       f"{_whole_line(w.get('whole') or {}, j['gpu_type'])}")
     return out
 
 
@@ -261,6 +295,16 @@ def room_lines(rows: list[dict]) -> list[str]:
                    f"{_pct(lp.get('paired_share')):>9} {_fmt(lp.get('ratio')):>8} | {last['model']} x{last['gpus']} "
                    f"{last['gpu_type']}: {last['submit_h']:.0f} / {last['start_h']:.0f} / {last['run_h']:.0f}")
     return out
+
+
+def _whole_line(whole: dict, gpu_type: str) -> str:
+    if whole.get("first_h") is None:
+        return f"no {gpu_type} node whole after its arrival"
+    lv = whole["leaver"]
+    by = "whole at its arrival" if lv is None else (f"made whole by {lv['model']} x{lv['gpus']} (arrived "
+                                                     f"{lv['submit_h']:.0f} h, started {lv['start_h']:.0f} h)")
+    return (f"first {gpu_type} node whole {whole['first_h']:.1f} h ({whole['node']}, {by}), "
+            f"{whole['events']} whole-node moments in its wait")
 
 
 def _pct(x: float | None) -> str:

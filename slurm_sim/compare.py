@@ -317,7 +317,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
-                           state=j.state, model=j.model, writes=j.writes)
+                           state=j.state, model=j.model, writes=j.writes,
+                           nodes=tuple(sim.node_names[k] for k in j.nodes))
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     if bound is None:
         bound = trace_bound(trace, setup.truth, setup.cluster)
