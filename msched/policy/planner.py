@@ -37,7 +37,9 @@ order and the types and keeps the plan whose decoded schedule scores best:
    jobs first where the makespan grows by at most that share of the batch's span, a measure the plan
    carries, `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`;
    `objective_for`: accepting 5%, the tolerance then, over each round's best makespan, round after round,
-   drifted to 1.11x the LP bound on the static bench batch).
+   drifted to 1.11x the LP bound on the static bench batch). `short_types="rebalance"` and
+   `short_reference="lp"` (planner17, off by default) put the short jobs first on their own types with the
+   rest's types balanced again after them, and take the allowance over the LP bound (`_short_first`).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
 
