@@ -138,6 +138,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "room": room(trace, plain, pack, info, set(types_of), sum(n.gpus for n in cluster.nodes)),
             "wide": {k: wide_wait(trace, r, gpus, bound.value_s) for k, r in (("msched", plain), ("packed", pack))
                      if r is not None},
+            "wide_types": wide_types(plain, pack) if plain is not None else None,
             "_": len(tags)}
 
 
@@ -264,6 +265,27 @@ def whole_nodes(ran: list, gpu_type: str, since: float, until: float, exclude: s
                                                    "submit_h": leaver.submit / H, "start_h": leaver.start / H}}
 
 
+def wide_types(plain, pack) -> dict:  # noqa: ANN001 - two replays' results
+    """Where the 8-GPU jobs ran without and with packing (`--wide`): {"v100 -> k80": count, ...} over
+    the jobs of 8 GPUs or more that ran in both, and for those whose type differs, the hours each waited
+    in either run (pack16: with packing some wide jobs started on an idle K80 or P100 node within hours
+    of arriving that waited 200+ h for a whole V100 node without)."""
+    before = {o.job_id: o for o in plain.outcomes if o.num_gpus >= 8 and o.start is not None}
+    moves: dict[str, int] = {}
+    moved = []
+    for o in pack.outcomes:
+        b = before.get(o.job_id)
+        if b is None or o.start is None:
+            continue
+        key = f"{b.gpu_type} -> {o.gpu_type}"
+        moves[key] = moves.get(key, 0) + 1
+        if b.gpu_type != o.gpu_type:
+            moved.append({"model": o.model, "submit_h": o.submit / H, "types": key,
+                          "wait_h": ((b.start - b.submit) / H, (o.start - o.submit) / H),
+                          "run_h": ((b.end - b.start) / H, (o.end - o.start) / H)})
+    return {"moves": moves, "moved": moved}
+
+
 def wide_lines(rows: list[dict]) -> list[str]:
     """The --wide table: per seed and run, the last job's wait and what its type's GPUs ran meanwhile."""
     out = []
@@ -277,6 +299,11 @@ def wide_lines(rows: list[dict]) -> list[str]:
                        f"GPU h in the wait: {split}; idle GPU h: {idle}; tail {w['tail_h']:.0f} h at "
                        f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}; "
                        f"{_whole_line(w.get('whole') or {}, j['gpu_type'])}")
+        if (wt := r.get("wide_types")) is not None:
+            moved = "; ".join(f"{m['model']} arrived {m['submit_h']:.0f} h {m['types']}: waited {m['wait_h'][0]:.0f} -> "
+                              f"{m['wait_h'][1]:.0f} h, ran {m['run_h'][0]:.0f} -> {m['run_h'][1]:.0f} h" for m in wt["moved"])
+            out.append(f"seed {r['seed']} 8-GPU jobs' types, no packing -> packing: "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(wt["moves"].items())) + (f"; moved: {moved}" if moved else ""))
     return out
 
 

@@ -435,6 +435,26 @@ def test_wide_reports_when_a_node_of_the_last_jobs_type_first_stood_whole():
     assert (w["first_h"], w["node"], w["leaver"]) == (1, "v100-1", None)
 
 
+def test_wide_types_counts_where_the_8_gpu_jobs_ran_in_either_run():
+    """bench_packing --wide's wide_types: z ran on a v100 after a 200 h wait without packing and on a k80
+    at once with it; y ran on a p100 in both; the 1-GPU job a is not counted."""
+    from types import SimpleNamespace as NS
+
+    from slurm_sim.metrics import JobOutcome
+
+    bp = _bench()
+    H = 3600.0
+    plain = NS(outcomes=[JobOutcome("z", "p", "v100", 10 * H, 210 * H, 212 * H, 8, "COMPLETED", model="lm"),
+                         JobOutcome("y", "p", "p100", 0.0, 0.0, 5 * H, 8, "COMPLETED"),
+                         JobOutcome("a", "p", "v100", 0.0, 0.0, 5 * H, 1, "COMPLETED")])
+    pack = NS(outcomes=[JobOutcome("z", "p", "k80", 10 * H, 12 * H, 52 * H, 8, "COMPLETED", model="lm"),
+                        JobOutcome("y", "p", "p100", 0.0, 1 * H, 6 * H, 8, "COMPLETED"),
+                        JobOutcome("a", "p", "k80", 0.0, 0.0, 5 * H, 1, "COMPLETED")])
+    w = bp.wide_types(plain, pack)
+    assert w["moves"] == {"v100 -> k80": 1, "p100 -> p100": 1}
+    assert w["moved"] == [{"model": "lm", "submit_h": 10, "types": "v100 -> k80", "wait_h": (200, 2), "run_h": (2, 40)}]
+
+
 def test_the_rule_bound_offers_only_the_pairs_mscheds_rule_passes():
     """bench_packing --bound-kinds lp_rule: a pair the predictor (here a stub) passes keeps its measured
     speeds, one it refuses (combined below 1.0, or the slower under 0.5x) is offered as (0, 0)."""
