@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Placement, Timeline
+from msched.policy.timeline import Timeline
 
-# simulate() reads a one-node job's start from the timeline's cached earliest start per type and builds
-# only the chosen placement (tests/test_fast_paths.py: the same placements with it off)
+# simulate() reads a one-node job's start from the timeline's cached earliest start per type and books
+# the node that start names (Timeline.commit_earliest; tests/test_fast_paths.py: the same placements with it off)
 ONE_NODE_FAST_PATH = True
 
 
@@ -127,13 +127,15 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
         if best is None:
             continue                       # can never run here (too wide for every allowed type)
         key, p, rt = best
-        if isinstance(p, str):             # the one-node fast path chose type p: its placement from the cache
-            q = tl.place(p, g)
-            p = Placement(q.gpu_type, key[0], q.nodes, q.per_node)
-        tl.commit(p, p.start + rt)
-        out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
+        start = key[0]
+        if isinstance(p, str):             # the one-node fast path chose type p: the node its cached start names
+            tl.commit_earliest(p, g, start + rt)
+            out[job.job_id] = Placed(p, start, start + rt)
+        else:
+            tl.commit(p, start + rt)
+            out[job.job_id] = Placed(p.gpu_type, start, start + rt)
         if not backfill:
-            last_start = max(last_start, p.start)
+            last_start = max(last_start, start)
     return out, tl
 
 
