@@ -24,7 +24,9 @@ for every policy, as bench_planner.py (c) does:
     one that started at most S s ago on a faster type are both requeued onto each other's type where the
     first's gain exceeds the second's loss. The lever reads the true runtimes: on these workloads msched's
     estimates are the true ones (`--split` shows the oracle equal to msched), so it is what msched could do
-    with its own estimates. Without `--lever`: the ceiling (age unlimited, any gain) and swap variants.
+    with its own estimates. `keep:1` models a checkpointed job instead (the restart runs only the work left:
+    free migration, as Gavel assumes; not something msched can do, a measure of what checkpoints would buy).
+    Without `--lever`: the ceiling (age unlimited, any gain) and swap variants.
 
 Times are simulated (load-free): figures do not depend on this machine's load.
 """
@@ -61,6 +63,7 @@ class RequeueLever:
     speedup: float = 1.0001
     delay_s: float = 0.0
     swap_age_s: float | None = None
+    keep_work: bool = False          # a checkpointed job: the restart runs only what was left (migration, for scale)
     requeues: int = field(default=0, compare=False)
     lost_s: float = field(default=0.0, compare=False)
 
@@ -72,7 +75,8 @@ class RequeueLever:
         free: dict[str, int] = defaultdict(int)
         for n, gpus in enumerate(sim.free):
             free[sim.node_type[n]] += gpus
-        moves = sorted(((j.start_time + j.runtime_by_type[j.gpu_type] - (now + self.delay_s + rt), j.job_id, t)
+        moves = sorted(((j.start_time + j.runtime_by_type[j.gpu_type] - (now + self.delay_s + rt * self._left(j, now)),
+                         j.job_id, t)
                         for j in young for t, rt in j.runtime_by_type.items()
                         if free[t] > 0 and t != j.gpu_type and j.runtime_by_type[j.gpu_type] >= self.speedup * rt),
                        reverse=True)
@@ -97,8 +101,9 @@ class RequeueLever:
                     continue
                 if s.runtime_by_type[slow] < self.speedup * s.runtime_by_type[fast]:
                     continue
-                gain = end_s - (now + self.delay_s + s.runtime_by_type[fast])
-                loss = now + self.delay_s + v.runtime_by_type[slow] - (v.start_time + v.runtime_by_type[fast])
+                gain = end_s - (now + self.delay_s + s.runtime_by_type[fast] * self._left(s, now))
+                loss = (now + self.delay_s + v.runtime_by_type[slow] * self._left(v, now)
+                        - (v.start_time + v.runtime_by_type[fast]))
                 if gain > 0 and gain > loss:
                     pairs.append((gain - loss, s.job_id, v.job_id))
         used: set[str] = set()
@@ -111,11 +116,20 @@ class RequeueLever:
             top = self._move(sim, v, slow, now, top)
             used.update((sid, vid))
 
+    def _left(self, job, now: float) -> float:  # noqa: ANN001
+        """The share of the job's work a restart runs: all of it, or (keep_work) what its run has not done."""
+        if not self.keep_work:
+            return 1.0
+        return max(0.0, 1.0 - (now - job.start_time) / job.runtime_by_type[job.gpu_type])
+
     def _move(self, sim, job, gpu_type: str, now: float, top: int) -> int:  # noqa: ANN001
         """Requeue `job` onto `gpu_type` at the top of the queue; the new top priority."""
         self.requeues += 1
-        self.lost_s += now - job.start_time
+        left = self._left(job, now)
+        self.lost_s += (now - job.start_time) * (1.0 if not self.keep_work else 0.0)
         sim.requeue(job)
+        if self.keep_work:
+            job.runtime_by_type = {t: rt * left for t, rt in job.runtime_by_type.items()}
         sim.set_features(job, gpu_type)
         sim.set_priority(job, top + 1)
         if self.delay_s > 0:
@@ -126,7 +140,8 @@ class RequeueLever:
 def lever_from(opts: dict) -> RequeueLever:
     """`--lever` options (age, speedup, delay, swap; 'inf' for no age limit) as a RequeueLever."""
     return RequeueLever(float(opts.get("age", "inf")), float(opts.get("speedup", 1.0001)),
-                        float(opts.get("delay", 0.0)), None if opts.get("swap") is None else float(opts["swap"]))
+                        float(opts.get("delay", 0.0)), None if opts.get("swap") is None else float(opts["swap"]),
+                        bool(opts.get("keep", 0)))
 
 
 def setups(name: str, seed: int):  # noqa: ANN201
@@ -222,7 +237,7 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1, help="seeds first..first+N-1 (tuning: 6, held-out: 1)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--split", action="store_true", help="the estimate/plan split and msched's excess by group")
-    ap.add_argument("--lever", action="append", default=[], metavar="NAME=age:S;speedup:X;swap:S;delay:S",
+    ap.add_argument("--lever", action="append", default=[], metavar="NAME=age:S;speedup:X;swap:S;delay:S;keep:1",
                     help="a requeue lever to replay (repeatable) [default: ceiling, a900s15, swap900]")
     a = ap.parse_args()
     names = [x for x in a.workloads.split(",") if x]

@@ -26,6 +26,8 @@ What it models, and why (the rules msched's planner has to live with on a real c
 - Begin times (`scontrol update StartTime=`, msched's begin-time lever): before it a job is passed over
   by both passes, gets no backfill reservation and blocks nothing (Slurm's job_independent() leaves it out
   of the queues, reason BeginTime); at its begin time it joins the queue by itself.
+- Requeue (`scontrol requeue`, `Simulator.requeue`): a running job back to pending, to start again from its
+  beginning (docs/backfill.md).
 
 Speed: an event heap (job ends, backfill wake-ups); a lazily rebuilt priority heap of pending jobs so
 the strict pass costs O(jobs started + 1) per event; per node-class counters of nodes by free GPUs so
