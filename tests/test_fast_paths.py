@@ -536,6 +536,44 @@ def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, ba
     assert fast.timeline.free == plain.timeline.free
 
 
+# ------------------------------------------------------------------------------------- balance_types
+@st.composite
+def balance_instances(draw):
+    """A `balance_types` input: 1-4 types (pools of 1-8 GPUs, some busy until later), 1-40 jobs of 1, 2 or
+    4 GPUs on 1-4 types each, whole-number runtimes (so that moves tie), a few jobs frozen."""
+    types = [f"t{k}" for k in range(draw(st.integers(1, 4)))]
+    pools = {t: sorted(float(draw(st.sampled_from((0, 0, 3, 40)))) for _ in range(draw(st.sampled_from((1, 2, 4, 8)))))
+             for t in types}
+    start, runtime, gpus, frozen = {}, {}, {}, set()
+    for k in range(draw(st.integers(1, 40))):
+        jid = f"j{k}"
+        allowed = draw(st.lists(st.sampled_from(types), min_size=1, max_size=len(types), unique=True))
+        runtime[jid] = {t: float(draw(st.integers(1, 60))) for t in allowed}
+        gpus[jid] = draw(st.sampled_from((1, 1, 2, 4)))
+        start[jid] = draw(st.sampled_from(allowed))
+        if draw(st.integers(0, 9)) == 0:
+            frozen.add(jid)
+    return start, runtime, gpus, pools, frozen
+
+
+@settings(max_examples=300, deadline=None)
+@given(balance_instances(), st.sampled_from((64, 3, 1)))
+def test_balance_types_pruned_and_kept_equals_every_move_placed_anew(inst, max_moves):
+    """`balance_types`' incremental path (`BALANCE_FAST`: moves that cannot beat the best so far skipped
+    by the other pools' ends and each changed pool's even-spread bound; a job's pool end on a type kept
+    until that pool changes) makes the same moves as placing both pools of every move anew."""
+    import msched.policy.planner as planner
+
+    start, runtime, gpus, pools, frozen = inst
+    fast = planner.balance_types(start, runtime, gpus, pools, frozen=frozen, max_moves=max_moves)
+    planner.BALANCE_FAST = False
+    try:
+        plain = planner.balance_types(start, runtime, gpus, pools, frozen=frozen, max_moves=max_moves)
+    finally:
+        planner.BALANCE_FAST = True
+    assert fast == plain
+
+
 # ------------------------------------------------------------------------------------- the kept job list
 _OPS = st.lists(st.tuples(st.sampled_from(("submit", "submit", "advance", "advance", "priority", "features",
                                            "hold", "release", "cancel", "begin", "other_client")),
@@ -682,6 +720,7 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(msched_policy, "FASTEST_FIRST", False)
     monkeypatch.setattr(msched_policy, "SHARE_ENTRIES", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
+    monkeypatch.setattr(planner, "BALANCE_FAST", False)
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)
     monkeypatch.setattr(core, "KEEP_TOTALS", False)

@@ -616,6 +616,57 @@ def test_short_first_in_plan_keeps_the_batch_makespan_and_lowers_its_sum_of_ends
     assert pure.measure is None and get_policy("msched", short_first=None, time_box_s=120).plan(s).measure is None
 
 
+def short_on_the_slow_type() -> tuple[ClusterSnapshot, list[PendingJob], dict[str, str]]:
+    """Two one-GPU types, a100 (fast) and k80 (slow), a batch at 0: L (a100 6 h, k80 7 h), s1 and s2 (a100
+    1 h, k80 3 h each). A makespan plan: L on a100 (0-6 h), s1 then s2 on k80 (0-3, 3-6 h): 6 h, sum of
+    ends 6 + 3 + 6 = 15 h. Five jobs' shares SHORT_FIRST_SHARES of three jobs put 1, 1, 2, 2 and 3 first.
+    On the plan's types: s1 first changes nothing (k80 3, 6 h; a100 6 h: 15 h). On their own types
+    (`short_types="rebalance"`): s1 first takes a100 (0-1 h, its earliest end), L follows it (1-7 h), s2 on
+    k80 (0-3 h): 7 h, sum 1 + 7 + 3 = 11 h; s1 and s2 first take a100 (0-1, 1-2 h) and leave L on a100
+    (2-8 h, 8 h) or, rebalanced over what they leave (a100 free at 2 h, k80 at 0), on k80 (0-7 h): 7 h,
+    sum 1 + 2 + 7 = 10 h; all three first decode to that plan too."""
+    nodes = [NodeState("f", "a100", 1, 1), NodeState("s", "k80", 1, 1)]
+    pend = [PendingJob("L", 0.0, 1, 100, {"a100": 6 * H, "k80": 7 * H}),
+            PendingJob("s1", 0.0, 1, 100, {"a100": 1 * H, "k80": 3 * H}),
+            PendingJob("s2", 0.0, 1, 100, {"a100": 1 * H, "k80": 3 * H})]
+    return snap(nodes, pend), pend, {"L": "a100", "s1": "k80", "s2": "k80"}
+
+
+def test_short_first_rebalanced_puts_short_jobs_on_their_own_types_and_rebalances_the_rest():
+    """`short_types="rebalance"` (planner17), the figures worked out in `short_on_the_slow_type`: with an
+    allowance of 20% (a cap of 7.2 h) the plan's own types find nothing below 15 h (None), the rebalanced
+    candidates 7 h and 10 h (s1, s2 on a100 first, L moved to k80); with none (a cap of 6 h) nothing fits.
+    `short_reference="lp"`: the allowance is taken over the LP bound (here set by hand): over 5 h it is
+    6 h (nothing fits), over 6 h 7.2 h (the 10 h plan again)."""
+    from msched.policy.planner import SHORT_FIRST_SHARES, _Search
+    assert [max(1, round(3 * x)) for x in SHORT_FIRST_SHARES] == [1, 1, 2, 2, 3]
+    s, pend, fixed = short_on_the_slow_type()
+
+    def short_first(allowance, lp_end=None, **opts):  # noqa: ANN001, ANN202
+        p = get_policy("msched", objective="makespan", short_first=allowance, **opts)
+        search = _Search(p, s, [], list(pend), float("inf"))
+        search.lp_end = lp_end
+        base, _ = search.evaluate(pend, fixed)
+        assert (base.last_end / H, base.sum_end / H) == (6.0, 15.0)
+        return search._short_first(list(pend), dict(fixed), base)
+
+    assert short_first(0.2) is None
+    got = short_first(0.2, short_types="rebalance")
+    assert got is not None
+    order, types, sc = got
+    assert (sc.last_end / H, sc.sum_end / H) == (7.0, 10.0)
+    assert [j.job_id for j in order] == ["s1", "s2", "L"] and types == {"L": "k80"}
+    assert short_first(0.0, short_types="rebalance") is None
+    assert short_first(0.2, 5 * H, short_types="rebalance", short_reference="lp") is None
+    got = short_first(0.2, 6 * H, short_types="rebalance", short_reference="lp")
+    assert got is not None and (got[2].last_end / H, got[2].sum_end / H) == (7.0, 10.0)
+    assert short_first(0.2, 5 * H, short_types="rebalance") is not None     # over the best plan: the LP bound unread
+    with pytest.raises(ValueError, match="short_types"):
+        get_policy("msched", short_types="own")
+    with pytest.raises(ValueError, match="short_reference"):
+        get_policy("msched", short_reference="now")
+
+
 def test_a_head_pending_since_earlier_rounds_gets_a_share_of_the_search_budget():
     """`settled_work`: a head whose every job has been pending `settled_s` (60 s) or longer was searched
     by earlier rounds (the queue's order, a start point, carries their plan on), so its search gets that

@@ -37,7 +37,9 @@ order and the types and keeps the plan whose decoded schedule scores best:
    jobs first where the makespan grows by at most that share of the batch's span, a measure the plan
    carries, `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`;
    `objective_for`: accepting 5%, the tolerance then, over each round's best makespan, round after round,
-   drifted to 1.11x the LP bound on the static bench batch).
+   drifted to 1.11x the LP bound on the static bench batch). `short_types="rebalance"` and
+   `short_reference="lp"` (planner17, off by default) put the short jobs first on their own types with the
+   rest's types balanced again after them, and take the allowance over the LP bound (`_short_first`).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
 
@@ -92,6 +94,8 @@ CPSAT_GAP = 0.02             # ... whose best makespan is more than this above t
 CPSAT_WALL_SLACK = 10.0      # CP-SAT's wall-clock limit: this many times the CPU time box left (its own
                              # limits are deterministic or wall time; a loaded machine must not cut it short)
 BALANCE_MAX_MOVES = 64       # `balance_types`' moves at most (the static bench batch's seed 9 took 46)
+BALANCE_FAST = True          # `balance_types` prunes the moves that cannot be the best and keeps pool ends per type
+                             # version (off: every move's pools placed anew; the same moves: tests/test_fast_paths.py)
 RUNNING_BOUND_FIRST = True   # `_cpsat_worth_it` tries the running jobs' latest end before the simple bound (the
                              # same answer: the simple bound is at least it; off: the simple bound every time;
                              # tests/test_fast_paths.py)
@@ -114,6 +118,9 @@ CHOSEN_SHORT_FIRST = 0.1     # `short_first`'s value chosen on the tuning seeds 
                              # levers against the bound": the static bench batch's mean JCT 0.850 -> 0.666x fifo on the
                              # held-out seeds, makespan 0.735 -> 0.763x); the default since jct14 (settle weighs its
                              # moves makespan first: BENCHMARKS.md "Short jobs first as the default")
+SHORT_TYPES = ("plan", "rebalance")   # `_short_first`'s types: the makespan plan's, or the short jobs' own and the rest rebalanced
+SHORT_REFERENCES = ("best", "lp")   # `_short_first`'s allowance over: the best makespan the search found, or the LP bound
+SHORT_BISECT = 6             # `short_types="rebalance"`: halvings between the last share that fit the allowance and the next
 STALE_MOVES = 12             # random moves in a row that did not help before the search stops
 PREFIX_RESUME = True         # a move's decode books the prefix it shares with the plan it moved from as that
                              # plan's decode booked it, and decodes only the rest (`construct`'s resume; off:
@@ -127,14 +134,19 @@ def pool_end(free: Sequence[float], jobs: Sequence[tuple[int, float]]) -> float:
     heap = list(free)
     heapq.heapify(heap)
     last = max(heap, default=0.0)
+    pop, push, swap = heapq.heappop, heapq.heappush, heapq.heapreplace
     for g, rt in sorted(jobs, key=lambda x: (-x[0], -x[1])):
         if g > len(heap):
             return math.inf
-        start = max(heapq.heappop(heap) for _ in range(g))
-        end = start + rt
-        for _ in range(g):
-            heapq.heappush(heap, end)
-        last = max(last, end)
+        if g == 1:                      # one GPU: the first free one, replaced by the job's end
+            end = heap[0] + rt
+            swap(heap, end)
+        else:
+            end = max(pop(heap) for _ in range(g)) + rt
+            for _ in range(g):
+                push(heap, end)
+        if end > last:
+            last = end
     return last
 
 
@@ -145,7 +157,90 @@ def balance_types(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, f
     """Each job's type (`types`: job -> type to start from) with the types' pools' ends (`pool_end`)
     balanced: while moving one job (not in `frozen`) off the type whose pool ends last to another of its
     types (`runtime[job]`) ends the latest pool earlier, the move that ends it earliest is made, at most
-    `max_moves`. None when nothing moved (the start is as balanced as this finds)."""
+    `max_moves`. None when nothing moved (the start is as balanced as this finds).
+
+    Incremental (`BALANCE_FAST`; off: `_balance_types_plain`, the same moves): a candidate move is
+    looked at only while it can still be the best (its latest end below the best so far): the other
+    pools' ends and a lower bound on each of the two pools it changes (the pool's GPU free times and
+    work spread evenly over its GPUs: no placement ends every GPU earlier) are checked before either
+    pool is placed; a job's pool end on a type is kept until that type's pool changes."""
+    if not BALANCE_FAST:
+        return _balance_types_plain(types, runtime, gpus, pools, frozen=frozen, max_moves=max_moves,
+                                    out_of_time=out_of_time)
+    on: dict[str, list[str]] = {t: [] for t in pools}
+    for jid, t in types.items():
+        if t in on:
+            on[t].append(jid)
+    end = {t: pool_end(pools[t], [(gpus[j], runtime[j][t]) for j in js]) for t, js in on.items()}
+    size = {t: len(pools[t]) for t in pools}
+    # each pool's free time and work, summed (the even spread's numerator)
+    work = {t: math.fsum(pools[t]) + math.fsum(gpus[j] * runtime[j][t] for j in js) for t, js in on.items()}
+    version = dict.fromkeys(pools, 0)
+    with_job: dict[tuple[str, str], tuple[int, float]] = {}    # (job, type) -> (type's version, its pool end with the job)
+    out = dict(types)
+    moved = 0
+    while moved < max_moves and not out_of_time():
+        worst = max(sorted(end), key=end.__getitem__)
+        ranked = sorted(((e, u) for u, e in end.items() if u != worst), reverse=True)
+        bar = end[worst] - 1e-6          # a move is taken only below this, and below the best one so far
+        best = None
+        pool_w = pools[worst]
+        for jid in on[worst]:
+            if jid in frozen:
+                continue
+            g = gpus[jid]
+            rt_j = runtime[jid]
+            left = None
+            if size[worst] and (work[worst] - g * rt_j[worst]) / size[worst] - 1e-6 >= bar:
+                continue                 # the pool left still ends at or after the bar
+            for t in sorted(rt_j):
+                if t == worst or t not in on:
+                    continue
+                others = next((e for e, u in ranked if u != t), -math.inf)
+                if others >= bar:
+                    continue
+                rt = rt_j[t]
+                if size[t] and (work[t] + g * rt) / size[t] - 1e-6 >= bar:
+                    continue
+                memo = with_job.get((jid, t))
+                if memo is not None and memo[0] == version[t]:
+                    here = memo[1]
+                else:
+                    here = pool_end(pools[t], [(gpus[j], runtime[j][t]) for j in on[t]] + [(g, rt)])
+                    with_job[(jid, t)] = (version[t], here)
+                if here >= bar:
+                    continue
+                if left is None:
+                    left = pool_end(pool_w, [(gpus[j], runtime[j][worst]) for j in on[worst] if j != jid])
+                    if left >= bar:
+                        break
+                top = max(left, here, others)
+                if top < bar:
+                    best = (top, jid, t, left, here)
+                    bar = top
+            # the bar only falls: a job whose pool left ended at or after it cannot be a later best either
+        if best is None:
+            break
+        _, jid, t, left, here = best
+        on[worst].remove(jid)
+        on[t].append(jid)
+        out[jid] = t
+        end[worst], end[t] = left, here
+        g = gpus[jid]
+        work[worst] -= g * runtime[jid][worst]
+        work[t] += g * runtime[jid][t]
+        version[worst] += 1
+        version[t] += 1
+        moved += 1
+    return out if moved else None
+
+
+def _balance_types_plain(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, float]],
+                         gpus: Mapping[str, int], pools: Mapping[str, Sequence[float]], *,
+                         frozen: AbstractSet[str], max_moves: int,
+                         out_of_time: Callable[[], bool]) -> dict[str, str] | None:
+    """`balance_types` move by move in full: every job of the latest pool to every other type it may use,
+    both pools placed anew (the reference its incremental path is tested against)."""
     on: dict[str, list[str]] = {t: [] for t in pools}
     for jid, t in types.items():
         if t in on:
@@ -218,6 +313,7 @@ class OptimizingPolicy(MschedPolicy):
                  batch_objective: str = DEFAULT_BATCH_OBJECTIVE, settled_s: float | None = DEFAULT_SETTLED_S,
                  settled_work: float = DEFAULT_SETTLED_WORK, settled_evals: int = MIN_EVALS,
                  short_first: float | None = CHOSEN_SHORT_FIRST, balance_types: bool = False,
+                 short_types: str = "plan", short_reference: str = "best",
                  clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
         if planner not in PLANNERS:
@@ -265,6 +361,14 @@ class OptimizingPolicy(MschedPolicy):
         # 0.729x (seed 9 0.612 -> 0.817: short_first's allowance is a share of a shorter makespan);
         # BENCHMARKS.md "The oracle's last jobs"
         self.balance_types = bool(balance_types)
+        if short_types not in SHORT_TYPES:
+            raise ValueError(f"unknown short_types {short_types!r}; choose one of {', '.join(SHORT_TYPES)}")
+        # `_short_first`'s candidates: the makespan plan's types ("plan") or the short jobs' own and the rest
+        # rebalanced ("rebalance"); its allowance over the best makespan found ("best") or the LP bound ("lp")
+        self.short_types = short_types
+        if short_reference not in SHORT_REFERENCES:
+            raise ValueError(f"unknown short_reference {short_reference!r}; choose one of {', '.join(SHORT_REFERENCES)}")
+        self.short_reference = short_reference
         self.batch_objective = batch_objective
         self.planner = planner
         self.cpsat_jobs = int(cpsat_jobs)
@@ -500,6 +604,7 @@ class _Search:
         self.decoded: dict[tuple, tuple] = {}     # plans decoded in this search: key -> (score, placed, built)
         self.journals: dict[tuple, tuple] = {}    # ... and their decodes' journals: key -> (journal, fixed)
         self.reused = 0
+        self._runtime_memo: dict[str, dict[str, float]] | None = None    # `_runtimes`, once asked
         # a decode costs about one step per job it places (the head, and the plain and starving jobs
         # around it: at 10,000 pending with a fifth plain, ~2,000 of them), running job and node (the
         # timeline is copied)
@@ -643,30 +748,146 @@ class _Search:
         `short_first` x (the plan's end - the oldest job's submission) of the plan's, the one with the
         smallest sum of ends, if below the plan's (None: none). A batch planned for its makespan runs
         long jobs first on every type, and its short jobs wait behind them (jct13, BENCHMARKS.md: on
-        the static bench batch's seed 9 the <0.5 h jobs' waits were 1.4x fifo's whole flow time)."""
+        the static bench batch's seed 9 the <0.5 h jobs' waits were 1.4x fifo's whole flow time).
+
+        `short_types="rebalance"` (planner17): the front jobs, shortest first by their fastest type, take
+        their own types (the decode's earliest completion), and a second candidate per share has the rest's
+        types balanced again over the GPUs the front leaves (`_rebalanced`); between the last share that
+        fits the allowance and the next, SHORT_BISECT halvings look for the largest share that fits. A plan
+        balanced for its makespan (`balance_types`) has filled each type's GPUs to one end, so the plan's
+        own types left the short jobs on slow types and no room to move them (seed 9 at t=0: mean end
+        1.17 h, 0.81 h without the balancing; rebalanced 0.84 h at 1.099x the LP bound).
+        `short_reference="lp"`: the allowance is a share of the LP bound's span, not of the best plan's:
+        the best plan each round found is later when the last round's plan already used the allowance, so
+        an allowance over it grew round after round (seed 9's replay: 1.05 -> 1.31x the LP bound while the
+        LP bound of what was left stayed at 1.00-1.06x)."""
         _, placed = self.evaluate(order, fixed)
         fx = dict(fixed or {})
         for j in order:
             p = placed.get(j.job_id)
             if p is not None and j.managed and not j.pinned_type and j.job_id not in self.starving:
                 fx[j.job_id] = p.gpu_type
-        cap = self.short_cap = s.last_end + self.p.short_first * max(0.0, s.last_end - self.anchor) + 1e-6
-        length = {j.job_id: j.est_runtime_s.get(fx.get(j.job_id, ""), self.length[j.job_id]) for j in order}
+        base = self.lp_end if self.p.short_reference == "lp" and self.lp_end is not None else s.last_end
+        cap = self.short_cap = base + self.p.short_first * max(0.0, base - self.anchor) + 1e-6
+        mode = self.p.short_types
+        if mode == "plan":
+            length = {j.job_id: j.est_runtime_s.get(fx.get(j.job_id, ""), self.length[j.job_id]) for j in order}
+        else:
+            length = self.length
         by_len = sorted(order, key=lambda j: (length[j.job_id], j.submit_time))
         n = len(order)
-        self.max_evals = self.evals + len(SHORT_FIRST_SHARES)      # its own budget (the search's is spent)
+        self.max_evals = self.evals + (1 if mode == "plan" else 2) * len(SHORT_FIRST_SHARES)   # its own budget
         best = None
+
+        def fits(k: int) -> bool:
+            nonlocal best
+            front = {j.job_id for j in by_len[:k]}
+            rest = [j for j in order if j.job_id not in front]
+            cands = []
+            if mode == "plan":
+                cands.append((by_len[:k] + rest, fx))
+            else:
+                own = {jid: t for jid, t in fx.items() if jid not in front}
+                cands += [(by_len[:k] + rest, fx), (by_len[:k] + rest, own)]
+                if rest:
+                    _, cp = self.evaluate(by_len[:k] + rest, own)
+                    rb = self._rebalanced(by_len[:k], rest, own, cp)
+                    if rb is not None:
+                        cands.append(rb)
+            ok = False
+            for cand, cfx in cands:
+                cs, _ = self.evaluate(cand, cfx)
+                if cs.placed >= s.placed and cs.last_end <= cap:
+                    ok = True
+                    if cs.sum_end < (best[2] if best else s).sum_end - 1e-6:
+                        best = (cand, cfx, cs)
+            return ok
+
+        last_ok, first_bad = 0, None
         for share in SHORT_FIRST_SHARES:
             if self.p.clock() >= self.deadline:
                 self.timed_out = True
                 break
             k = max(1, round(n * share))
-            front = {j.job_id for j in by_len[:k]}
-            cand = by_len[:k] + [j for j in order if j.job_id not in front]
-            cs, _ = self.evaluate(cand, fx)
-            if cs.placed >= s.placed and cs.last_end <= cap and cs.sum_end < (best[2] if best else s).sum_end - 1e-6:
-                best = (cand, fx, cs)
+            if fits(k):
+                last_ok = k
+            elif first_bad is None:
+                first_bad = k
+        if mode != "plan" and first_bad is not None:
+            lo, hi = last_ok, first_bad             # bisect between the last share that fit and the first that did not
+            self.max_evals += 3 * SHORT_BISECT
+            for _ in range(SHORT_BISECT):
+                if hi - lo <= 1 or self.p.clock() >= self.deadline:
+                    break
+                mid = (lo + hi) // 2
+                if fits(mid):
+                    lo = mid
+                else:
+                    hi = mid
+        if mode != "plan":
+            best = self._least_sum_within(cap, s, best)
         return best
+
+    def _least_sum_within(self, cap: float, s: Score, best: tuple | None) -> tuple | None:
+        """Of every plan this search decoded (start points, moves, short-first candidates) that places as
+        many jobs as `s` and ends by `cap`, the one with the smallest sum of ends if below `best`'s (or
+        `s`'s): the plan the short-first step moved from is one makespan plan of several, and on the
+        static bench batch's seed 6 another start point's plan within the allowance had the smaller sum."""
+        ref = (best[2] if best else s).sum_end - 1e-6
+        found = None
+        for (ids, fixed_items), (cs, _, _) in self.decoded.items():
+            if cs.placed >= s.placed and cs.last_end <= cap and cs.sum_end < ref:
+                ref, found = cs.sum_end, (ids, fixed_items, cs)
+        if found is None:
+            return best
+        by_id = {j.job_id: j for j in self.head}
+        ids, fixed_items, cs = found
+        return [by_id[jid] for jid in ids], dict(fixed_items), cs
+
+    def _rebalanced(self, front: list[PendingJob], rest: list[PendingJob], fixed: dict[str, str],
+                    placed: Mapping[str, Placed]) -> tuple[list[PendingJob], dict[str, str]] | None:
+        """`front` (placed as `placed` has them) then `rest` with its types (`fixed`) balanced over each
+        type's GPUs as the front leaves them (`balance_types`), widest first, then longest on its type
+        (None: nothing moved)."""
+        runtime = self._runtimes()
+        pools = self._pools()
+        for j in sorted(front, key=lambda j: placed[j.job_id].start if j.job_id in placed else math.inf):
+            p = placed.get(j.job_id)
+            if p is None or p.gpu_type not in pools:
+                continue
+            heap = pools[p.gpu_type]
+            heapq.heapify(heap)
+            for _ in range(min(j.num_gpus, len(heap))):
+                heapq.heappop(heap)
+            for _ in range(j.num_gpus):
+                heapq.heappush(heap, p.end)
+        gpus_of = {j.job_id: j.num_gpus for j in rest}
+        start = {j.job_id: fixed[j.job_id] for j in rest if fixed.get(j.job_id) in runtime.get(j.job_id, ())}
+        pinned = {j.job_id for j in rest if j.pinned_type or not j.managed or j.job_id not in start}
+        types = balance_types(start, runtime, gpus_of, pools, frozen=pinned,
+                              out_of_time=lambda: self.p.clock() >= self.deadline)
+        if types is None:
+            return None
+        out = {**fixed, **types}
+        order = sorted(rest, key=lambda j: (-j.num_gpus, -runtime[j.job_id].get(out.get(j.job_id, ""), self.length[j.job_id]),
+                                            j.submit_time))
+        return front + order, out
+
+    def _pools(self) -> dict[str, list[float]]:
+        """Each type's GPU free times now, sorted (`pool_end`'s pools)."""
+        tl = self.timeline
+        return {t: sorted(f for i in idx for f in tl.free[i]) for t, idx in tl.by_type.items()}
+
+    def _runtimes(self) -> dict[str, dict[str, float]]:
+        """Each head job's runtime on each type it may be given (once per search)."""
+        got = self._runtime_memo
+        if got is None:
+            got = {}
+            for j in self.head:
+                cand, rt = self.p._candidates(j, self.types, self.starving, self.timeline)
+                got[j.job_id] = {t: rt[t] for t in cand if rt.get(t) is not None}
+            self._runtime_memo = got
+        return got
 
     def _cpsat_worth_it(self, best: Score) -> bool:
         """CP-SAT for a head of CPSAT_MIN_JOBS to `cpsat_jobs` jobs, unless the best plan's makespan is
@@ -777,12 +998,8 @@ class _Search:
         search's plan from it 1.061x); the greedy plan 1.251x and the local search 1.224x even at 100x its
         budget (BENCHMARKS.md, the planner's thirteenth round)."""
         gpus_of = {j.job_id: j.num_gpus for j in self.head}
-        runtime = {}
-        for j in self.head:
-            cand, rt = self.p._candidates(j, self.types, self.starving, self.timeline)
-            runtime[j.job_id] = {t: rt[t] for t in cand if rt.get(t) is not None}
-        tl = self.timeline
-        pools = {t: sorted(f for i in idx for f in tl.free[i]) for t, idx in tl.by_type.items()}
+        runtime = self._runtimes()
+        pools = self._pools()
         start = {jid: t for jid, t in lp_types.items() if t in runtime.get(jid, ())}
         pinned = {j.job_id for j in self.head if j.pinned_type or not j.managed or j.job_id not in start}
         types = balance_types(start, runtime, gpus_of, pools, frozen=pinned,
