@@ -570,7 +570,7 @@ def test_short_first_moves_a_makespan_plans_short_jobs_ahead_within_its_allowanc
     assert [max(1, round(5 * x)) for x in SHORT_FIRST_SHARES] == [1, 1, 2, 4, 5]     # the docstring's candidates
     s, lpt = ten_six_four_one_one()
     for allowance, want in ((0.0, (11.0, 31.0)), (0.2, (11.0, 31.0)), (0.5, (15.0, 29.0))):
-        p = get_policy("msched", objective="makespan", short_first=allowance)
+        p = get_policy("msched", objective="makespan", short_first=allowance, short_types="plan")
         search = _Search(p, s, [], list(lpt), float("inf"))
         base, _ = search.evaluate(lpt)
         assert (base.last_end / H, base.sum_end / H) == (11.0, 48.0)
@@ -580,6 +580,14 @@ def test_short_first_moves_a_makespan_plans_short_jobs_ahead_within_its_allowanc
         assert (sc.last_end / H, sc.sum_end / H) == want
         assert fixed == dict.fromkeys("abcde", "a100")
         assert [j.job_id for j in order[:2]] == ["d", "e"]
+    # the default since planner17 (`short_types="rebalance"`: of every plan decoded within the allowance, the
+    # least sum of ends) reaches 29 h at 11 h, the least any 11 h schedule has (the next test's docstring)
+    for allowance in (0.0, 0.2):
+        search = _Search(get_policy("msched", objective="makespan", short_first=allowance), s, [], list(lpt),
+                         float("inf"))
+        base, _ = search.evaluate(lpt)
+        got = search._short_first(lpt, None, base)
+        assert got is not None and (got[2].last_end / H, got[2].sum_end / H) == (11.0, 29.0)
     # a plan with nothing to gain stays as it is (None): the shortest-first order itself
     p = get_policy("msched", objective="makespan", short_first=0.0)
     search = _Search(p, s, [], list(lpt), float("inf"))
@@ -650,7 +658,7 @@ def test_short_first_rebalanced_puts_short_jobs_on_their_own_types_and_rebalance
         assert (base.last_end / H, base.sum_end / H) == (6.0, 15.0)
         return search._short_first(list(pend), dict(fixed), base)
 
-    assert short_first(0.2) is None
+    assert short_first(0.2, short_types="plan") is None
     got = short_first(0.2, short_types="rebalance")
     assert got is not None
     order, types, sc = got
@@ -660,7 +668,7 @@ def test_short_first_rebalanced_puts_short_jobs_on_their_own_types_and_rebalance
     assert short_first(0.2, 5 * H, short_types="rebalance", short_reference="lp") is None
     got = short_first(0.2, 6 * H, short_types="rebalance", short_reference="lp")
     assert got is not None and (got[2].last_end / H, got[2].sum_end / H) == (7.0, 10.0)
-    assert short_first(0.2, 5 * H, short_types="rebalance") is not None     # over the best plan: the LP bound unread
+    assert short_first(0.2, 5 * H, short_types="rebalance", short_reference="best") is not None   # LP bound unread
     with pytest.raises(ValueError, match="short_types"):
         get_policy("msched", short_types="own")
     with pytest.raises(ValueError, match="short_reference"):
@@ -737,8 +745,12 @@ def test_balance_types_moves_jobs_off_the_type_that_ends_last_while_that_helps()
 
 
 def test_the_balanced_start_is_an_option_of_msched_and_the_oracle():
-    """`balance_types` is a policy option, off by default (bench variants turn it on)."""
-    assert get_policy("msched").balance_types is False
+    """`balance_types` is a policy option, on by default since planner17 for the balanced objective (its batch
+    plans; `balance_types:0` turns it off), off by default for objective "makespan"."""
+    assert get_policy("msched").balance_types is True
+    assert get_policy("msched", balance_types=False).balance_types is False
+    assert get_policy("msched", objective="makespan").balance_types is False
+    assert get_policy("msched", objective="makespan", balance_types=True).balance_types is True
     assert get_policy("oracle", balance_types=True).balance_types is True
     s = two_gpus_five_jobs()
     for on in (True, False):     # one type: nothing to balance, the optimum either way

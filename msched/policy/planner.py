@@ -11,8 +11,9 @@ order and the types and keeps the plan whose decoded schedule scores best:
 1. Start points: the greedy plan for the objective (always computed first: it is the fallback), the
    last round's plan (the queue's current priorities: a warm start that needs no state), the opposite
    greedy order, and, when planning for the makespan (`lp_start`), the greedy order with each job's type
-   fixed to the one the LP relaxation (msched.policy.bound) gives most of it; with `balance_types` (off by
-   default) also those types balanced over the types' GPUs, the widest jobs first (`_balanced_start`).
+   fixed to the one the LP relaxation (msched.policy.bound) gives most of it; with `balance_types` (on by
+   default for balanced's batch plans since planner17) also those types balanced over the types' GPUs, the
+   widest jobs first (`_balanced_start`).
 2. Local search from each start point, best first, within the budget (`SEARCH_WORK`): insertion moves
    (a job taken out of the order and put elsewhere: the job that ends last to the front, half way up,
    one place up; each job to the front and to the end; random ones) and retyping moves (a job fixed to
@@ -38,7 +39,7 @@ order and the types and keeps the plan whose decoded schedule scores best:
    carries, `Plan.measure`, which settle weighs only when told to, `SettleOptions.allowance_share`;
    `objective_for`: accepting 5%, the tolerance then, over each round's best makespan, round after round,
    drifted to 1.11x the LP bound on the static bench batch). `short_types="rebalance"` and
-   `short_reference="lp"` (planner17, off by default) put the short jobs first on their own types with the
+   `short_reference="lp"` (planner17, the defaults) put the short jobs first on their own types with the
    rest's types balanced again after them, and take the allowance over the LP bound (`_short_first`).
    The tolerance was 5% until the fifth round measured 25% as good or better on every bench workload
    and seed (BENCHMARKS.md).
@@ -312,8 +313,8 @@ class OptimizingPolicy(MschedPolicy):
                  cpsat_work: float = DEFAULT_CPSAT_WORK, lp_start: str = "makespan",
                  batch_objective: str = DEFAULT_BATCH_OBJECTIVE, settled_s: float | None = DEFAULT_SETTLED_S,
                  settled_work: float = DEFAULT_SETTLED_WORK, settled_evals: int = MIN_EVALS,
-                 short_first: float | None = CHOSEN_SHORT_FIRST, balance_types: bool = False,
-                 short_types: str = "plan", short_reference: str = "best",
+                 short_first: float | None = CHOSEN_SHORT_FIRST, balance_types: bool | None = None,
+                 short_types: str = "rebalance", short_reference: str = "lp",
                  clock: Callable[[], float] = time.process_time, **opts):
         super().__init__(objective=objective, **opts)
         if planner not in PLANNERS:
@@ -356,11 +357,15 @@ class OptimizingPolicy(MschedPolicy):
         self.settled_evals = int(settled_evals)
         self.lp_start = lp_start
         # a makespan plan's search also starts from the LP's types balanced over the types' GPUs (`_balanced_start`).
-        # Off by default: on the static bench batch's tuning seeds 6-10 it took the oracle from 1.114x to 1.088x
-        # the LP bound and msched's makespan from 0.650x to 0.635x fifo's, but msched's mean JCT from 0.685x to
-        # 0.729x (seed 9 0.612 -> 0.817: short_first's allowance is a share of a shorter makespan);
-        # BENCHMARKS.md "The oracle's last jobs"
-        self.balance_types = bool(balance_types)
+        # Alone (planner16) it cost the static bench batch's mean JCT (tuning seeds 0.685 -> 0.729x fifo's:
+        # short_first's allowance is a share of a shorter makespan, and the balanced types left the short jobs on
+        # slow types); on by default since planner17, with short_types "rebalance" and short_reference "lp":
+        # tuning seeds 6-10 makespan 0.650 -> 0.636x fifo, mean JCT 0.685 -> 0.678x, the oracle 1.114 -> 1.090x
+        # the LP bound (BENCHMARKS.md, the planner's fourteenth round)
+        # None (the default): on for balanced's plans of a batch (objective "balanced", where it was measured),
+        # off for objective "makespan" (there, with settle's write budget, tests/test_rounds.py's budgeted
+        # rounds stopped writing with 43 of 200 jobs never placed; not looked into); True / False: always / never
+        self.balance_types = (objective == "balanced") if balance_types is None else bool(balance_types)
         if short_types not in SHORT_TYPES:
             raise ValueError(f"unknown short_types {short_types!r}; choose one of {', '.join(SHORT_TYPES)}")
         # `_short_first`'s candidates: the makespan plan's types ("plan") or the short jobs' own and the rest
