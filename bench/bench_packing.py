@@ -138,6 +138,7 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
             "room": room(trace, plain, pack, info, set(types_of), sum(n.gpus for n in cluster.nodes)),
             "wide": {k: wide_wait(trace, r, gpus, bound.value_s) for k, r in (("msched", plain), ("packed", pack))
                      if r is not None},
+            "wide_types": wide_types(plain, pack) if plain is not None else None,
             "_": len(tags)}
 
 
@@ -226,9 +227,63 @@ def wide_wait(trace: list, run, gpus: dict[str, int], lb_s: float | None) -> dic
     tail_busy = sum(max(0.0, min(o.end, end) - max(o.start, tail0)) * max(o.num_gpus, 1) for o in ran)
     return {"job": {"model": last.model, "gpus": last.num_gpus, "gpu_type": t, "submit_h": a / H, "start_h": b / H,
                     "run_h": (last.end - b) / H},
+            "whole": whole_nodes(ran, t, a, b, exclude=last.job_id),
             "split_gpu_h": split, "idle_gpu_h": {k: (g * (b - a) - busy.get(k, 0.0)) / H for k, g in gpus.items()},
             "tail_h": (end - tail0) / H, "tail_busy": tail_busy / (sum(gpus.values()) * (end - tail0)) if end > tail0 else None,
             "makespan_over_lb": run.metrics["makespan_s"] / lb_s if lb_s else None}
+
+
+def whole_nodes(ran: list, gpu_type: str, since: float, until: float, exclude: str = "") -> dict:
+    """When a node of `gpu_type` first stood whole (no job on it) at or after `since` (the last job's
+    arrival), from the outcomes' nodes (a shard job holds its node while it runs): hours, the node, the
+    job whose end made it whole (width, model, arrival, start); and how many times a node of the type became whole in [since, until)
+    (each a chance for a whole-node job). pack16: a wide job waits for the first of these, and no
+    V100 node stood whole for 160-210 h of seeds 4 and 6."""
+    nodes = sorted({n for o in ran if o.gpu_type == gpu_type for n in o.nodes})
+    first: tuple | None = None
+    events = 0
+    for node in nodes:
+        here = sorted((o for o in ran if node in o.nodes and o.job_id != exclude), key=lambda o: o.start)
+        on = [o for o in here if o.start <= since < o.end]
+        t_whole, leaver = (since, None) if not on else (None, None)
+        count = len(on)
+        sweep = sorted([(o.end, -1, o) for o in here if o.end > since]
+                       + [(o.start, 1, o) for o in here if o.start > since], key=lambda e: (e[0], e[1]))
+        for t, step, o in sweep:
+            count += step
+            if step < 0 and count == 0:
+                events += t < until
+                if t_whole is None:
+                    t_whole, leaver = t, o
+        if t_whole is not None and (first is None or t_whole < first[0]):
+            first = (t_whole, node, leaver)
+    if first is None:
+        return {"first_h": None, "events": events}
+    t_whole, node, leaver = first
+    return {"first_h": t_whole / H, "node": node, "events": events,
+            "leaver": None if leaver is None else {"model": leaver.model, "gpus": leaver.num_gpus,
+                                                   "submit_h": leaver.submit / H, "start_h": leaver.start / H}}
+
+
+def wide_types(plain, pack) -> dict:  # noqa: ANN001 - two replays' results
+    """Where the 8-GPU jobs ran without and with packing (`--wide`): {"v100 -> k80": count, ...} over
+    the jobs of 8 GPUs or more that ran in both, and for those whose type differs, the hours each waited
+    in either run (pack16: with packing some wide jobs started on an idle K80 or P100 node within hours
+    of arriving that waited 200+ h for a whole V100 node without)."""
+    before = {o.job_id: o for o in plain.outcomes if o.num_gpus >= 8 and o.start is not None}
+    moves: dict[str, int] = {}
+    moved = []
+    for o in pack.outcomes:
+        b = before.get(o.job_id)
+        if b is None or o.start is None:
+            continue
+        key = f"{b.gpu_type} -> {o.gpu_type}"
+        moves[key] = moves.get(key, 0) + 1
+        if b.gpu_type != o.gpu_type:
+            moved.append({"model": o.model, "submit_h": o.submit / H, "types": key,
+                          "wait_h": ((b.start - b.submit) / H, (o.start - o.submit) / H),
+                          "run_h": ((b.end - b.start) / H, (o.end - o.start) / H)})
+    return {"moves": moves, "moved": moved}
 
 
 def wide_lines(rows: list[dict]) -> list[str]:
@@ -242,7 +297,13 @@ def wide_lines(rows: list[dict]) -> list[str]:
             out.append(f"seed {r['seed']} {name}: last {j['model']} x{j['gpus']} {j['gpu_type']} arrived "
                        f"{j['submit_h']:.0f} h, started {j['start_h']:.0f} h, ran {j['run_h']:.0f} h; its type's "
                        f"GPU h in the wait: {split}; idle GPU h: {idle}; tail {w['tail_h']:.0f} h at "
-                       f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}")
+                       f"{_pct(w['tail_busy'])} busy; makespan / bound {_fmt(w['makespan_over_lb'])}; "
+                       f"{_whole_line(w.get('whole') or {}, j['gpu_type'])}")
+        if (wt := r.get("wide_types")) is not None:
+            moved = "; ".join(f"{m['model']} arrived {m['submit_h']:.0f} h {m['types']}: waited {m['wait_h'][0]:.0f} -> "
+                              f"{m['wait_h'][1]:.0f} h, ran {m['run_h'][0]:.0f} -> {m['run_h'][1]:.0f} h" for m in wt["moved"])
+            out.append(f"seed {r['seed']} 8-GPU jobs' types, no packing -> packing: "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(wt["moves"].items())) + (f"; moved: {moved}" if moved else ""))
     return out
 
 
@@ -261,6 +322,16 @@ def room_lines(rows: list[dict]) -> list[str]:
                    f"{_pct(lp.get('paired_share')):>9} {_fmt(lp.get('ratio')):>8} | {last['model']} x{last['gpus']} "
                    f"{last['gpu_type']}: {last['submit_h']:.0f} / {last['start_h']:.0f} / {last['run_h']:.0f}")
     return out
+
+
+def _whole_line(whole: dict, gpu_type: str) -> str:
+    if whole.get("first_h") is None:
+        return f"no {gpu_type} node whole after its arrival"
+    lv = whole["leaver"]
+    by = "whole at its arrival" if lv is None else (f"made whole by {lv['model']} x{lv['gpus']} (arrived "
+                                                     f"{lv['submit_h']:.0f} h, started {lv['start_h']:.0f} h)")
+    return (f"first {gpu_type} node whole {whole['first_h']:.1f} h ({whole['node']}, {by}), "
+            f"{whole['events']} whole-node moments in its wait")
 
 
 def _pct(x: float | None) -> str:

@@ -27,6 +27,8 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     write_head     = 1.0                   # reorder: places at the queue's head written per GPU (0: all)
     replan_head    = 0                     # reorder: places re-planned per GPU once msched holds the queue
                                            #   (0: the whole queue; msched.rounds.settle 7.)
+    trial_workers  = 2                     # reorder: processes weighing settle's trial plans at once
+                                           #   (2: every other trial in a forked child; 1: this one alone)
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     pack_partitions = ["gpu"]              # packing (gres/shard) is on by default for jobs in these
@@ -129,6 +131,7 @@ class Config:
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     write_head: float = 1.0                 # places at the queue's head written, per GPU (0: the whole queue)
     replan_head: float = 0.0                # places re-planned per GPU in an event round (0: the whole queue)
+    trial_workers: int = 2                  # processes weighing settle's trials (msched.rounds.settle.TrialsAside)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle
@@ -181,6 +184,8 @@ class Config:
             raise ConfigError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if not isinstance(self.write_budget, int) or self.write_budget < 0:
             raise ConfigError(f"write_budget {self.write_budget!r} must be a whole number >= 0")
+        if self.trial_workers not in (1, 2) or isinstance(self.trial_workers, bool):
+            raise ConfigError(f"trial_workers {self.trial_workers!r} must be 1 or 2")
         if not isinstance(self.moves_per_change, int) or self.moves_per_change < 0:
             raise ConfigError(f"moves_per_change {self.moves_per_change!r} must be a whole number >= 0")
         if not isinstance(self.write_head, int | float) or isinstance(self.write_head, bool) or self.write_head < 0:

@@ -124,6 +124,9 @@ class SimSetup:
     policy_options: Mapping[str, Any] = field(default_factory=dict)   # e.g. {"planner": "greedy"}
     packing: Any = None                          # slurm_sim.packing.SimPacking: shard jobs; None: no packing
     begin_times: Any = None                      # msched.policy.reservations.BeginTimeOptions (the lever)
+    # (simulator, now) -> None, called after each round's writes have taken effect: a bench's model of a lever
+    # the round core does not have (bench/bench_requeue.py's requeue of just-started jobs); None: nothing
+    after_round: Callable[[Any, float], None] | None = None
 
 
     @property
@@ -296,6 +299,9 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
                 if recorder is not None:
                     recorder.round(result, sim.now)
                 sim.run_until(t)         # Slurm acts on the changes (what it starts, the next round sees)
+                if setup.after_round is not None:
+                    setup.after_round(sim, sim.now)
+                    sim.run_until(t)
                 last_version = seen
             else:
                 skipped += 1
@@ -317,7 +323,8 @@ def replay(trace: Sequence[TraceJob], policy_name: str, setup: SimSetup, *, stor
     unfinished = [j.job_id for j in sorted(sim.jobs.values(), key=lambda j: j.seq) if j.state not in ENDED_OK]
     outcomes = [JobOutcome(job_id=trace_of[j.job_id].job_id, policy=policy_name, gpu_type=j.gpu_type,
                            submit=j.submit_time, start=j.start_time, end=j.end_time, num_gpus=j.num_gpus,
-                           state=j.state, model=j.model, writes=j.writes)
+                           state=j.state, model=j.model, writes=j.writes,
+                           nodes=tuple(sim.node_names[k] for k in j.nodes))
                 for j in sorted(sim.jobs.values(), key=lambda j: j.seq)]
     if bound is None:
         bound = trace_bound(trace, setup.truth, setup.cluster)

@@ -35,6 +35,7 @@ class JobOutcome:
     state: str
     model: str = ""
     writes: int = 0            # Slurm updates msched made to the job over its life (churn)
+    nodes: tuple[str, ...] = ()   # the nodes it ran on (bench_packing --wide: when a node of a type was whole)
 
 
 ENDED_OK = ("COMPLETED", "TIMEOUT")      # a job that ran to its end or to its limit; CANCELLED is not finished

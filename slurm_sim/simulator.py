@@ -26,6 +26,8 @@ What it models, and why (the rules msched's planner has to live with on a real c
 - Begin times (`scontrol update StartTime=`, msched's begin-time lever): before it a job is passed over
   by both passes, gets no backfill reservation and blocks nothing (Slurm's job_independent() leaves it out
   of the queues, reason BeginTime); at its begin time it joins the queue by itself.
+- Requeue (`scontrol requeue`, `Simulator.requeue`): a running job back to pending, to start again from its
+  beginning (docs/backfill.md).
 
 Speed: an event heap (job ends, backfill wake-ups); a lazily rebuilt priority heap of pending jobs so
 the strict pass costs O(jobs started + 1) per event; per node-class counters of nodes by free GPUs so
@@ -135,6 +137,8 @@ class SimJob:
     gpu_type: str | None = None
     classes: tuple[int, ...] = ()            # node classes the request allows now
     writes: int = 0                          # scontrol updates of this job (priority, features, hold, release)
+    run_end: float = 0.0                     # when the current run ends (an end event of an earlier, requeued run is stale)
+    requeues: int = 0                        # times `scontrol requeue` put it back to pending
     shards: int = 0                          # a shard job (gres/shard: shares a GPU; slurm_sim.packing)
     exc_nodes: frozenset[int] = frozenset()  # nodes it may not start on (scontrol update ExcNodeList=)
     view: SlurmJob | None = field(default=None, repr=False)
@@ -431,6 +435,30 @@ class Simulator:
         self._needs_pass = True
         self._ended(job)
 
+    def requeue(self, job: SimJob) -> None:
+        """`scontrol requeue`: a running job goes back to pending and starts again from its beginning (the
+        seconds it ran are lost; its submit time, and so its JCT's origin, stay). Shard jobs are refused.
+        Slurm may hold a requeued job back for a while; a caller models that with `set_begin_time`."""
+        if job.state != RUNNING:
+            raise SimError(f"Job {job.job_id} is not running ({job.state}): only a running job is requeued here")
+        if job.shards:
+            raise SimError("requeue of a shard job is not modelled")
+        self._release_nodes(job)
+        job.state = PENDING
+        self.n_pending += 1
+        job.start_time = None
+        job.nodes = ()
+        job.gpu_type = None
+        job.limit_s = None
+        job.partition = ""
+        job.requeues += 1
+        job.writes += 1
+        self._touch(job)
+        self._queue_dirty = True
+        self._needs_pass = True
+        self._updates += 1
+        self.version += 1
+
     def _ended(self, job: SimJob) -> None:
         """Dependents of a job that just ended: startable now, or cancelled when afterok can never be met."""
         for jid in self._dependents.pop(job.job_id, ()):
@@ -626,6 +654,7 @@ class Simulator:
         if not job.shards:
             self._keep_ends(job, True)
         self.busy_by_type[cls.gpu_type] += 0 if joined else job.num_gpus
+        job.run_end = end
         self._push_event(end, _END, job.job_id)
         self.version += 1
 
@@ -652,6 +681,8 @@ class Simulator:
     def _finish(self, job: SimJob) -> None:
         if job.state != RUNNING:        # cancelled meanwhile
             return
+        if job.requeues and not job.shards and self.now < job.run_end:
+            return                      # the end event of a run that was requeued
         if job.shards:                  # a shard job's speed follows its partner (slurm_sim.packing)
             if not self.packing.due(job, self.now):
                 return                  # an end event its partner's start or end moved

@@ -412,6 +412,49 @@ def test_the_room_counts_the_time_some_one_gpu_job_waited_and_the_tail_after_the
     assert r["gained_gpu_h"] == pytest.approx(0.96) and r["gained_cluster_h"] == pytest.approx(0.01)
 
 
+def test_wide_reports_when_a_node_of_the_last_jobs_type_first_stood_whole():
+    """bench_packing --wide's whole_nodes on hand-made outcomes: the 8-GPU job z (v100) arrives at 1 h.
+    v100-1 holds a (0-5 h) and b (2-6 h): whole at 6 h; v100-2 holds c (0-3 h) and d, which starts as
+    c ends (3-8 h): whole for a moment at 3 h, the first, made so by c, and d took it; z starts at 6 h
+    on v100-1. One whole-node moment in z's wait [1, 6) h; the p100 node, empty throughout, is not z's type."""
+    from slurm_sim.metrics import JobOutcome
+
+    bp = _bench()
+    H = 3600.0
+
+    def out(job, submit, start, end, gpus, node, gpu_type="v100"):  # noqa: ANN001, ANN202, PLR0913
+        return JobOutcome(job, "p", gpu_type, submit * H, start * H, end * H, gpus, "COMPLETED", model=job,
+                          nodes=(node,))
+    ran = [out("a", 0, 0, 5, 4, "v100-1"), out("b", 0, 2, 6, 4, "v100-1"), out("c", 0, 0, 3, 8, "v100-2"),
+           out("d", 2, 3, 8, 2, "v100-2"), out("z", 1, 6, 10, 8, "v100-1"), out("p", 0, 0, 0.5, 1, "p100-1", "p100")]
+    w = bp.whole_nodes(ran, "v100", 1 * H, 6 * H, exclude="z")
+    assert (w["first_h"], w["node"], w["events"]) == (3, "v100-2", 1)
+    assert w["leaver"] == {"model": "c", "gpus": 8, "submit_h": 0, "start_h": 0}
+    # a node with no job at the arrival is whole then
+    w = bp.whole_nodes([out("a", 0, 0, 0.5, 4, "v100-1"), *ran[1:]], "v100", 1 * H, 6 * H, exclude="z")
+    assert (w["first_h"], w["node"], w["leaver"]) == (1, "v100-1", None)
+
+
+def test_wide_types_counts_where_the_8_gpu_jobs_ran_in_either_run():
+    """bench_packing --wide's wide_types: z ran on a v100 after a 200 h wait without packing and on a k80
+    at once with it; y ran on a p100 in both; the 1-GPU job a is not counted."""
+    from types import SimpleNamespace as NS
+
+    from slurm_sim.metrics import JobOutcome
+
+    bp = _bench()
+    H = 3600.0
+    plain = NS(outcomes=[JobOutcome("z", "p", "v100", 10 * H, 210 * H, 212 * H, 8, "COMPLETED", model="lm"),
+                         JobOutcome("y", "p", "p100", 0.0, 0.0, 5 * H, 8, "COMPLETED"),
+                         JobOutcome("a", "p", "v100", 0.0, 0.0, 5 * H, 1, "COMPLETED")])
+    pack = NS(outcomes=[JobOutcome("z", "p", "k80", 10 * H, 12 * H, 52 * H, 8, "COMPLETED", model="lm"),
+                        JobOutcome("y", "p", "p100", 0.0, 1 * H, 6 * H, 8, "COMPLETED"),
+                        JobOutcome("a", "p", "k80", 0.0, 0.0, 5 * H, 1, "COMPLETED")])
+    w = bp.wide_types(plain, pack)
+    assert w["moves"] == {"v100 -> k80": 1, "p100 -> p100": 1}
+    assert w["moved"] == [{"model": "lm", "submit_h": 10, "types": "v100 -> k80", "wait_h": (200, 2), "run_h": (2, 40)}]
+
+
 def test_the_rule_bound_offers_only_the_pairs_mscheds_rule_passes():
     """bench_packing --bound-kinds lp_rule: a pair the predictor (here a stub) passes keeps its measured
     speeds, one it refuses (combined below 1.0, or the slower under 0.5x) is offered as (0, 0)."""

@@ -94,3 +94,51 @@ def test_settle_with_the_ranks_kept_equals_settle_sorting_by_queue_key(monkeypat
     assert got[1].candidates and len(got[0].decisions) > 400        # moves were weighed: hybrids evaluated
     ev = evaluate(snap, {}, {})
     assert [j.job_id for j in ev.order] == [j.job_id for j in sorted(snap.pending, key=queue_key)]
+
+
+def _hybrid_order_plainly(inc_order, inc_eval, moves, new_eval, new_rank):  # noqa: ANN001, ANN202
+    """The rule as `_hybrid_order`'s docstring puts it, job by job: each moved job before the first unmoved
+    job whose start (the running latest of the unmoved jobs') is not before its new planned start."""
+    import bisect
+    import math
+
+    stay = [j for j in inc_order if j not in set(moves)]
+    latest, m = [], -math.inf
+    for j in stay:
+        p = inc_eval.placed.get(j)
+        m = max(m, p.start if p is not None else math.inf)
+        latest.append(m)
+    slots: dict = {}
+    for j in moves:
+        p = new_eval.placed.get(j)
+        s = p.start if p is not None else math.inf
+        slots.setdefault(bisect.bisect_left(latest, s), []).append((s, new_rank.get(j, 0), j))
+    out = []
+    for k in range(len(stay) + 1):
+        out += [j for _s, _r, j in sorted(slots.get(k, ()))]
+        if k < len(stay):
+            out.append(stay[k])
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 30), st.data())
+def test_the_hybrid_order_follows_its_rule(n, data):
+    """Starts with ties, unplaced jobs (no start: inf) on both sides, moves in any order (issue 21,
+    fourteenth pass: the running latest start folded by itertools.accumulate, the order built by slices)."""
+    from msched.policy.base import Placed
+    from msched.rounds.settle import Evaluation, _hybrid_order
+
+    ids = [f"j{k}" for k in range(n)]
+    start = st.one_of(st.none(), st.integers(0, 8).map(float))
+
+    def evaluation(starts: list) -> Evaluation:
+        return Evaluation({j: Placed("a100", s, s + 1.0) for j, s in zip(ids, starts, strict=True) if s is not None},
+                          0.0, 0.0, None)  # type: ignore[arg-type]
+
+    inc_eval = evaluation([data.draw(start) for _ in ids])
+    new_eval = evaluation([data.draw(start) for _ in ids])
+    moves = data.draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
+    new_rank = {j: data.draw(st.integers(0, 5)) for j in ids if data.draw(st.booleans())}
+    args = (ids, inc_eval, moves, new_eval, new_rank)
+    assert _hybrid_order(*args) == _hybrid_order_plainly(*args)

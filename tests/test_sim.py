@@ -14,6 +14,7 @@ from slurm_sim.client import SimClient
 from slurm_sim.cluster import ClusterSpecError, parse_cluster
 from slurm_sim.compare import Classifier, SimSetup, replay
 from slurm_sim.metrics import jct_floor, lower_bound, percentile_nearest_rank
+from slurm_sim.simulator import SimError
 from slurm_sim.trace import TraceJob
 
 
@@ -106,6 +107,30 @@ def test_job_waits_for_its_type_and_untyped_jobs_take_any():
     u = job(c2, seconds=30)                             # untyped: takes the idle titanv at once
     c2.advance(0)
     assert (state(c2, u).gpu_type, state(c2, u).start_time) == ("titanv", 0)
+
+
+def test_requeue_restarts_a_running_job_from_its_beginning_and_ignores_its_old_end():
+    """scontrol requeue, by hand: a (400 s on a100, 1000 s on titanxp) starts on titanxp at 0; x frees the
+    a100 at 100; a is requeued and constrained to a100: it runs 100-500 (its first 100 s are lost), b gets
+    the titanxp at 100 and ends at 400, and the first run's end event at 1000 changes nothing."""
+    truth = table(("m", "a100", 100.0), ("m", "titanxp", 250.0))
+    c = SimClient.from_spec("a100:1x1,titanxp:1x1", truth=truth)
+    x = job(c, seconds=100, constraint="a100")
+    a = c.submit(JobRequest(name="a", num_gpus=1, constraint="titanxp",
+                            extra={"model": "m", "iterations": 4000, "batch_size": 12}))
+    b = job(c, seconds=300, constraint="titanxp")
+    c.run_until(100)
+    assert state(c, x).state == "COMPLETED" and (state(c, a).gpu_type, state(c, a).start_time) == ("titanxp", 0)
+    assert state(c, b).state == "PENDING"
+    c.sim.requeue(state(c, a))
+    c.sim.set_features(state(c, a), "a100")
+    with pytest.raises(SimError):
+        c.sim.requeue(state(c, b))                  # pending: nothing to requeue
+    c.run_until(2000)
+    assert (state(c, a).gpu_type, state(c, a).start_time, state(c, a).end_time) == ("a100", 100, 500)
+    assert (state(c, a).state, state(c, a).requeues) == ("COMPLETED", 1)
+    assert (state(c, b).gpu_type, state(c, b).start_time, state(c, b).end_time) == ("titanxp", 100, 400)
+    assert c.sim.free == [1, 1] and not c.sim.active
 
 
 def test_top_job_blocks_lower_ones_without_backfill():

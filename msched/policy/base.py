@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Placement, Timeline
+from msched.policy.timeline import Timeline
 
-# simulate() reads a one-node job's start from the timeline's cached earliest start per type and builds
-# only the chosen placement (tests/test_fast_paths.py: the same placements with it off)
+# simulate() reads a one-node job's start from the timeline's cached earliest start per type and books
+# the node that start names (Timeline.commit_earliest; tests/test_fast_paths.py: the same placements with it off)
 ONE_NODE_FAST_PATH = True
 
 
@@ -100,16 +100,17 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
     out: dict[str, Placed] = {}
     last_start = snapshot.now
     one_node = ONE_NODE_FAST_PATH
+    max_node = tl.max_node              # per type with nodes, its widest node (a job that fits one fits)
     for job in order:
         types, runtime = choose(job, tl, last_start)
         best = None
         g = job.num_gpus if job.num_gpus > 1 else 1
         for t in types:
-            if t not in runtime or not tl.fits(t, g):
+            if t not in runtime:
                 continue
-            if one_node and g <= tl.max_node[t]:
-                # on one node: the start is the timeline's cached earliest (`start_time`); the placement
-                # is built only for the type chosen
+            if one_node and g <= max_node.get(t, 0):
+                # on one node (so it fits): the start is the timeline's cached earliest (`start_time`); only
+                # the type chosen is booked
                 s0 = tl.start_time(t, g)
                 if s0 is None:
                     continue
@@ -117,6 +118,8 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
                 key = (start, start + runtime[t])
                 if best is None or key < best[0]:
                     best = (key, t, runtime[t])
+                continue
+            if not tl.fits(t, g):
                 continue
             p = tl.earliest(t, g, None if backfill else last_start)
             if p is None:
@@ -127,13 +130,15 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
         if best is None:
             continue                       # can never run here (too wide for every allowed type)
         key, p, rt = best
-        if isinstance(p, str):             # the one-node fast path chose type p: its placement from the cache
-            q = tl.place(p, g)
-            p = Placement(q.gpu_type, key[0], q.nodes, q.per_node)
-        tl.commit(p, p.start + rt)
-        out[job.job_id] = Placed(p.gpu_type, p.start, p.start + rt)
+        start = key[0]
+        if isinstance(p, str):             # the one-node fast path chose type p: the node its cached start names
+            tl.commit_earliest(p, g, start + rt)
+            out[job.job_id] = Placed(p, start, start + rt)
+        else:
+            tl.commit(p, start + rt)
+            out[job.job_id] = Placed(p.gpu_type, start, start + rt)
         if not backfill:
-            last_start = max(last_start, p.start)
+            last_start = max(last_start, start)
     return out, tl
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 SPACING = 1000
 MIN_GAP = 2                        # below this spacing, reuse freed values instead of new ones
@@ -277,46 +277,94 @@ def assign_in_place(order: Sequence[str], current: Mapping[str, int], plain: Map
     every job holds 1 and nothing can pass a plain job), each run is instead reordered among its own
     jobs only (a job never crosses a plain job), and a run with no room keeps its values. The result is
     checked against the rule before it is returned. Returns a value for every job of `order`."""
-    managed = set(order)
+    return HeldPlaces(order, current, plain).assign(order)
 
-    def queue_of(values: Mapping[str, int]) -> list[str]:
-        return sorted(list(managed) + [j for j in plain if j not in managed],
-                      key=lambda j: (-(values[j] if j in managed else plain[j]), _id_key(j)))
 
-    queue = queue_of(current)
-    slurm_rank = {j: k for k, j in enumerate(queue)}
-    planned_rank = {j: k for k, j in enumerate(order)}
-    runs: list[tuple[list[str], int | None, int | None]] = []      # (jobs holding the places, hi, lo)
-    run: list[str] = []
-    hi: int | None = None
-    for j in [*queue, None]:
-        if j is not None and j in managed:
-            run.append(j)
-            continue
-        lo = plain[j] if j is not None else None
-        if run:
-            runs.append((run, hi, lo))
-            run = []
-        hi = lo
+class HeldPlaces:
+    """`assign_in_place` for many planned orders of the same managed jobs against the same current and
+    plain values (settle's hybrids: one round weighs 2-5 orders of ~8,000 managed jobs that differ in a
+    few moved jobs). What depends only on the values is worked out once: Slurm's queue (a sort of every
+    pending job), the managed jobs' ranks in it, and the runs of managed places between plain jobs. Each
+    `assign` then fills the runs; a run whose planned jobs are its holders in their Slurm order keeps its
+    values without a search (what `_run_values` returns for it), and the rule's check (every plain job
+    keeps its rank) counts the managed jobs between consecutive plain jobs, changed values only, instead
+    of sorting the queue again: a plain job's rank is its place among the plain jobs plus the managed
+    jobs ahead of it, so ranks are kept exactly when every gap between plain jobs keeps its count."""
 
-    def fill(across: bool) -> dict[str, int] | None:
-        planned = iter(order)
-        out: dict[str, int] = {}
-        for holders, top, bottom in runs:
-            jobs = [next(planned) for _ in holders] if across else sorted(holders, key=planned_rank.__getitem__)
-            vals = _run_values(jobs, current, top, bottom, slurm_rank, set(holders))
-            if vals is None:
+    def __init__(self, managed: Iterable[str], current: Mapping[str, int], plain: Mapping[str, int]):
+        self.managed = managed_set = set(managed)
+        self.current = current
+        self.plain = plain
+        others = [j for j in plain if j not in managed_set]
+        queue = sorted([*managed_set, *others],
+                       key=lambda j: (-(current[j] if j in managed_set else plain[j]), _id_key(j)))
+        self.slurm_rank = {j: k for k, j in enumerate(queue)}
+        self.runs: list[tuple[list[str], int | None, int | None]] = []     # (jobs holding the places, hi, lo)
+        run: list[str] = []
+        hi: int | None = None
+        for j in [*queue, None]:
+            if j is not None and j in managed_set:
+                run.append(j)
+                continue
+            lo = plain[j] if j is not None else None
+            if run:
+                self.runs.append((run, hi, lo))
+                run = []
+            hi = lo
+        self._plain_keys = sorted((-plain[j], _id_key(j)) for j in others)
+
+    def _gap(self, job: str, value: int) -> int:
+        """How many plain jobs Slurm's queue holds ahead of a managed job with this value."""
+        return bisect.bisect_left(self._plain_keys, (-value, _id_key(job)))
+
+    def plain_ranks_kept(self, values: Mapping[str, int]) -> bool:
+        """Every plain job keeps its rank with the managed jobs at `values` (a value for each)."""
+        shift: dict[int, int] = {}
+        current = self.current
+        for j in self.managed:
+            v = values[j]
+            if v != current[j]:
+                old, new = self._gap(j, current[j]), self._gap(j, v)
+                if old != new:
+                    shift[old] = shift.get(old, 0) - 1
+                    shift[new] = shift.get(new, 0) + 1
+        return not any(shift.values())
+
+    def assign(self, order: Sequence[str]) -> dict[str, int]:
+        """`assign_in_place(order, current, plain)`: `order` holds the managed jobs, each once."""
+        if len(order) != len(self.managed) or not self.managed.issuperset(order):
+            raise ValueError("the order must hold the prepared managed jobs, each once")
+        current, slurm_rank = self.current, self.slurm_rank
+        planned_rank: dict[str, int] | None = None
+
+        def fill(across: bool) -> dict[str, int] | None:
+            nonlocal planned_rank
+            planned = iter(order)
+            out: dict[str, int] = {}
+            for holders, top, bottom in self.runs:
                 if across:
-                    return None
-                vals = {q: current[q] for q in holders}            # no room: the run stays as it is
-            out.update(vals)
-        return out
-
-    for across in (True, False):
-        out = fill(across)
-        if out is not None and _plain_ranks_kept(queue, queue_of(out), managed):
+                    jobs = [next(planned) for _ in holders]
+                else:
+                    if planned_rank is None:
+                        planned_rank = {j: k for k, j in enumerate(order)}
+                    jobs = sorted(holders, key=planned_rank.__getitem__)
+                if jobs == holders:         # the holders in their Slurm order: `_run_values` keeps them all
+                    for q in holders:
+                        out[q] = current[q]
+                    continue
+                vals = _run_values(jobs, current, top, bottom, slurm_rank, set(holders))
+                if vals is None:
+                    if across:
+                        return None
+                    vals = {q: current[q] for q in holders}            # no room: the run stays as it is
+                out.update(vals)
             return out
-    return {j: current[j] for j in order}
+
+        for across in (True, False):
+            out = fill(across)
+            if out is not None and self.plain_ranks_kept(out):
+                return out
+        return {j: current[j] for j in order}
 
 
 def assign_keeping_plain(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int],
@@ -325,13 +373,18 @@ def assign_keeping_plain(order: Sequence[str], current: Mapping[str, int], plain
     plain jobs keep their rank (`assign_in_place`), unless the site puts managed jobs above plain ones
     (`managed_first`: `assign_first`) or there are none (`assign_priorities`). The policy and the round's incumbent
     comparison (msched.rounds.settle) both write orders this way."""
+    return keeping_plain(order, current, plain, managed_first)(order)
+
+
+def keeping_plain(managed: Iterable[str], current: Mapping[str, int], plain: Mapping[str, int],
+                  managed_first: bool = False) -> Callable[[Sequence[str]], dict[str, int]]:
+    """`assign_keeping_plain` for orders of the `managed` jobs against these values, prepared once for
+    several orders (settle's hybrids; `HeldPlaces`)."""
     if not plain:
-        return assign_priorities(order, current)
-    return (assign_first if managed_first else assign_in_place)(order, current, plain)
-
-
-def _plain_ranks_kept(before: Sequence[str], after: Sequence[str], managed: set[str]) -> bool:
-    return all(b == a for b, a in zip(before, after, strict=True) if b not in managed or a not in managed)
+        return functools.partial(assign_priorities, current=current)
+    if managed_first:
+        return functools.partial(assign_first, current=current, plain=plain)
+    return HeldPlaces(managed, current, plain).assign
 
 
 def assign_first(order: Sequence[str], current: Mapping[str, int], plain: Mapping[str, int]) -> dict[str, int]:

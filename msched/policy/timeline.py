@@ -307,18 +307,35 @@ class Timeline:
 
     def commit(self, placement: Placement, end: float) -> None:
         """Book the placement's GPUs from its start until `end`."""
-        self._top[placement.gpu_type].clear()
+        self._book(placement.gpu_type, placement.nodes, placement.per_node, end)
+
+    def commit_earliest(self, gpu_type: str, num_gpus: int, end: float) -> None:
+        """`commit(place(gpu_type, num_gpus), end)` for a job on one node right after `start_time` named
+        that start: the node its cached answer holds is booked without building the two placements
+        (simulate's one-node path, three objects a job fewer over a 10,000-job evaluation)."""
+        g = num_gpus if num_gpus > 1 else 1
+        hit = self._top[gpu_type].get(g)
+        if hit is None or hit[1] < 0:
+            placement = self.place(gpu_type, g)
+            if placement is None:
+                raise ValueError(f"no node of {gpu_type} can take {g} GPUs")
+            self.commit(placement, end)
+            return
+        self._book(gpu_type, (hit[1],), g, end)
+
+    def _book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
+        self._top[gpu_type].clear()
         self._pristine = False
-        dirty = self._dirty.setdefault(placement.gpu_type, set()) if self._origin is not None else None
-        for i in placement.nodes:
+        dirty = self._dirty.setdefault(gpu_type, set()) if self._origin is not None else None
+        for i in nodes:
             f = self.free[i]
             if i not in self._owned:             # shared with a copy: copy it first
                 f = self.free[i] = list(f)
                 self._owned.add(i)
             if dirty is not None:
                 dirty.add(i)
-            del f[:placement.per_node]           # the earliest-free GPUs of the node are the ones taken
-            for _ in range(placement.per_node):
+            del f[:per_node]                     # the earliest-free GPUs of the node are the ones taken
+            for _ in range(per_node):
                 bisect.insort(f, end)
             self.version[i] += 1
             size = self.size[i]

@@ -790,7 +790,8 @@ class Reorderer:
                              plan_margin=float(self.config.settle_margin),
                              moves_per_change=int(self.config.moves_per_change),
                              head_gpus=float(self.config.write_head) or None,
-                             replan_head=float(self.config.replan_head) or None)
+                             replan_head=float(self.config.replan_head) or None,
+                             trial_workers=int(self.config.trial_workers))
 
     def _incumbent(self, dry_run: bool):  # noqa: ANN202
         """The plan the store holds the pending jobs to (None: no store, or none readable; the round then

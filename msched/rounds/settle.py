@@ -74,13 +74,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
 from msched.policy.planner import BATCH_SHARE
-from msched.policy.priorities import assign_keeping_plain
+from msched.policy.priorities import keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
 from msched.policy.timeline import Timeline
 
@@ -123,6 +124,11 @@ class SettleOptions:
     # drifts the batch's makespan (static bench batch, tuning seeds: 0.616x fifo with None, 0.661 with 0,
     # 0.683 with 1; the oracle 1.11 / 1.20 / 1.23x the LP bound) for no mean JCT beyond the seed noise
     allowance_share: float | None = None
+    # processes that weigh 4.'s hybrids at once (`TrialsAside`): 2 evaluates every other trial of the
+    # halving sequence in a forked child while this process evaluates the rest, so a round whose moves are
+    # all refused (the usual event round) waits for half its trials; the same trials, decided in the same
+    # order, so the same plan. 1 (the default, and the simulator's): this process alone
+    trial_workers: int = 1
 
     def __post_init__(self) -> None:
         if self.write_budget < 0:
@@ -137,6 +143,8 @@ class SettleOptions:
             raise ValueError(f"replan_head must be > 0 (got {self.replan_head})")
         if self.allowance_share is not None and not 0 <= self.allowance_share <= 1:
             raise ValueError(f"allowance_share must be in [0, 1] or None (got {self.allowance_share})")
+        if self.trial_workers not in (1, 2):
+            raise ValueError(f"trial_workers must be 1 or 2 (got {self.trial_workers})")
         if self.balanced_measure not in BALANCED_MEASURES:
             raise ValueError(f"unknown balanced_measure {self.balanced_measure!r}; "
                              f"choose one of {', '.join(BALANCED_MEASURES)}")
@@ -334,24 +342,98 @@ def _hybrid_order(inc_order: Sequence[str], inc_eval: Evaluation, moves: Sequenc
     plan's order). Unmoved jobs keep their order, so their priorities stay as they are."""
     moved = set(moves)
     stay = [j for j in inc_order if j not in moved]
-    latest: list[float] = []           # running max of the unmoved jobs' starts (sorted, for bisect)
-    m = -math.inf
-    for j in stay:
-        p = inc_eval.placed.get(j)
-        m = max(m, p.start if p is not None else math.inf)
-        latest.append(m)
+    placed = inc_eval.placed
+    starts = [p.start if (p := placed.get(j)) is not None else math.inf for j in stay]
+    # running max of the unmoved jobs' starts (sorted, for bisect), folded at C speed: max(m, start) in turn
+    latest = list(itertools.accumulate(starts, max, initial=-math.inf))[1:]
     slots: dict[int, list[tuple[float, int, str]]] = {}
     for j in moves:
         p = new_eval.placed.get(j)
         s = p.start if p is not None else math.inf
         slots.setdefault(bisect.bisect_left(latest, s), []).append((s, new_rank.get(j, 0), j))
     out: list[str] = []
-    for k in range(len(stay) + 1):
-        for _s, _r, j in sorted(slots.get(k, ())):
-            out.append(j)
-        if k < len(stay):
-            out.append(stay[k])
+    done = 0
+    for k in sorted(slots):             # the moves of slot k go just before stay[k]
+        out += stay[done:k]
+        out += [j for _s, _r, j in sorted(slots[k])]
+        done = k
+    out += stay[done:]
     return out
+
+
+ASIDE_MIN_PENDING = 2000    # below it a trial costs about what forking does (~10 ms at ~90 MB)
+
+
+class TrialsAside:
+    """Trials of 4.'s halving sequence evaluated in a forked child (`SettleOptions.trial_workers`): the
+    child evaluates its trials in order and sends each one's two measures (makespan end, mean end:
+    all that `_better` and `_worse` read) down a pipe while this process evaluates the others, so the
+    round waits for about half of them. The child is the same code on a copy of this process (the
+    same memo and hybrids), so its measures are the ones this process would compute. It only
+    computes: it touches no store, no Slurm and no file, and leaves by `os._exit` whatever happens, so
+    nothing of the round runs twice. A trial it could not send (it failed, or fork did) is evaluated
+    here instead; a trial that is taken is evaluated here again for its whole plan."""
+
+    def __init__(self, pid: int, fd: int):
+        self.pid, self.fd = pid, fd
+
+    @classmethod
+    def start(cls, sizes: Sequence[int], evaluation_of: Callable[[int], Evaluation]) -> TrialsAside | None:
+        import os
+        import struct
+
+        if not sizes or not hasattr(os, "fork"):
+            return None
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            return None
+        if pid == 0:                        # the child: measures only, then gone
+            try:
+                os.close(r)
+                for k in sizes:
+                    ev = evaluation_of(k)
+                    os.write(w, struct.pack("=dd", ev.makespan_end, ev.mean_end))
+            finally:
+                os._exit(0)
+        os.close(w)
+        return cls(pid, r)
+
+    def next(self) -> Evaluation | None:
+        """The child's next trial as `_better` and `_worse` weigh it (its measures only: no placements,
+        no timeline), or None when it sent none."""
+        import os
+        import struct
+
+        data = b""
+        while len(data) < 16:
+            try:
+                chunk = os.read(self.fd, 16 - len(data))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        makespan_end, mean_end = struct.unpack("=dd", data)
+        return Evaluation(placed={}, makespan_end=makespan_end, mean_end=mean_end, timeline=None)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stop the child (its trials are no longer needed) and reap it."""
+        import os
+        import signal
+
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        os.close(self.fd)
 
 
 def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *, objective: str = "makespan",
@@ -458,10 +540,11 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     extra = [j for j in chosen if j not in obliged_set]
     inc_order = [j.job_id for j in inc_eval.order if j.job_id in new]   # the incumbent's order (`queue_key`)
     plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
+    assign = keeping_plain(inc_order, inc_prio, plain, managed_first)     # each hybrid permutes inc_order
 
     def hybrid(moves: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[str, ...]], Evaluation]:
         order = _hybrid_order(inc_order, inc_eval, moves, new_eval, new_rank)
-        prio = {**inc_prio, **assign_keeping_plain(order, inc_prio, plain, managed_first)}
+        prio = {**inc_prio, **assign(order)}
         types = dict(inc_types)
         for j in moves:
             types[j] = new_types[j]
@@ -477,18 +560,29 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     held = base
     taken = list(forced)
     report.accepted = not extra
+    sizes: list[int] = []           # the moves each trial takes: all, then the better half, quarter...
     k = len(extra)
-    for _ in range(_TRIES):
-        if k <= 0:
-            break
-        trial = hybrid(forced + extra[:k])
-        if _better(trial[2], base[2], now, measure, opts.plan_margin, cap):
-            held, taken, report.accepted = trial, forced + extra[:k], True
-            break
-        if not _worse(trial[2], base[2], measure, cap):
-            break       # harmless but not worth the margin: fewer such moves buy less (each try costs a
-            #             whole evaluation: ~0.4 s of CPU at 10,000 pending, every round of a steady queue)
+    while k > 0 and len(sizes) < _TRIES:
+        sizes.append(k)
         k //= 2
+    aside = TrialsAside.start(sizes[1::2], lambda k: hybrid(forced + extra[:k])[2]) \
+        if opts.trial_workers > 1 and len(sizes) > 1 and len(snapshot.pending) >= ASIDE_MIN_PENDING else None
+    try:
+        for i, k in enumerate(sizes):
+            trial = None
+            ev = aside.next() if aside is not None and i % 2 else None     # the child's measures of it
+            if ev is None:
+                trial = hybrid(forced + extra[:k])
+                ev = trial[2]
+            if _better(ev, base[2], now, measure, opts.plan_margin, cap):
+                held, taken, report.accepted = trial or hybrid(forced + extra[:k]), forced + extra[:k], True
+                break
+            if not _worse(ev, base[2], measure, cap):
+                break       # harmless but not worth the margin: fewer such moves buy less (each try costs a
+                #             whole evaluation: ~0.4 s of CPU at 10,000 pending, every round of a steady queue)
+    finally:
+        if aside is not None:
+            aside.close()
     report.kept = len(chosen) - len(taken)
     report.moved = len(taken)
     prio, types, ev = held
