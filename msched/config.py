@@ -27,8 +27,9 @@ The file is `/etc/msched/msched.toml`, or the path in `MSCHED_CONFIG`. Every key
     write_head     = 1.0                   # reorder: places at the queue's head written per GPU (0: all)
     replan_head    = 0                     # reorder: places re-planned per GPU once msched holds the queue
                                            #   (0: the whole queue; msched.rounds.settle 7.)
-    trial_workers  = 2                     # reorder: processes weighing settle's trial plans at once
-                                           #   (2: every other trial in a forked child; 1: this one alone)
+    trial_workers  = 1                     # reorder: processes weighing settle's trial plans at once
+                                           #   (2: every other trial in a forked child; off: it measured
+                                           #   no faster at 10,000 pending on the 2-core dev machine)
     retention_days = 14                    # store: detailed rounds this long, daily aggregates after
     managed_first  = false                 # reorder: true lets msub jobs pass plain ones (README: Security model)
     pack_partitions = ["gpu"]              # packing (gres/shard) is on by default for jobs in these
@@ -131,7 +132,7 @@ class Config:
     moves_per_change: int = 8               # rate limit on optional moves (msched.rounds.settle)
     write_head: float = 1.0                 # places at the queue's head written, per GPU (0: the whole queue)
     replan_head: float = 0.0                # places re-planned per GPU in an event round (0: the whole queue)
-    trial_workers: int = 2                  # processes weighing settle's trials (msched.rounds.settle.TrialsAside)
+    trial_workers: int = 1                  # processes weighing settle's trials (msched.rounds.settle.TrialsAside)
     retention_days: float = 14.0            # detailed rounds and decisions kept; daily aggregates after
     managed_first: bool = False             # reorder: may raise msub jobs above plain ones (off: keep ranks)
     gpu_aliases: Mapping[str, str] = MappingProxyType({})   # _checked replaces it: configs pickle

@@ -104,9 +104,9 @@ def test_the_site_config_sets_the_reorderer_s_trial_workers():
     from msched.config import Config, ConfigError
     from msched.rounds.reorder import Reorderer
 
-    assert Reorderer(Config(), client=None, store=None, publish=False).settle_options.trial_workers == 2
-    assert Reorderer(Config(trial_workers=1), client=None, store=None,
-                     publish=False).settle_options.trial_workers == 1
+    assert Reorderer(Config(), client=None, store=None, publish=False).settle_options.trial_workers == 1
+    assert Reorderer(Config(trial_workers=2), client=None, store=None,
+                     publish=False).settle_options.trial_workers == 2
     for bad in (0, 3, True, 1.5):
         with pytest.raises(ConfigError, match="trial_workers"):
             Config(trial_workers=bad)._checked()
