@@ -111,3 +111,22 @@ def test_the_site_config_sets_the_reorderer_s_trial_workers():
         with pytest.raises(ConfigError, match="trial_workers"):
             Config(trial_workers=bad)._checked()
     assert SettleOptions().trial_workers == 1         # the simulator's rounds: one process
+
+
+def test_a_child_slower_than_the_wait_is_stopped_and_its_trials_are_left_here():
+    """A stuck child (a lock held at the fork, or starved of CPU) must not hold the round: past `wait_s`
+    the round stops it and weighs every later trial itself, so no measure of it arrives out of step."""
+    import time
+
+    def slow_measures(k: int) -> Evaluation:
+        time.sleep(30.0)
+        return Evaluation(placed={}, makespan_end=10.0 * k, mean_end=k + 0.5, timeline=Timeline(0.0, ()))
+
+    aside = TrialsAside.start([3, 1], slow_measures, wait_s=0.2)
+    assert aside is not None
+    assert aside.next() is None                         # waited 0.2 s, not the child's 30 s
+    assert aside.closed
+    with pytest.raises(ChildProcessError):              # stopped and reaped by the round
+        os.waitpid(aside.pid, os.WNOHANG)
+    assert aside.next() is None                         # and nothing later comes from it
+    aside.close()                                       # a second close does nothing

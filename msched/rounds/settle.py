@@ -76,6 +76,10 @@ import bisect
 import dataclasses
 import itertools
 import math
+import os
+import select
+import signal
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -365,6 +369,7 @@ def _hybrid_order(inc_order: Sequence[str], inc_eval: Evaluation, moves: Sequenc
 
 
 ASIDE_MIN_PENDING = 2000    # below it a trial costs about what forking does (~10 ms at ~90 MB)
+ASIDE_WAIT_S = 5.0          # the longest the round waits for one of the child's trials (one takes ~0.1 s)
 
 
 class TrialsAside:
@@ -375,16 +380,17 @@ class TrialsAside:
     same memo and hybrids), so its measures are the ones this process would compute. It only
     computes: it touches no store, no Slurm and no file, and leaves by `os._exit` whatever happens, so
     nothing of the round runs twice. A trial it could not send (it failed, or fork did) is evaluated
-    here instead; a trial that is taken is evaluated here again for its whole plan."""
+    here instead; a trial that is taken is evaluated here again for its whole plan. The round never waits
+    on the child for longer than `wait_s` a trial: a child that is stuck (a lock another thread held at
+    the fork) or starved is stopped and its trials are evaluated here, so the option cannot hang a round."""
 
-    def __init__(self, pid: int, fd: int):
-        self.pid, self.fd = pid, fd
+    def __init__(self, pid: int, fd: int, wait_s: float = ASIDE_WAIT_S):
+        self.pid, self.fd, self.wait_s = pid, fd, wait_s
+        self.closed = False
 
     @classmethod
-    def start(cls, sizes: Sequence[int], evaluation_of: Callable[[int], Evaluation]) -> TrialsAside | None:
-        import os
-        import struct
-
+    def start(cls, sizes: Sequence[int], evaluation_of: Callable[[int], Evaluation],
+              wait_s: float = ASIDE_WAIT_S) -> TrialsAside | None:
         if not sizes or not hasattr(os, "fork"):
             return None
         r, w = os.pipe()
@@ -403,19 +409,23 @@ class TrialsAside:
             finally:
                 os._exit(0)
         os.close(w)
-        return cls(pid, r)
+        return cls(pid, r, wait_s)
 
     def next(self) -> Evaluation | None:
         """The child's next trial as `_better` and `_worse` weigh it (its measures only: no placements,
-        no timeline), or None when it sent none."""
-        import os
-        import struct
-
+        no timeline), or None when it sent none: it failed, it is done, or it did not answer within
+        `wait_s` (then it is stopped, and every later trial is this process's)."""
+        if self.closed:
+            return None
         data = b""
         while len(data) < 16:
             try:
-                chunk = os.read(self.fd, 16 - len(data))
+                ready, _, _ = select.select([self.fd], [], [], self.wait_s)
+                chunk = os.read(self.fd, 16 - len(data)) if ready else None
             except OSError:
+                chunk = b""
+            if chunk is None:               # too slow: its measures would come out of step with the trials
+                self.close()
                 return None
             if not chunk:
                 return None
@@ -424,10 +434,10 @@ class TrialsAside:
         return Evaluation(placed={}, makespan_end=makespan_end, mean_end=mean_end, timeline=None)  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Stop the child (its trials are no longer needed) and reap it."""
-        import os
-        import signal
-
+        """Stop the child (its trials are no longer needed) and reap it; a second call does nothing."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             os.kill(self.pid, signal.SIGKILL)
         except OSError:
