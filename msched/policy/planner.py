@@ -151,6 +151,25 @@ def pool_end(free: Sequence[float], jobs: Sequence[tuple[int, float]]) -> float:
     return last
 
 
+def _pools_of(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, float]], gpus: Mapping[str, int],
+              pools: Mapping[str, Sequence[float]]) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """`balance_types`' start: the jobs on each type of `pools` and each type's pool end (`pool_end`)."""
+    on: dict[str, list[str]] = {t: [] for t in pools}
+    for jid, t in types.items():
+        if t in on:
+            on[t].append(jid)
+    return on, {t: pool_end(pools[t], [(gpus[j], runtime[j][t]) for j in js]) for t, js in on.items()}
+
+
+def _move(on: dict[str, list[str]], end: dict[str, float], out: dict[str, str], jid: str, worst: str, t: str,
+          left: float, here: float) -> None:
+    """`balance_types`' move: job `jid` from type `worst` to `t`, whose pools then end at `left` and `here`."""
+    on[worst].remove(jid)
+    on[t].append(jid)
+    out[jid] = t
+    end[worst], end[t] = left, here
+
+
 def balance_types(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, float]], gpus: Mapping[str, int],
                   pools: Mapping[str, Sequence[float]], *, frozen: AbstractSet[str] = frozenset(),
                   max_moves: int = BALANCE_MAX_MOVES,
@@ -168,11 +187,7 @@ def balance_types(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, f
     if not BALANCE_FAST:
         return _balance_types_plain(types, runtime, gpus, pools, frozen=frozen, max_moves=max_moves,
                                     out_of_time=out_of_time)
-    on: dict[str, list[str]] = {t: [] for t in pools}
-    for jid, t in types.items():
-        if t in on:
-            on[t].append(jid)
-    end = {t: pool_end(pools[t], [(gpus[j], runtime[j][t]) for j in js]) for t, js in on.items()}
+    on, end = _pools_of(types, runtime, gpus, pools)
     size = {t: len(pools[t]) for t in pools}
     # each pool's free time and work, summed (the even spread's numerator)
     work = {t: math.fsum(pools[t]) + math.fsum(gpus[j] * runtime[j][t] for j in js) for t, js in on.items()}
@@ -223,10 +238,7 @@ def balance_types(types: Mapping[str, str], runtime: Mapping[str, Mapping[str, f
         if best is None:
             break
         _, jid, t, left, here = best
-        on[worst].remove(jid)
-        on[t].append(jid)
-        out[jid] = t
-        end[worst], end[t] = left, here
+        _move(on, end, out, jid, worst, t, left, here)
         g = gpus[jid]
         work[worst] -= g * runtime[jid][worst]
         work[t] += g * runtime[jid][t]
@@ -242,11 +254,7 @@ def _balance_types_plain(types: Mapping[str, str], runtime: Mapping[str, Mapping
                          out_of_time: Callable[[], bool]) -> dict[str, str] | None:
     """`balance_types` move by move in full: every job of the latest pool to every other type it may use,
     both pools placed anew (the reference its incremental path is tested against)."""
-    on: dict[str, list[str]] = {t: [] for t in pools}
-    for jid, t in types.items():
-        if t in on:
-            on[t].append(jid)
-    end = {t: pool_end(pools[t], [(gpus[j], runtime[j][t]) for j in js]) for t, js in on.items()}
+    on, end = _pools_of(types, runtime, gpus, pools)
     out = dict(types)
     moved = 0
     while moved < max_moves and not out_of_time():
@@ -267,10 +275,7 @@ def _balance_types_plain(types: Mapping[str, str], runtime: Mapping[str, Mapping
         if best is None:
             break
         _, jid, t, left, here = best
-        on[worst].remove(jid)
-        on[t].append(jid)
-        out[jid] = t
-        end[worst], end[t] = left, here
+        _move(on, end, out, jid, worst, t, left, here)
         moved += 1
     return out if moved else None
 
