@@ -45,10 +45,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_planner import parse_variant  # noqa: E402
+from bench_quality import SIZES as QUALITY_SIZES  # noqa: E402
 
 from msched.slurm.base import PENDING, RUNNING  # noqa: E402
 
-SIZES = {"static": 200, "philly": 120, "alibaba": 300, "gavel": 80}
+SIZES = QUALITY_SIZES["quick"]["jobs"]     # bench_quality --quick's jobs per workload, as bench_planner (c) uses
 SHORT_S = 1800.0          # "short": under half an hour on its fastest type (jct11-jct13's split)
 DEFAULT_LEVERS = ("ceiling=age:inf;speedup:1.0001", "a900s15=age:900;speedup:1.5",
                   "swap900=age:900;speedup:1.0001;swap:900")
@@ -145,8 +146,8 @@ def lever_from(opts: dict) -> RequeueLever:
 
 
 def setups(name: str, seed: int):  # noqa: ANN201
-    """(trace, fifo's SimSetup, a function of after_round -> msched's SimSetup, truth, cluster), as
-    bench_planner.py (c) builds them (backfill, 24 h starvation guard, msched's defaults)."""
+    """(trace, a function of after_round -> SimSetup, truth, cluster), as bench_planner.py (c) builds them
+    (backfill, 24 h starvation guard, msched's defaults; `setup()` without a lever serves fifo too)."""
     import workloads as wl
 
     from msched.estimate.perf_table import PerfTable
