@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from msched.config import Config
 from msched.slurm.cli.client import _digest_lines
-from msched.slurm.cli.parsers import parse_squeue, user_text
+from msched.slurm.cli.parsers import DIGEST_JOB_FIELDS, parse_squeue, user_text
 from msched.slurm.cli.tight import NARROW, RECORD_BYTES, TIGHT_FIELDS, WIDE, parse_tight
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -257,3 +257,46 @@ def test_a_round_plans_and_writes_the_same_with_the_tight_read_on_and_off(slurm_
         assert written
     finally:
         store.dispose()
+
+
+def test_commands_run_with_one_time_zone_unless_the_caller_set_one(monkeypatch):
+    """Every Slurm command runs with TZ naming glibc's default zone file when none is set (squeue's
+    mktime then reads it once instead of once per time it prints); a TZ the caller set is kept."""
+    from msched.slurm.cli.client import LOCAL_ZONE, CliClient
+
+    monkeypatch.delenv("TZ", raising=False)
+    env = CliClient(Config())._env()
+    assert env["TZ"] == LOCAL_ZONE == ":/etc/localtime"
+    assert env["SLURM_TIME_FORMAT"] == "%s"
+    monkeypatch.setenv("TZ", "Europe/Zurich")
+    assert CliClient(Config())._env()["TZ"] == "Europe/Zurich"
+    assert "SLURM_TIME_FORMAT" not in CliClient(Config())._json_env()
+
+
+@pytest.mark.slurm
+def test_dev_cluster_squeue_prints_the_same_bytes_with_the_clients_time_zone(slurm_cluster, janitor,
+                                                                            monkeypatch):
+    """The tight read's squeue, the digest's squeue and sinfo print the same bytes with the client's TZ
+    as with TZ unset (every time they print is epoch seconds): the zone saves squeue's CPU, nothing else."""
+    import subprocess
+
+    from msched.slurm.cli.client import CliClient
+    from msched.slurm.cli.parsers import NODE_FIELDS
+    from msched.slurm.cli.tight import tight_format
+
+    sub = slurm_cluster.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--gres=gpu:1",
+                             "--begin=now+3600", "--wrap", "true"])
+    janitor.add(sub.stdout.strip())
+    monkeypatch.delenv("TZ", raising=False)
+    client = CliClient(Config())
+    with_zone = client._env()
+    without = {k: v for k, v in with_zone.items() if k != "TZ"}
+    for argv in (["squeue", "-h", "-t", "all", "-O", tight_format()],
+                 ["squeue", "-h", "-t", "all", "-S", "i", "-O", client._format(DIGEST_JOB_FIELDS)],
+                 ["sinfo", "-h", "-N", "-O", client._format(NODE_FIELDS)]):
+        for _ in range(3):          # a job of another test may change between the two reads
+            a = subprocess.run(argv, capture_output=True, env=with_zone, check=True).stdout
+            b = subprocess.run(argv, capture_output=True, env=without, check=True).stdout
+            if a == b:
+                break
+        assert a == b and a, argv

@@ -105,6 +105,7 @@ ACTIVITY_LINES = ("Data since", "Jobs submitted:", "Jobs started:", "Jobs comple
                   "Jobs failed:")
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 PENDING_BY_ID = 3          # a round that writes this many jobs or fewer asks squeue for each by id (`pending_job_ids`)
+LOCAL_ZONE = ":/etc/localtime"   # the TZ every Slurm command runs with where none is set (`CliClient._env`)
 _GONE = "Invalid job id specified"      # squeue -j of a job the controller no longer knows (exit status 1)
 
 
@@ -271,6 +272,11 @@ class CliClient(SlurmClient):
         env = dict(os.environ)
         env.update(self._extra_env)
         env["SLURM_TIME_FORMAT"] = "%s"   # epoch seconds everywhere
+        # squeue prints each time through strftime("%s"), which calls mktime; with TZ unset, glibc's mktime
+        # stats /etc/localtime again on every call. TZ naming that same file (glibc's default zone) is read
+        # once: the same epochs, and at 10,000 jobs ~0.05 s less of squeue's CPU (issue 21, settle18i).
+        # A TZ the caller set is kept.
+        env.setdefault("TZ", LOCAL_ZONE)
         # squeue/sinfo read filters and formats from SQUEUE_*/SINFO_* (SQUEUE_USERS would hide
         # other users' jobs from the reorderer): the client's own arguments must be the only ones.
         for var in [v for v in env if v.startswith(("SQUEUE_", "SINFO_", "SACCT_"))] + ["SLURM_CLUSTERS"]:
