@@ -99,6 +99,32 @@ def test_recorded_tight_reads_give_the_json_reads_jobs():
     assert {j.state for j in tight} >= {"PENDING", "RUNNING", "COMPLETED", "CANCELLED"}
 
 
+def test_a_read_parses_each_record_as_it_would_alone():
+    """parse_tight works out each distinct value of the fields that repeat once per read (its `_Seen`):
+    the recorded reads parsed whole give the jobs, digest lines and ended ids of each record parsed on its
+    own (a read of one record shares nothing), and every digest line is `digest_line` of its record."""
+    from msched.slurm.cli.tight import _record, digest_line
+
+    for raw, widths in ((NARROW_RAW, NARROW), (WIDE_RAW, WIDE)):
+        size = sum(widths) + 1
+        for ended_before in (None, 4e9):
+            lines: list[tuple[int, bytes]] = []
+            ended = None if ended_before is None else (ended_before, [])
+            whole = parse_tight(raw, Config(), NODE_TYPES, widths, None, lines, ended)
+            alone_jobs, alone_cut, alone_lines, alone_ended = [], [], [], []
+            for at in range(0, len(raw), size):
+                one_ended = None if ended_before is None else (ended_before, alone_ended)
+                jobs, cut = parse_tight(raw[at:at + size], Config(), NODE_TYPES, widths, None, alone_lines, one_ended)
+                alone_jobs += jobs
+                alone_cut += cut
+            assert whole == (alone_jobs, alone_cut) and whole[0]
+            assert lines == alone_lines and len(lines) == len(whole[0]) + (len(ended[1]) if ended else 0)
+            assert ended is None or ended[1] == alone_ended
+            assert ended is None or widths == WIDE or ended[1]      # the recording's finished jobs
+            by_id = {int(v[0]): v for v in _record(widths).iter_unpack(raw)}
+            assert all(line == digest_line(by_id[number]) for number, line in lines)
+
+
 def _offsets(field: str, widths=NARROW) -> tuple[int, int]:  # noqa: ANN001
     names = [f for f, _, _ in TIGHT_FIELDS]
     at = sum(widths[: names.index(field)])
