@@ -307,7 +307,7 @@ class Timeline:
 
     def commit(self, placement: Placement, end: float) -> None:
         """Book the placement's GPUs from its start until `end`."""
-        self._book(placement.gpu_type, placement.nodes, placement.per_node, end)
+        self.book(placement.gpu_type, placement.nodes, placement.per_node, end)
 
     def commit_earliest(self, gpu_type: str, num_gpus: int, end: float) -> None:
         """`commit(place(gpu_type, num_gpus), end)` for a job on one node right after `start_time` named
@@ -321,27 +321,40 @@ class Timeline:
                 raise ValueError(f"no node of {gpu_type} can take {g} GPUs")
             self.commit(placement, end)
             return
-        self._book(gpu_type, (hit[1],), g, end)
+        self.book(gpu_type, (hit[1],), g, end)
 
-    def _book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
+    def book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
+        """`per_node` GPUs of each of `nodes` (of `gpu_type`) busy until `end`: a placement's booking
+        (`commit`), or one its parts name (construct's one-node path, a journal's replay)."""
         self._top[gpu_type].clear()
         self._pristine = False
-        dirty = self._dirty.setdefault(gpu_type, set()) if self._origin is not None else None
+        if self._origin is not None:
+            dirty = self._dirty.get(gpu_type)
+            if dirty is None:
+                dirty = self._dirty[gpu_type] = set()
+        else:
+            dirty = None
+        free, owned, version = self.free, self._owned, self.version
+        heaps = self._heaps_of.get(gpu_type)       # a node's heaps are its type's
         for i in nodes:
-            f = self.free[i]
-            if i not in self._owned:             # shared with a copy: copy it first
-                f = self.free[i] = list(f)
-                self._owned.add(i)
+            f = free[i]
+            if i not in owned:                   # shared with a copy: copy it first
+                f = free[i] = list(f)
+                owned.add(i)
             if dirty is not None:
                 dirty.add(i)
             del f[:per_node]                     # the earliest-free GPUs of the node are the ones taken
-            for _ in range(per_node):
+            if per_node == 1:
                 bisect.insort(f, end)
-            self.version[i] += 1
-            size = self.size[i]
-            for g, h in self._heaps_of[self.types[i]].items():
-                if g <= size:
-                    heapq.heappush(h, self._entry(i, g))
+            else:                                # as many insorts of `end`: after the times <= end
+                k = bisect.bisect_right(f, end)
+                f[k:k] = [end] * per_node
+            version[i] += 1
+            if heaps:
+                size = self.size[i]
+                for g, h in heaps.items():
+                    if g <= size:
+                        heapq.heappush(h, self._entry(i, g))
 
     def free_at(self) -> dict[str, float]:
         """Per type, the earliest time one GPU is free after everything booked so far: the earliest start
