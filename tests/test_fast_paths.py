@@ -536,6 +536,34 @@ def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, ba
     assert fast.timeline.free == plain.timeline.free
 
 
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")),
+       st.sampled_from((0.0, 0.1)))
+def test_plans_booking_the_node_a_start_named_equal_plans_committing_placements(snap, planner, objective, affinity):
+    """`msched.policy.msched.ONE_NODE_BOOKING`: construct books a one-node job on the node its chosen
+    type's cached start names (`Timeline.book`) and journals that booking, instead of building a
+    placement and committing it; the plan, every score the search compared (its decodes resumed from
+    those journals) and the free times equal those of the placements: random snapshots with unmanaged,
+    pinned and starving jobs, jobs wider than a node (whole nodes, the placement's path), every planner
+    and objective, with and without the affinity rule."""
+    import msched.policy.msched as msched_policy
+    from msched.policy import get_policy
+
+    opts = {"planner": planner, "objective": objective, "time_box_s": 1e6, "affinity": affinity}
+    fast_policy = get_policy("msched", **opts)
+    fast = fast_policy.plan(snap)
+    msched_policy.ONE_NODE_BOOKING = False
+    try:
+        plain_policy = get_policy("msched", **opts)
+        plain = plain_policy.plan(snap)
+    finally:
+        msched_policy.ONE_NODE_BOOKING = True
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+    searched = {k: v for k, v in getattr(fast_policy, "last_search", {}).items() if k != "seconds"}
+    assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
+
+
 # ------------------------------------------------------------------------------------- balance_types
 @st.composite
 def balance_instances(draw):

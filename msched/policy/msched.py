@@ -110,6 +110,9 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
 _MISS = object()
 SHARE_ENTRIES = True     # the per-queue memos of one context share their per-job entries (`_entry_pool`); off: each
                          # memo computes its own (tests/test_fast_paths.py)
+ONE_NODE_BOOKING = True  # construct books a one-node job on the node its type's cached start names (`Timeline.book`)
+                         # instead of building its placement and committing it (off: `commit(place(...))`, the same
+                         # booking; tests/test_fast_paths.py)
 FASTEST_FIRST = True     # construct looks at a job's candidate types fastest first (`_decode_entry`); off: as given
                          # (tests/test_fast_paths.py)
 
@@ -147,12 +150,13 @@ def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[st
         if (fx or ofx) and fx.get(job.job_id) != ofx.get(job.job_id):
             break
         q += 1
+    book = tl.book
     for k in range(q):
         e = done[k]
-        p = e[1]
-        if p is None:
+        b = e[1]
+        if b is None:
             continue
-        tl.commit(p, p.start + e[2])
+        book(b[0], b[1], b[2], e[3].end)
         jid = e[0].job_id
         placed[jid] = e[3]
         if e[4] is not None:
@@ -315,7 +319,8 @@ class MschedPolicy(MschedOncePolicy):
         booked timeline.
 
         `journal`: a list this decode appends what it did to, one entry per job of the queue it walks
-        (the job, its placement or None, its runtime there, its `Placed`, its chosen constraint or None).
+        (the job, its booking (type, nodes, GPUs per node: `Timeline.book`'s) or None, its runtime there, its
+        `Placed`, its chosen constraint or None).
         `resume`: (journal, fixed) of an earlier decode of the same snapshot, starving set, `relative` and
         `timeline` (the optimizing planner's search): the longest prefix of this queue that it walked
         with the same job objects and the same fixed types is booked as it booked it (its placements
@@ -341,6 +346,8 @@ class MschedPolicy(MschedOncePolicy):
         placed: dict[str, Placed] = {}
         start_time = tl.start_time
         tops = tl._top                  # start_time's cache, read here first (the same answer, without a call)
+        book = tl.book
+        one_node = ONE_NODE_BOOKING
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         prune = self.prune_slow_types
         miss = _MISS
@@ -389,16 +396,25 @@ class MschedPolicy(MschedOncePolicy):
                 best_t = want
             elif by_completion and self.affinity > 0 and len(done) > 1:
                 best_t = self._affine(runtime, done, best_done, now, relative)
-            p = tl.place(best_t, g)
             rt = runtime[best_t]
-            tl.commit(p, p.start + rt)
-            at = placed[jid] = Placed(p.gpu_type, p.start, p.start + rt)
+            hit = tops[best_t][tg]
+            if hit[1] >= 0 and one_node:
+                # on one node: the node its cached start names is booked (as `commit(place(...))` books it)
+                start = hit[0]
+                booking = (best_t, (hit[1],), tg)
+                book(best_t, booking[1], tg, start + rt)
+            else:
+                p = tl.place(best_t, g)
+                start = p.start
+                booking = (p.gpu_type, p.nodes, p.per_node)
+                tl.commit(p, start + rt)
+            at = placed[jid] = Placed(best_t, start, start + rt)
             if typed:
-                c = chosen[jid] = given if jid in starving else (p.gpu_type,)
+                c = chosen[jid] = given if jid in starving else (best_t,)
             else:
                 c = None
             if journal is not None:
-                journal.append((job, p, rt, at, c))
+                journal.append((job, booking, rt, at, c))
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
