@@ -28,7 +28,6 @@ field's trailing spaces (padding), and the literal text `(null)` (squeue's print
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Iterator, Mapping
 from typing import BinaryIO, NamedTuple
 
@@ -169,18 +168,18 @@ def parse_tight(raw: bytes | BinaryIO, config: Config, node_types: Mapping[str, 
     half of the parse's CPU and ~1 KB each through the round."""
     why = [] if why is None else why
     size = sum(widths) + 1
-    total = len(raw) if isinstance(raw, bytes) else _left(raw)
-    if total % size:
-        why.append(f"{total} bytes are not whole records of {size}")
+    if isinstance(raw, bytes) and len(raw) % size:
+        why.append(f"{len(raw)} bytes are not whole records of {size}")
         return None
     record = _record(widths)
     jobs: list[SlurmJob] = []
     cut: list[str] = []
     seen = _Seen()
+    read = [0]
     try:
-        for chunk in _chunks(raw, size):
-            if chunk[size - 1::size].strip(b"\n"):
-                why.append(f"{total} bytes are not whole records of {size}")
+        for chunk in _chunks(raw, size, read):
+            if bytes(chunk[size - 1::size]).strip(b"\n"):
+                why.append(f"{read[0]} bytes are not whole records of {size}")
                 return None
             full = _full_fields(chunk, widths)
             if full[0]:
@@ -209,6 +208,9 @@ def parse_tight(raw: bytes | BinaryIO, config: Config, node_types: Mapping[str, 
     except _Refused as exc:
         why.append(f"job {_text(values[0]).strip()[:12]}: {exc}")
         return None
+    if read[0] % size:                  # a file's last record cut short
+        why.append(f"{read[0]} bytes are not whole records of {size}")
+        return None
     return jobs, cut
 
 
@@ -228,36 +230,40 @@ def _state(field: bytes, seen: _Seen) -> str:
     return state
 
 
-def _left(fh: BinaryIO) -> int:
-    """The bytes from a file's position to its end."""
-    at = fh.tell()
-    end = fh.seek(0, os.SEEK_END)
-    fh.seek(at)
-    return end - at
-
-
-def _chunks(raw: bytes | BinaryIO, size: int) -> Iterator[bytes | bytearray]:
-    """`raw` whole (bytes), or an open file's rest CHUNK_BYTES at a time, in whole records of `size`, read
-    into one buffer used again for every chunk (the caller is done with a chunk when it asks for the next):
-    a new 1 MB object per chunk came from the heap once glibc had raised its mmap threshold, and its
-    pieces stayed, between the jobs' small objects, through the round (~11 MB more after the read at
-    20,000 jobs, measured on the dev cluster)."""
+def _chunks(raw: bytes | BinaryIO, size: int, read: list[int]) -> Iterator[bytes | memoryview]:
+    """`raw` whole (bytes), or a file's records from its position to its end (an open file, or squeue's
+    output as squeue writes it: `msched.slurm.cli.client._Following`) in chunks of whole records, as they
+    come, at most CHUNK_BYTES. `read[0]` counts the bytes read; a last record cut short stays unread (the
+    caller refuses `read[0]` not a multiple of `size`). A file's chunks are views of one buffer used again
+    for every chunk (the caller is done with a chunk when it asks for the next): a new 1 MB object per chunk
+    came from the heap once glibc had raised its mmap threshold, and its pieces stayed, between the jobs'
+    small objects, through the round (~11 MB more after the read at 20,000 jobs, measured on the dev
+    cluster)."""
     if isinstance(raw, bytes):
+        read[0] = len(raw)
         yield raw
         return
     buf = bytearray(max(1, CHUNK_BYTES // size) * size)
-    while n := raw.readinto(buf):
-        yield buf if n == len(buf) else buf[:n]
+    view = memoryview(buf)
+    have = 0
+    while n := raw.readinto(view[have:]):
+        have += n
+        read[0] += n
+        whole = have - have % size
+        if whole:
+            yield view[:whole]
+            buf[:have - whole] = buf[whole:have]        # a record squeue has not finished: to the front
+            have -= whole
 
 
-def _full_fields(raw: bytes, widths: tuple[int, ...]) -> list[bool]:
+def _full_fields(raw: bytes | memoryview, widths: tuple[int, ...]) -> list[bool]:
     """Which fields filled their width in some record (their last byte is not padding), all records at once."""
     size = sum(widths) + 1
     ends, at = [], 0
     for w in widths:
         at += w
         ends.append(at - 1)
-    return [bool(raw[e::size].strip(b" ")) for e in ends]
+    return [bool(bytes(raw[e::size]).strip(b" ")) for e in ends]
 
 
 def _record(widths: tuple[int, ...]):  # noqa: ANN202 - a struct.Struct
