@@ -564,6 +564,22 @@ def test_plans_booking_the_node_a_start_named_equal_plans_committing_placements(
     assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(TYPES), st.floats(allow_nan=False), st.floats(allow_nan=False))
+def test_a_placement_entered_field_by_field_is_the_dataclass_instance(gpu_type, start, end):
+    """`msched.policy.base.placed_at` (simulate's and construct's `Placed`, without the frozen __init__):
+    equal to `Placed(...)`, hashed, shown and pickled alike, and still frozen."""
+    import pickle
+
+    from msched.policy.base import Placed, placed_at
+
+    fast, plain = placed_at(gpu_type, start, end), Placed(gpu_type, start, end)
+    assert type(fast) is Placed and fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+    assert pickle.loads(pickle.dumps(fast)) == plain and dataclasses.astuple(fast) == (gpu_type, start, end)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.start = 0.0
+
+
 # ------------------------------------------------------------------------------------- balance_types
 @st.composite
 def balance_instances(draw):

@@ -91,6 +91,22 @@ class Placed:
     end: float
 
 
+_new = object.__new__
+
+
+def placed_at(gpu_type: str, start: float, end: float) -> Placed:
+    """`Placed(gpu_type, start, end)` with its fields entered straight into the instance's dict: the frozen
+    dataclass's __init__ sets each through `object.__setattr__` (~0.4 us against ~0.2 us, and a settle
+    evaluation and a decode make one per job: 10,000 at 10,000 pending). The same frozen instance, equal,
+    hashed and shown alike (tests/test_fast_paths.py)."""
+    p = _new(Placed)
+    d = p.__dict__
+    d["gpu_type"] = gpu_type
+    d["start"] = start
+    d["end"] = end
+    return p
+
+
 def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
              choose: Callable[[PendingJob, Timeline, float], tuple[tuple[str, ...], Mapping[str, float]]],
              *, backfill: bool = False, timeline: Timeline | None = None) -> tuple[dict[str, Placed], Timeline]:
@@ -133,10 +149,10 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
         start = key[0]
         if isinstance(p, str):             # the one-node fast path chose type p: the node its cached start names
             tl.commit_earliest(p, g, start + rt)
-            out[job.job_id] = Placed(p, start, start + rt)
+            out[job.job_id] = placed_at(p, start, start + rt)
         else:
             tl.commit(p, start + rt)
-            out[job.job_id] = Placed(p.gpu_type, start, start + rt)
+            out[job.job_id] = placed_at(p.gpu_type, start, start + rt)
         if not backfill:
             last_start = max(last_start, start)
     return out, tl

@@ -42,6 +42,7 @@ from msched.policy.base import (
     as_is_runtime,
     default_types,
     feasible_types,
+    placed_at,
     queue_key,
     runtime_guess,
 )
@@ -408,7 +409,7 @@ class MschedPolicy(MschedOncePolicy):
                 start = p.start
                 booking = (p.gpu_type, p.nodes, p.per_node)
                 tl.commit(p, start + rt)
-            at = placed[jid] = Placed(best_t, start, start + rt)
+            at = placed[jid] = placed_at(best_t, start, start + rt)
             if typed:
                 c = chosen[jid] = given if jid in starving else (best_t,)
             else:
