@@ -834,12 +834,11 @@ def test_a_replay_with_every_shortcut_off_gives_the_same_schedule(planner, monke
 
 
 @settings(max_examples=150, deadline=None)
-@given(bookings(), st.booleans())
-def test_booking_the_node_a_start_named_equals_committing_its_placement(case, ask_first):
-    """`Timeline.commit_earliest` (simulate's one-node path: the node of the cached start booked without
-    placements) leaves every node's free times and every later answer as `commit(place(...))` does, on
-    copies of the shared base as on built timelines; without the start asked first (nothing cached) it
-    places the job itself."""
+@given(bookings())
+def test_booking_the_node_a_start_named_equals_committing_its_placement(case):
+    """`Timeline.book` of the node that a one-node start names (`start_time`'s cached (start, node): simulate's
+    and construct's one-node paths, without placements) leaves every node's free times and every later
+    answer as `commit(place(...))` does, on copies of the shared base as on built timelines."""
     nodes, running, ops = case
     for build in (list, tuple):
         placed = Timeline(0.0, build(nodes), build(running))
@@ -850,10 +849,11 @@ def test_booking_the_node_a_start_named_equals_committing_its_placement(case, as
             if not placed.fits(t, g) or g > placed.max_node[t]:
                 continue                                  # wider than a node: not the one-node path
             p = placed.place(t, g)
-            start = booked.start_time(t, g) if ask_first else p.start
+            start = booked.start_time(t, g)
             assert start == p.start
             placed.commit(p, p.start + length)
-            booked.commit_earliest(t, g, start + length)
+            k = g if g > 1 else 1
+            booked.book(t, (booked._top[t][k][1],), k, start + length)
             assert booked.free == placed.free and booked.version == placed.version
             assert [booked.start_time(u, k) for u in TYPES for k in (1, 2, 4)] == \
                 [placed.start_time(u, k) for u in TYPES for k in (1, 2, 4)]

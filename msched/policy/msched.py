@@ -335,12 +335,13 @@ class MschedPolicy(MschedOncePolicy):
         if not self.reuse_per_queue:
             construct = construct_order(snapshot.pending, order)
 
-            def entry(job: PendingJob) -> tuple:
-                return _decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+            def entries(walk: list[PendingJob]) -> list[tuple]:
+                return [_decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+                        for job in walk]
         else:
             memo = self._queue_memo(snapshot, starving)
             construct = memo.construct_order(order)
-            entry = functools.partial(memo.entry, types=types, tl=tl)
+            entries = functools.partial(memo.entries, types=types, tl=tl)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
@@ -358,8 +359,7 @@ class MschedPolicy(MschedOncePolicy):
             q = _replay_prefix(resume, construct, fixed, tl, placed, chosen, journal)
             if q:
                 walk = construct[q:]
-        for job in walk:
-            cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
+        for job, (cand, runtime, by_completion, g, tg, jid, typed, given) in zip(walk, entries(walk), strict=True):
             best_t = None
             best_done = best_rt = best_s = 0.0
             want = fixed.get(jid) if fixed and by_completion else None
@@ -550,6 +550,12 @@ class _QueueMemo:
             hit = self._entry[job.job_id] = (job, _decode_entry(job, *self.candidates(job, types, tl), self.starving,
                                                                 FASTEST_FIRST))
         return hit[1]
+
+    def entries(self, walk: Sequence[PendingJob], types: list[str], tl: Timeline) -> list[tuple]:
+        """`entry` of each job of a decode's walk, in one pass (the kept ones read without a call each)."""
+        get = self._entry.get
+        return [hit[1] if (hit := get(job.job_id)) is not None and hit[0] is job else self.entry(job, types, tl)
+                for job in walk]
 
 
 class OraclePolicy(MschedPolicy):
