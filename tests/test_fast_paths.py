@@ -565,6 +565,23 @@ def test_plans_booking_the_node_a_start_named_equal_plans_committing_placements(
 
 
 @settings(max_examples=100, deadline=None)
+@given(queues(), st.randoms(use_true_random=False), st.integers(0, 2))
+def test_the_kept_merge_pattern_fills_the_places_as_the_merge_does(snap, rng, extra):
+    """`msched.policy.msched.KEEP_PLACES`: the per-queue memo's construct order (the unmanaged jobs in Slurm's
+    order with the managed places among them by submit time, a kept pattern filled in one pass) equals
+    `construct_order`'s merge for any order of the managed jobs, an order longer than the places (its
+    first ones taken) and, asked again, the same answer; random queues with unmanaged jobs, ties of
+    submit times included."""
+    from msched.policy.msched import MschedPolicy, _QueueMemo, construct_order
+
+    managed = [j for j in snap.pending if j.managed]
+    memo = _QueueMemo(MschedPolicy(), snap, set())
+    for _ in range(3):
+        order = rng.sample(managed, len(managed)) + rng.sample(managed, min(extra, len(managed)))
+        assert memo.construct_order(order) == construct_order(snap.pending, order)
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(TYPES), st.floats(allow_nan=False), st.floats(allow_nan=False))
 def test_a_placement_entered_field_by_field_is_the_dataclass_instance(gpu_type, start, end):
     """`msched.policy.base.placed_at` (simulate's and construct's `Placed`, without the frozen __init__):

@@ -109,6 +109,9 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
 
 
 _MISS = object()
+_PLACE = object()        # a managed job's place in `_QueueMemo`'s merge pattern
+KEEP_PLACES = True       # `_QueueMemo.construct_order` fills a kept pattern of the merge (off: `fill_places` each
+                         # time; tests/test_fast_paths.py)
 SHARE_ENTRIES = True     # the per-queue memos of one context share their per-job entries (`_entry_pool`); off: each
                          # memo computes its own (tests/test_fast_paths.py)
 ONE_NODE_BOOKING = True  # construct books a one-node job on the node its type's cached start names (`Timeline.book`)
@@ -127,10 +130,11 @@ def _decode_entry(job: PendingJob, cand, runtime, starving: set[str], fastest_fi
     g = job.num_gpus
     typed = job.managed and not job.pinned_type and runtime is job.est_runtime_s
     given = cand
-    if fastest_first and chosen_by_completion(job, starving):
+    by_completion = chosen_by_completion(job, starving)
+    if fastest_first and by_completion:
         inf = float("inf")
-        cand = tuple(sorted(cand, key=lambda t: (runtime.get(t, inf), t)))
-    return cand, runtime, chosen_by_completion(job, starving), g, g if g > 1 else 1, job.job_id, typed, given
+        cand = tuple([t for _, t in sorted([(runtime.get(t, inf), t) for t in cand])])   # by (runtime, name)
+    return cand, runtime, by_completion, g, g if g > 1 else 1, job.job_id, typed, given
 
 
 def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[str, str] | None, tl: Timeline,
@@ -527,6 +531,7 @@ class _QueueMemo:
         self.policy, self.snapshot, self.starving = policy, snapshot, starving
         self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
         self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
+        self._pattern: list | None = None        # `construct_order`'s merge, once asked
         # job id -> (job, its candidates) and (job, its decode entry); shared with other memos of the same
         # context when `pool` is given (`MschedPolicy._entry_pool`)
         self._cand: dict[str, tuple]
@@ -534,8 +539,15 @@ class _QueueMemo:
         self._cand, self._entry = pool if pool is not None else ({}, {})
 
     def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
-        """`construct_order(snapshot.pending, order)` from the sorted lists kept."""
-        return fill_places(self.plain, self.slots, order)
+        """`construct_order(snapshot.pending, order)` from the sorted lists kept: `fill_places`' merge, whose
+        places depend on the queue only, kept as a pattern (the plain jobs, `_PLACE` where a managed job
+        goes) that each order fills in one pass."""
+        if len(order) < len(self.slots) or not KEEP_PLACES:
+            return fill_places(self.plain, self.slots, order)
+        if self._pattern is None:
+            self._pattern = fill_places(self.plain, self.slots, [_PLACE] * len(self.slots))
+        fill = iter(order).__next__
+        return [fill() if j is _PLACE else j for j in self._pattern]
 
     def candidates(self, job: PendingJob, types: list[str], tl: Timeline) -> tuple:
         hit = self._cand.get(job.job_id)
