@@ -42,6 +42,7 @@ from msched.policy.base import (
     as_is_runtime,
     default_types,
     feasible_types,
+    placed_at,
     queue_key,
     runtime_guess,
 )
@@ -108,6 +109,9 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
 
 
 _MISS = object()
+_PLACE = object()        # a managed job's place in `_QueueMemo`'s merge pattern
+KEEP_PLACES = True       # `_QueueMemo.construct_order` fills a kept pattern of the merge (off: `fill_places` each
+                         # time; tests/test_fast_paths.py)
 SHARE_ENTRIES = True     # the per-queue memos of one context share their per-job entries (`_entry_pool`); off: each
                          # memo computes its own (tests/test_fast_paths.py)
 ONE_NODE_BOOKING = True  # construct books a one-node job on the node its type's cached start names (`Timeline.book`)
@@ -126,10 +130,11 @@ def _decode_entry(job: PendingJob, cand, runtime, starving: set[str], fastest_fi
     g = job.num_gpus
     typed = job.managed and not job.pinned_type and runtime is job.est_runtime_s
     given = cand
-    if fastest_first and chosen_by_completion(job, starving):
+    by_completion = chosen_by_completion(job, starving)
+    if fastest_first and by_completion:
         inf = float("inf")
-        cand = tuple(sorted(cand, key=lambda t: (runtime.get(t, inf), t)))
-    return cand, runtime, chosen_by_completion(job, starving), g, g if g > 1 else 1, job.job_id, typed, given
+        cand = tuple([t for _, t in sorted([(runtime.get(t, inf), t) for t in cand])])   # by (runtime, name)
+    return cand, runtime, by_completion, g, g if g > 1 else 1, job.job_id, typed, given
 
 
 def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[str, str] | None, tl: Timeline,
@@ -334,12 +339,13 @@ class MschedPolicy(MschedOncePolicy):
         if not self.reuse_per_queue:
             construct = construct_order(snapshot.pending, order)
 
-            def entry(job: PendingJob) -> tuple:
-                return _decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+            def entries(walk: list[PendingJob]) -> list[tuple]:
+                return [_decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+                        for job in walk]
         else:
             memo = self._queue_memo(snapshot, starving)
             construct = memo.construct_order(order)
-            entry = functools.partial(memo.entry, types=types, tl=tl)
+            entries = functools.partial(memo.entries, types=types, tl=tl)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
@@ -357,8 +363,7 @@ class MschedPolicy(MschedOncePolicy):
             q = _replay_prefix(resume, construct, fixed, tl, placed, chosen, journal)
             if q:
                 walk = construct[q:]
-        for job in walk:
-            cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
+        for job, (cand, runtime, by_completion, g, tg, jid, typed, given) in zip(walk, entries(walk), strict=True):
             best_t = None
             best_done = best_rt = best_s = 0.0
             want = fixed.get(jid) if fixed and by_completion else None
@@ -408,7 +413,7 @@ class MschedPolicy(MschedOncePolicy):
                 start = p.start
                 booking = (p.gpu_type, p.nodes, p.per_node)
                 tl.commit(p, start + rt)
-            at = placed[jid] = Placed(best_t, start, start + rt)
+            at = placed[jid] = placed_at(best_t, start, start + rt)
             if typed:
                 c = chosen[jid] = given if jid in starving else (best_t,)
             else:
@@ -526,6 +531,7 @@ class _QueueMemo:
         self.policy, self.snapshot, self.starving = policy, snapshot, starving
         self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
         self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
+        self._pattern: list | None = None        # `construct_order`'s merge, once asked
         # job id -> (job, its candidates) and (job, its decode entry); shared with other memos of the same
         # context when `pool` is given (`MschedPolicy._entry_pool`)
         self._cand: dict[str, tuple]
@@ -533,8 +539,15 @@ class _QueueMemo:
         self._cand, self._entry = pool if pool is not None else ({}, {})
 
     def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
-        """`construct_order(snapshot.pending, order)` from the sorted lists kept."""
-        return fill_places(self.plain, self.slots, order)
+        """`construct_order(snapshot.pending, order)` from the sorted lists kept: `fill_places`' merge, whose
+        places depend on the queue only, kept as a pattern (the plain jobs, `_PLACE` where a managed job
+        goes) that each order fills in one pass."""
+        if len(order) < len(self.slots) or not KEEP_PLACES:
+            return fill_places(self.plain, self.slots, order)
+        if self._pattern is None:
+            self._pattern = fill_places(self.plain, self.slots, [_PLACE] * len(self.slots))
+        fill = iter(order).__next__
+        return [fill() if j is _PLACE else j for j in self._pattern]
 
     def candidates(self, job: PendingJob, types: list[str], tl: Timeline) -> tuple:
         hit = self._cand.get(job.job_id)
@@ -549,6 +562,12 @@ class _QueueMemo:
             hit = self._entry[job.job_id] = (job, _decode_entry(job, *self.candidates(job, types, tl), self.starving,
                                                                 FASTEST_FIRST))
         return hit[1]
+
+    def entries(self, walk: Sequence[PendingJob], types: list[str], tl: Timeline) -> list[tuple]:
+        """`entry` of each job of a decode's walk, in one pass (the kept ones read without a call each)."""
+        get = self._entry.get
+        return [hit[1] if (hit := get(job.job_id)) is not None and hit[0] is job else self.entry(job, types, tl)
+                for job in walk]
 
 
 class OraclePolicy(MschedPolicy):

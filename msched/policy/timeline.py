@@ -319,23 +319,11 @@ class Timeline:
         """Book the placement's GPUs from its start until `end`."""
         self.book(placement.gpu_type, placement.nodes, placement.per_node, end)
 
-    def commit_earliest(self, gpu_type: str, num_gpus: int, end: float) -> None:
-        """`commit(place(gpu_type, num_gpus), end)` for a job on one node right after `start_time` named
-        that start: the node its cached answer holds is booked without building the two placements
-        (simulate's one-node path, three objects a job fewer over a 10,000-job evaluation)."""
-        g = num_gpus if num_gpus > 1 else 1
-        hit = self._top[gpu_type].get(g)
-        if hit is None or hit[1] < 0:
-            placement = self.place(gpu_type, g)
-            if placement is None:
-                raise ValueError(f"no node of {gpu_type} can take {g} GPUs")
-            self.commit(placement, end)
-            return
-        self.book(gpu_type, (hit[1],), g, end)
-
     def book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
         """`per_node` GPUs of each of `nodes` (of `gpu_type`) busy until `end`: a placement's booking
-        (`commit`), or one its parts name (construct's one-node path, a journal's replay)."""
+        (`commit`), or the one a one-node job's cached start names (`start_time` keeps (start, node) in
+        `_top[type][GPUs]`: `commit(place(...))` books that node; simulate's and construct's one-node paths
+        book it without building the placement), or a journal's (construct's `resume`)."""
         self._top[gpu_type].clear()
         self._pristine = False
         if self._origin is not None:

@@ -483,38 +483,39 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     def differs(j: str) -> bool:
         return new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j]
 
-    def runtime(j: str) -> float:
-        p = new_eval.placed.get(j)
-        return (p.end - p.start) if p is not None else unknown_runtime_s
-
-    gain = {j: inc_eval.end(j) - new_eval.end(j) for j in new}
-    gain = {j: (g if math.isfinite(g) else (math.inf if g > 0 else 0.0)) for j, g in gain.items()}
+    # each job's planned end under both (`Evaluation.end`: inf when not placed), read once for every job
+    inf, isfinite = math.inf, math.isfinite
+    inc_placed, new_placed = inc_eval.placed, new_eval.placed
+    inc_end = {j: p.end if (p := inc_placed.get(j)) is not None else inf for j in new}
+    gain = {j: inc_end[j] - (p.end if (p := new_placed.get(j)) is not None else inf) for j in new}
+    gain = {j: (g if isfinite(g) else (inf if g > 0 else 0.0)) for j, g in gain.items()}
     report.gain = gain
     age = starvation_age_s if starvation_age_s is not None else snapshot.starvation_age_s
-    def starving_unwidened(j: str) -> bool:
-        return age is not None and now - pending[j].submit_time > age and \
-            set(new_types[j]) - set(inc_types.get(j, ()))
 
-    arrived = [j for j in new if incumbent is None or j not in incumbent]
+    known = incumbent.priority if incumbent is not None else {}
+    arrived = [j for j in new if j not in known]
     first = incumbent is None or not len(incumbent)      # msched holds nothing yet: write the plan as it stands
-    obliged = arrived if first else [j for j in new if starving_unwidened(j)]
+    # obliged besides: a starving job not yet widened (the new plan gives it types the incumbent did not)
+    obliged = arrived if first else [] if age is None else [
+        j for j in new if now - pending[j].submit_time > age and set(new_types[j]) - set(inc_types.get(j, ()))]
     report.new_jobs = len(arrived)
     obliged_set = set(obliged)
-    def worth(j: str) -> bool:
-        """The job's own finish improves by the margin of its runtime, or of its horizon when that is
-        longer: a job planned days out is re-planned many times before it starts, and moving it now
-        buys little a later round could not (an estimate's error grows with the horizon too)."""
-        return share[j] > job_margin
-
-    def relative_gain(j: str) -> float:
-        horizon = inc_eval.end(j) - now
-        scale = max(runtime(j), horizon if math.isfinite(horizon) else 0.0, 1.0)
-        return gain[j] / scale
-
-    share = report.relative = {j: relative_gain(j) for j in new}
+    # 2.'s measure: the gain relative to the job's runtime (in the new plan; unknown_runtime_s when not
+    # placed) or to its horizon (its planned end minus now) when that is longer. A job is worth its move
+    # when its own finish improves by the margin of that: a job planned days out is re-planned many times
+    # before it starts, and moving it now buys little a later round could not (an estimate's error grows
+    # with the horizon too)
+    share = report.relative = {}
+    for j in new:
+        p = new_placed.get(j)
+        horizon = inc_end[j] - now
+        share[j] = gain[j] / max((p.end - p.start) if p is not None else unknown_runtime_s,
+                                 horizon if isfinite(horizon) else 0.0, 1.0)
     rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
     waiting: set[str] = set()
-    optional = [j for j in new if j not in obliged_set and differs(j) and (not opts.own_finish or worth(j))]
+    optional = [j for j in new if j not in obliged_set
+                and (new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j])     # differs(j)
+                and (not opts.own_finish or share[j] > job_margin)]
     report.candidates = len(optional)
     if incumbent is not None:
         report.changes = len(arrived) + sum(1 for j in incumbent.priority if j not in pending)
