@@ -423,11 +423,16 @@ class MschedPolicy(MschedOncePolicy):
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
-        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot and
-        starving set (the same objects) are the ones it was made for."""
-        memo = getattr(self, "_memo", None)
-        if memo is None or memo.snapshot is not snapshot or memo.starving is not starving:
-            memo = self._memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot (the same
+        object) and starving set (the same jobs) are the ones it was made for. The last two are kept: the
+        optimizing planner decodes the whole queue, then its head (a snapshot of its own) and the whole
+        queue again (`_whole`, with the search's starving set: equal, not the same object)."""
+        memos = self.__dict__.setdefault("_memos", [])
+        for memo in memos:
+            if memo.snapshot is snapshot and (memo.starving is starving or memo.starving == starving):
+                return memo
+        memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        memos[:] = [memo, *memos[:1]]
         return memo
 
     def _entry_pool(self, snapshot: ClusterSnapshot, starving: set[str]) -> tuple[dict, dict] | None:
