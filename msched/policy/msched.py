@@ -49,7 +49,7 @@ from msched.policy.base import (
 from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, submit_slack
 from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
-from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan, decision_at
 from msched.policy.timeline import Timeline
 
 
@@ -472,9 +472,10 @@ class MschedPolicy(MschedOncePolicy):
         order, so the constructed schedule is what Slurm will do with the queue."""
         rank = {j.job_id: k for k, j in enumerate(order)}
         inf = float("inf")
-        prio_order = sorted(order, key=lambda j: (j.job_id not in starving,
-                                                  placed[j.job_id].start if j.job_id in placed else inf,
-                                                  rank[j.job_id]))
+        # starving first, then by planned start, then in `order` (k: the sort's stability, made explicit)
+        keys = sorted([(jid not in starving, p.start if (p := placed.get(jid)) is not None else inf, rank[jid], k)
+                       for k, jid in enumerate([j.job_id for j in order])])
+        prio_order = [order[key[3]] for key in keys]
         # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
         # opted in to "managed jobs first" (README: Security model)
         plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
@@ -482,7 +483,9 @@ class MschedPolicy(MschedOncePolicy):
         ids = [j.job_id for j in prio_order]
         prio = assign_keeping_plain(ids, current, plain, self.managed_first)
         # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
-        decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
+        decisions = [decision_at(j.job_id, prio[j.job_id], chosen.get(j.job_id, ()),
+                                 p.start if (p := placed.get(j.job_id)) else None, p.end if p else None,
+                                 j.est_runtime_s) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)
 
     def _affine(self, runtime, done: dict[str, float], best: float, now: float, relative: dict[str, float]) -> str:
@@ -516,11 +519,6 @@ class MschedPolicy(MschedOncePolicy):
         t = default_types(job, tl)
         return t, as_is_runtime(job, t, self.unknown_runtime_s)
 
-    @staticmethod
-    def _decision(job: PendingJob, priority: int, types: tuple[str, ...], placed: Mapping[str, Placed]):
-        p = placed.get(job.job_id)
-        return JobDecision(job.job_id, priority, types, p.start if p else None, p.end if p else None,
-                           job.est_runtime_s)
 
 
 class _QueueMemo:
