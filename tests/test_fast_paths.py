@@ -797,6 +797,8 @@ def _plain_paths(monkeypatch) -> None:
     monkeypatch.setattr(msched_policy, "SHARE_ENTRIES", False)
     monkeypatch.setattr(planner, "PREFIX_RESUME", False)
     monkeypatch.setattr(planner, "BALANCE_FAST", False)
+    monkeypatch.setattr(msched_policy, "ONE_NODE_BOOKING", False)
+    monkeypatch.setattr(msched_policy, "KEEP_PLACES", False)
     monkeypatch.setattr(client, "KEEP_JOB_LIST", False)
     monkeypatch.setattr(core, "KEEP_DELTA", False)
     monkeypatch.setattr(core, "KEEP_TOTALS", False)
@@ -820,6 +822,14 @@ def test_a_replay_with_one_of_planner16s_shortcuts_off_gives_the_same_schedule(s
     writes with it off as on. The same trace as planner15's, on one-GPU and two-GPU nodes so that backfill's
     node search has several nodes per class, and with a queue long enough for CP-SAT's question."""
     _assert_same_schedule_with_switch_off(switch, "a100:1x8,titanv:2x4,rtx2080ti:4x2", "poisson:200", monkeypatch)
+
+
+@pytest.mark.parametrize("switch", ["msched.policy.msched.ONE_NODE_BOOKING", "msched.policy.msched.KEEP_PLACES"])
+def test_a_replay_with_one_of_settle18ps_shortcuts_off_gives_the_same_schedule(switch, monkeypatch):
+    """Each of settle18p's switched shortcuts alone (construct booking the node a one-node start named; the
+    per-queue merge kept as a pattern): the optimizing planner's replay starts and ends every job at the same
+    time on the same type with the same writes with it off as on."""
+    _assert_same_schedule_with_switch_off(switch, "a100:8x1,titanv:4x2,rtx2080ti:4x2", "poisson:400", monkeypatch)
 
 
 def _assert_same_schedule_with_switch_off(switch: str, cluster_spec: str, arrival: str, monkeypatch) -> None:
