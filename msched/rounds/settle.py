@@ -497,7 +497,8 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
 
     arrived = [j for j in new if incumbent is None or j not in incumbent]
     first = incumbent is None or not len(incumbent)      # msched holds nothing yet: write the plan as it stands
-    obliged = arrived if first else [j for j in new if starving_unwidened(j)]
+    obliged = arrived if first else [j for j in new if starving_unwidened(j)
+                                     or (j in plan.obliged and new_types[j] != inc_types.get(j, ()))]
     report.new_jobs = len(arrived)
     obliged_set = set(obliged)
     def worth(j: str) -> bool:
@@ -608,7 +609,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
         decisions.append(JobDecision(j, prio[j], tuple(types.get(j, ())), p.start if p else None,
                                      p.end if p else None, new[j].est_runtime_s))
     out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
-               free_time=ev.timeline.free_at())
+               free_time=plan.floored(ev.timeline.free_at()), free_floor=plan.free_floor)
     return out, report
 
 
@@ -774,5 +775,5 @@ def settle_head(snapshot: ClusterSnapshot, plan_of: Callable[[ClusterSnapshot], 
         decisions.append(JobDecision(j.job_id, prio[j.job_id], tuple(types.get(j.job_id, ())), p.start if p else None,
                                      p.end if p else None, j.est_runtime_s))
     out = Plan(policy=held.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
-               free_time=ev.timeline.free_at())
+               free_time=new_plan.floored(ev.timeline.free_at()), free_floor=new_plan.free_floor)
     return out, new_plan, report
