@@ -597,6 +597,26 @@ def test_a_placement_entered_field_by_field_is_the_dataclass_instance(gpu_type, 
         fast.start = 0.0
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1, max_size=8), st.integers(0, 2**32), st.lists(st.sampled_from(TYPES), max_size=3),
+       st.none() | st.floats(allow_nan=False), st.none() | st.floats(allow_nan=False),
+       st.dictionaries(st.sampled_from(TYPES), st.floats(0, 1e9)))
+def test_a_decision_entered_field_by_field_is_the_dataclass_instance(job_id, priority, types, start, end, est):
+    """`msched.policy.snapshot.decision_at` (the plan's and the settled plan's decisions, without the frozen
+    __init__): equal to `JobDecision(...)`, hashed (its fields hashable), shown and pickled alike, still
+    frozen."""
+    import pickle
+
+    from msched.policy.snapshot import JobDecision, decision_at
+
+    fast, plain = decision_at(job_id, priority, tuple(types), start, end, est), \
+        JobDecision(job_id, priority, tuple(types), start, end, est)
+    assert type(fast) is JobDecision and fast == plain and repr(fast) == repr(plain)
+    assert pickle.loads(pickle.dumps(fast)) == plain and dataclasses.asdict(fast) == dataclasses.asdict(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.priority = 0
+
+
 # ------------------------------------------------------------------------------------- balance_types
 @st.composite
 def balance_instances(draw):

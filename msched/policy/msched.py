@@ -50,7 +50,7 @@ from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, subm
 from msched.policy.drain import drained_plan, drained_snapshot
 from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
-from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan, decision_at
 from msched.policy.timeline import Timeline
 
 
@@ -441,11 +441,16 @@ class MschedPolicy(MschedOncePolicy):
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
-        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot and
-        starving set (the same objects) are the ones it was made for."""
-        memo = getattr(self, "_memo", None)
-        if memo is None or memo.snapshot is not snapshot or memo.starving is not starving:
-            memo = self._memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot (the same
+        object) and starving set (the same jobs) are the ones it was made for. The last two are kept: the
+        optimizing planner decodes the whole queue, then its head (a snapshot of its own) and the whole
+        queue again (`_whole`, with the search's starving set: equal, not the same object)."""
+        memos = self.__dict__.setdefault("_memos", [])
+        for memo in memos:
+            if memo.snapshot is snapshot and (memo.starving is starving or memo.starving == starving):
+                return memo
+        memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        memos[:] = [memo, *memos[:1]]
         return memo
 
     def _entry_pool(self, snapshot: ClusterSnapshot, starving: set[str]) -> tuple[dict, dict] | None:
@@ -485,9 +490,10 @@ class MschedPolicy(MschedOncePolicy):
         order, so the constructed schedule is what Slurm will do with the queue."""
         rank = {j.job_id: k for k, j in enumerate(order)}
         inf = float("inf")
-        prio_order = sorted(order, key=lambda j: (j.job_id not in starving,
-                                                  placed[j.job_id].start if j.job_id in placed else inf,
-                                                  rank[j.job_id]))
+        # starving first, then by planned start, then in `order` (k: the sort's stability, made explicit)
+        keys = sorted([(jid not in starving, p.start if (p := placed.get(jid)) is not None else inf, rank[jid], k)
+                       for k, jid in enumerate([j.job_id for j in order])])
+        prio_order = [order[key[3]] for key in keys]
         # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
         # opted in to "managed jobs first" (README: Security model)
         plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
@@ -495,7 +501,9 @@ class MschedPolicy(MschedOncePolicy):
         ids = [j.job_id for j in prio_order]
         prio = assign_keeping_plain(ids, current, plain, self.managed_first)
         # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
-        decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
+        decisions = [decision_at(j.job_id, prio[j.job_id], chosen.get(j.job_id, ()),
+                                 p.start if (p := placed.get(j.job_id)) else None, p.end if p else None,
+                                 j.est_runtime_s) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)
 
     def _affine(self, runtime, done: dict[str, float], best: float, now: float, relative: dict[str, float]) -> str:
@@ -529,11 +537,6 @@ class MschedPolicy(MschedOncePolicy):
         t = default_types(job, tl)
         return t, as_is_runtime(job, t, self.unknown_runtime_s)
 
-    @staticmethod
-    def _decision(job: PendingJob, priority: int, types: tuple[str, ...], placed: Mapping[str, Placed]):
-        p = placed.get(job.job_id)
-        return JobDecision(job.job_id, priority, types, p.start if p else None, p.end if p else None,
-                           job.est_runtime_s)
 
 
 class _QueueMemo:

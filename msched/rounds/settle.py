@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
 from msched.policy.planner import BATCH_SHARE
 from msched.policy.priorities import keeping_plain
-from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan, decision_at
 from msched.policy.timeline import Timeline
 
 DEFAULT_WRITE_BUDGET = 3000        # ~0.33-0.4 ms per REQUEST_UPDATE_JOB idle: ~1 s of controller time per round;
@@ -607,11 +607,10 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     report.makespan_held = ev.makespan_end - now
     report.mean_end_held = ev.mean_end - now if math.isfinite(ev.mean_end) else None
     report.placed = set(new) - waiting     # a job whose move waits (budget, rate limit) keeps its old entry
-    decisions = []
-    for j in sorted(new, key=lambda j: -prio[j]):
-        p = ev.placed.get(j)
-        decisions.append(JobDecision(j, prio[j], tuple(types.get(j, ())), p.start if p else None,
-                                     p.end if p else None, new[j].est_runtime_s))
+    placed = ev.placed
+    decisions = [decision_at(j, prio[j], tuple(types.get(j, ())), p.start if (p := placed.get(j)) else None,
+                             p.end if p else None, new[j].est_runtime_s)
+                 for _, _, j in sorted([(-prio[j], k, j) for k, j in enumerate(new)])]   # by priority, stable
     out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
                free_time=plan.floored(ev.timeline.free_at()), free_floor=plan.free_floor)
     return out, report
