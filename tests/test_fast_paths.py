@@ -496,22 +496,29 @@ def test_search_decodes_resumed_from_the_moved_plans_prefix_equal_whole_decodes(
     random snapshots with unmanaged, pinned and starving jobs, every objective, with and without the
     affinity rule and planned-wait weight."""
     import msched.policy.planner as planner
-    from msched.policy import get_policy
 
     opts = {"planner": "optimize", "objective": objective, "time_box_s": 1e6, "affinity": affinity,
             "wait_weight": wait_weight}
+    _same_plans_with_the_switch_off(snap, opts, planner, "PREFIX_RESUME")
+
+
+def _same_plans_with_the_switch_off(snap, opts: dict, module, switch: str) -> None:  # noqa: ANN001
+    """A fresh msched policy's plan of `snap` with `module.switch` on equals one with it off: its decisions,
+    makespan end, free times and what its search recorded (time aside)."""
+    from msched.policy import get_policy
+
     fast_policy = get_policy("msched", **opts)
     fast = fast_policy.plan(snap)
-    planner.PREFIX_RESUME = False
+    setattr(module, switch, False)
     try:
         plain_policy = get_policy("msched", **opts)
         plain = plain_policy.plan(snap)
     finally:
-        planner.PREFIX_RESUME = True
+        setattr(module, switch, True)
     assert _decisions(fast) == _decisions(plain)
     assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
-    searched = {k: v for k, v in fast_policy.last_search.items() if k != "seconds"}
-    assert searched == {k: v for k, v in plain_policy.last_search.items() if k != "seconds"}
+    searched = {k: v for k, v in getattr(fast_policy, "last_search", {}).items() if k != "seconds"}
+    assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
 
 
 @settings(max_examples=80, deadline=None)
@@ -547,21 +554,9 @@ def test_plans_booking_the_node_a_start_named_equal_plans_committing_placements(
     pinned and starving jobs, jobs wider than a node (whole nodes, the placement's path), every planner
     and objective, with and without the affinity rule."""
     import msched.policy.msched as msched_policy
-    from msched.policy import get_policy
 
     opts = {"planner": planner, "objective": objective, "time_box_s": 1e6, "affinity": affinity}
-    fast_policy = get_policy("msched", **opts)
-    fast = fast_policy.plan(snap)
-    msched_policy.ONE_NODE_BOOKING = False
-    try:
-        plain_policy = get_policy("msched", **opts)
-        plain = plain_policy.plan(snap)
-    finally:
-        msched_policy.ONE_NODE_BOOKING = True
-    assert _decisions(fast) == _decisions(plain)
-    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
-    searched = {k: v for k, v in getattr(fast_policy, "last_search", {}).items() if k != "seconds"}
-    assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
+    _same_plans_with_the_switch_off(snap, opts, msched_policy, "ONE_NODE_BOOKING")
 
 
 @settings(max_examples=100, deadline=None)

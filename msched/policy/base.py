@@ -110,9 +110,12 @@ def placed_at(gpu_type: str, start: float, end: float) -> Placed:
 
 def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
              choose: Callable[[PendingJob, Timeline, float], tuple[tuple[str, ...], Mapping[str, float]]],
-             *, backfill: bool = False, timeline: Timeline | None = None) -> tuple[dict[str, Placed], Timeline]:
+             *, backfill: bool = False, timeline: Timeline | None = None,
+             choices: Sequence[tuple] | None = None) -> tuple[dict[str, Placed], Timeline]:
     """Place `order` (Slurm's order) on the timeline. `choose(job, timeline, not_before)` returns the
-    types the job may start on and its runtime per type; the job starts on whichever can start it first."""
+    types the job may start on and its runtime per type; the job starts on whichever can start it first.
+    `choices`: those answers for every job of `order`, in its order, when the caller made them beforehand
+    (settle's evaluations, whose answers do not depend on the timeline); `choose` is then not called."""
     tl = timeline or Timeline(snapshot.now, snapshot.nodes, snapshot.running)
     out: dict[str, Placed] = {}
     last_start = snapshot.now
@@ -121,8 +124,8 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
     tops = tl._top                      # start_time's cache: (start, node) per type and GPU count
     start_time, book = tl.start_time, tl.book
     unknown = _NOT_CACHED
-    for job in order:
-        types, runtime = choose(job, tl, last_start)
+    for job, pick in zip(order, choices if choices is not None else [None] * len(order), strict=True):
+        types, runtime = pick if pick is not None else choose(job, tl, last_start)
         best = None
         g = job.num_gpus if job.num_gpus > 1 else 1
         for t in types:

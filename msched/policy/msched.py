@@ -281,6 +281,8 @@ class MschedPolicy(MschedOncePolicy):
         """The job's estimate on its fastest feasible type (its time limit or a default if none)."""
         est = job.est_runtime_s
         allowed = job.allowed_types
+        if not allowed and est and isinstance(types, set) and types.issuperset(est):
+            return min(est.values())          # every estimated type counts: the same values, in the same order
         best = min((v for t, v in est.items() if t in types and (not allowed or t in allowed)), default=None)
         return runtime_guess(job, self.unknown_runtime_s) if best is None else best
 

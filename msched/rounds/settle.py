@@ -231,6 +231,8 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
     memo = {} if memo is None else memo
     order = slurm_order(snapshot, priority, memo)
 
+    tl = Timeline(snapshot.now, snapshot.nodes, snapshot.running)
+
     def choose(job: PendingJob, tl: Timeline, _not_before: float):
         held = types.get(job.job_id) if job.managed and not job.pinned_type else None
         key = (job.job_id, held)
@@ -243,7 +245,12 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
         memo[key] = hit = (ts, as_is_runtime(job, ts, unknown_runtime_s))
         return hit
 
-    placed, tl = simulate(snapshot, order, choose, backfill=backfill)
+    # a job's choice depends on the job and the types it is held to only (and the cluster's types, the same
+    # on every timeline of the snapshot): all made before the pass, the kept ones read without a call
+    get = memo.get
+    choices = [get((j.job_id, types.get(j.job_id) if j.managed and not j.pinned_type else None))
+               or choose(j, tl, 0.0) for j in order]
+    placed, tl = simulate(snapshot, order, choose, backfill=backfill, timeline=tl, choices=choices)
     # the running jobs' part of the makespan is the snapshot's (cached) running_end
     last = max((p.end for p in placed.values()), default=snapshot.now)
     managed = [placed[j.job_id].end for j in snapshot.pending if j.managed and j.job_id in placed]
