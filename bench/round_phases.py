@@ -14,7 +14,8 @@ Phases (wall seconds, measured by wrapping the functions a round calls; `round_s
 - squeue: `squeue --json` read and parsed (`CliClient._queue`), sinfo (`nodes`), finished jobs;
 - snapshot: `build_snapshot`; planner: `policy.plan`; settle: `msched.rounds.settle.settle`;
 - writes: `update_jobs` (one squeue and the scontrol batches);
-- store: the database's share (`RoundOutcome.db_seconds`: checks, ingest, record, prune).
+- store: the database's share (`RoundOutcome.db_seconds`: checks, ingest, record, prune); `store: ingest`, the light
+  store's ingestion alone.
 Beside them: this process's CPU (user + system) and peak RSS, and the Slurm commands' (every child
 process the round waited for: squeue, sinfo, scontrol): their CPU and the largest one's peak RSS
 (`getrusage(RUSAGE_CHILDREN)`), with the CPU of the children of each phase.
@@ -66,10 +67,57 @@ class Phases:
         setattr(owner, attr, timed)
 
 
+class Capture:
+    """With ROUND_PHASES_CAPTURE=DIR: each planned round's planner and settle calls pickled into DIR
+    (`call-<ns>.pkl`): the policy as it was before its `plan` (its class and attributes, pickled then:
+    plan fills its caches), and
+    after settle one pickle of the snapshot, the policy's plan, the incumbent, settle's keywords and what
+    settle returned (one pickle, so that the plan and settle share the snapshot's objects as in the
+    round). bench/replay_rounds.py replays them in one process, timing each tree's planner and settle on
+    the same inputs and checking that they give the same plans."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.policy: bytes | None = None
+
+    def wrap_plan(self, policy: object) -> None:
+        import pickle
+
+        fn = policy.plan
+
+        def plan(snapshot):  # noqa: ANN001, ANN202
+            state = {k: v for k, v in vars(policy).items() if k != "plan"}     # not the wrappers
+            self.policy = pickle.dumps((type(policy), state), protocol=pickle.HIGHEST_PROTOCOL)
+            return fn(snapshot)
+
+        policy.plan = plan
+
+    def wrap(self, module: object) -> None:
+        import pickle
+
+        fn = module.settle
+
+        def settle(snapshot, plan, incumbent, **how):  # noqa: ANN001, ANN003, ANN202
+            out = fn(snapshot, plan, incumbent, **how)
+            if self.policy is not None:
+                call = {"policy": self.policy, "snapshot": snapshot, "plan": plan, "incumbent": incumbent,
+                        "how": how, "held": out[0], "report": out[1]}
+                path = self.folder / f"call-{time.time_ns()}.pkl"
+                path.write_bytes(pickle.dumps(call, protocol=pickle.HIGHEST_PROTOCOL))
+            return out
+
+        module.settle = settle
+
+
 def _wrap_planning_core(phases: Phases) -> None:
     """Wrap the planning core's phases once the round imports it (a light round never does): a hook on
-    the import of msched.rounds.core, so that this helper does not import it itself."""
+    the import of msched.rounds.core, so that this helper does not import it itself (and, with
+    ROUND_PHASES_CAPTURE set, capture its calls: `Capture`)."""
     import importlib.machinery
+
+    folder = os.environ.get("ROUND_PHASES_CAPTURE")
+    capture = Capture(Path(folder)) if folder else None
 
     class Hook:     # a meta path finder (not importlib.abc's: importing it costs ~50 ms, importlib.resources)
         def find_spec(self, name, path, target=None):  # noqa: ANN001, ANN201
@@ -82,6 +130,8 @@ def _wrap_planning_core(phases: Phases) -> None:
 
             def exec_and_wrap(module):  # noqa: ANN001, ANN202
                 exec_module(module)
+                if capture is not None:
+                    capture.wrap(module)
                 phases.wrap(module, "build_snapshot", "snapshot")
                 phases.wrap(module, "settle", "settle")
                 for attr in ("diff_plan", "deferred", "packing_round", "within_budget", "incumbent_after"):
@@ -90,6 +140,8 @@ def _wrap_planning_core(phases: Phases) -> None:
 
                 def run_round(client, policy, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
                     if id(policy) not in plan_of:
+                        if capture is not None:
+                            capture.wrap_plan(policy)
                         phases.wrap(policy, "plan", "planner")     # the instance: its own plan only
                         plan_of[id(policy)] = True
                     return original(client, policy, *args, **kwargs)
@@ -135,6 +187,9 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
                         ("_light_round", "light check")):
         if hasattr(Reorderer, attr):
             phases.wrap(Reorderer, attr, phase)
+    from msched.store.light import LightStore
+
+    phases.wrap(LightStore, "ingest", "store: ingest")      # the new jobs' rows (light store: event rounds)
     cfg = _site(state, name, write_budget)._replace(tight_queue=tight)
     store = _round_store(cfg)           # as `msched reorder` opens it: the light view where it can
     w0, c0 = time.perf_counter(), time.process_time()

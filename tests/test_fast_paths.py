@@ -536,6 +536,87 @@ def test_the_list_schedule_with_the_one_node_shortcut_equals_it_without(snap, ba
     assert fast.timeline.free == plain.timeline.free
 
 
+@settings(max_examples=60, deadline=None)
+@given(queues(), st.sampled_from(("greedy", "optimize")), st.sampled_from(("balanced", "makespan", "jct")),
+       st.sampled_from((0.0, 0.1)))
+def test_plans_booking_the_node_a_start_named_equal_plans_committing_placements(snap, planner, objective, affinity):
+    """`msched.policy.msched.ONE_NODE_BOOKING`: construct books a one-node job on the node its chosen
+    type's cached start names (`Timeline.book`) and journals that booking, instead of building a
+    placement and committing it; the plan, every score the search compared (its decodes resumed from
+    those journals) and the free times equal those of the placements: random snapshots with unmanaged,
+    pinned and starving jobs, jobs wider than a node (whole nodes, the placement's path), every planner
+    and objective, with and without the affinity rule."""
+    import msched.policy.msched as msched_policy
+    from msched.policy import get_policy
+
+    opts = {"planner": planner, "objective": objective, "time_box_s": 1e6, "affinity": affinity}
+    fast_policy = get_policy("msched", **opts)
+    fast = fast_policy.plan(snap)
+    msched_policy.ONE_NODE_BOOKING = False
+    try:
+        plain_policy = get_policy("msched", **opts)
+        plain = plain_policy.plan(snap)
+    finally:
+        msched_policy.ONE_NODE_BOOKING = True
+    assert _decisions(fast) == _decisions(plain)
+    assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
+    searched = {k: v for k, v in getattr(fast_policy, "last_search", {}).items() if k != "seconds"}
+    assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(queues(), st.randoms(use_true_random=False), st.integers(0, 2))
+def test_the_kept_merge_pattern_fills_the_places_as_the_merge_does(snap, rng, extra):
+    """`msched.policy.msched.KEEP_PLACES`: the per-queue memo's construct order (the unmanaged jobs in Slurm's
+    order with the managed places among them by submit time, a kept pattern filled in one pass) equals
+    `construct_order`'s merge for any order of the managed jobs, an order longer than the places (its
+    first ones taken) and, asked again, the same answer; random queues with unmanaged jobs, ties of
+    submit times included."""
+    from msched.policy.msched import MschedPolicy, _QueueMemo, construct_order
+
+    managed = [j for j in snap.pending if j.managed]
+    memo = _QueueMemo(MschedPolicy(), snap, set())
+    for _ in range(3):
+        order = rng.sample(managed, len(managed)) + rng.sample(managed, min(extra, len(managed)))
+        assert memo.construct_order(order) == construct_order(snap.pending, order)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(TYPES), st.floats(allow_nan=False), st.floats(allow_nan=False))
+def test_a_placement_entered_field_by_field_is_the_dataclass_instance(gpu_type, start, end):
+    """`msched.policy.base.placed_at` (simulate's and construct's `Placed`, without the frozen __init__):
+    equal to `Placed(...)`, hashed, shown and pickled alike, and still frozen."""
+    import pickle
+
+    from msched.policy.base import Placed, placed_at
+
+    fast, plain = placed_at(gpu_type, start, end), Placed(gpu_type, start, end)
+    assert type(fast) is Placed and fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+    assert pickle.loads(pickle.dumps(fast)) == plain and dataclasses.astuple(fast) == (gpu_type, start, end)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.start = 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1, max_size=8), st.integers(0, 2**32), st.lists(st.sampled_from(TYPES), max_size=3),
+       st.none() | st.floats(allow_nan=False), st.none() | st.floats(allow_nan=False),
+       st.dictionaries(st.sampled_from(TYPES), st.floats(0, 1e9)))
+def test_a_decision_entered_field_by_field_is_the_dataclass_instance(job_id, priority, types, start, end, est):
+    """`msched.policy.snapshot.decision_at` (the plan's and the settled plan's decisions, without the frozen
+    __init__): equal to `JobDecision(...)`, hashed (its fields hashable), shown and pickled alike, still
+    frozen."""
+    import pickle
+
+    from msched.policy.snapshot import JobDecision, decision_at
+
+    fast, plain = decision_at(job_id, priority, tuple(types), start, end, est), \
+        JobDecision(job_id, priority, tuple(types), start, end, est)
+    assert type(fast) is JobDecision and fast == plain and repr(fast) == repr(plain)
+    assert pickle.loads(pickle.dumps(fast)) == plain and dataclasses.asdict(fast) == dataclasses.asdict(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.priority = 0
+
+
 # ------------------------------------------------------------------------------------- balance_types
 @st.composite
 def balance_instances(draw):
@@ -790,12 +871,11 @@ def test_a_replay_with_every_shortcut_off_gives_the_same_schedule(planner, monke
 
 
 @settings(max_examples=150, deadline=None)
-@given(bookings(), st.booleans())
-def test_booking_the_node_a_start_named_equals_committing_its_placement(case, ask_first):
-    """`Timeline.commit_earliest` (simulate's one-node path: the node of the cached start booked without
-    placements) leaves every node's free times and every later answer as `commit(place(...))` does, on
-    copies of the shared base as on built timelines; without the start asked first (nothing cached) it
-    places the job itself."""
+@given(bookings())
+def test_booking_the_node_a_start_named_equals_committing_its_placement(case):
+    """`Timeline.book` of the node that a one-node start names (`start_time`'s cached (start, node): simulate's
+    and construct's one-node paths, without placements) leaves every node's free times and every later
+    answer as `commit(place(...))` does, on copies of the shared base as on built timelines."""
     nodes, running, ops = case
     for build in (list, tuple):
         placed = Timeline(0.0, build(nodes), build(running))
@@ -806,10 +886,11 @@ def test_booking_the_node_a_start_named_equals_committing_its_placement(case, as
             if not placed.fits(t, g) or g > placed.max_node[t]:
                 continue                                  # wider than a node: not the one-node path
             p = placed.place(t, g)
-            start = booked.start_time(t, g) if ask_first else p.start
+            start = booked.start_time(t, g)
             assert start == p.start
             placed.commit(p, p.start + length)
-            booked.commit_earliest(t, g, start + length)
+            k = g if g > 1 else 1
+            booked.book(t, (booked._top[t][k][1],), k, start + length)
             assert booked.free == placed.free and booked.version == placed.version
             assert [booked.start_time(u, k) for u in TYPES for k in (1, 2, 4)] == \
                 [placed.start_time(u, k) for u in TYPES for k in (1, 2, 4)]

@@ -100,6 +100,80 @@ def test_a_started_read_nobody_collects_is_ended_and_a_hung_one_fails_as_a_hung_
 
 
 
+SLOW_SQUEUE = """#!{python}
+# stands in for squeue: prints <dir>/squeue.out in pieces of $STEP bytes (records cut anywhere), $PAUSE s apart,
+# then $ERROR on stderr and exits $RC
+import os, sys, time
+here = os.path.dirname(os.path.abspath(sys.argv[0]))
+data = open(os.path.join(here, "squeue.out"), "rb").read()
+step = int(os.environ["STEP"])
+for k in range(0, len(data), step):
+    sys.stdout.buffer.write(data[k:k + step])
+    sys.stdout.buffer.flush()
+    time.sleep(float(os.environ["PAUSE"]))
+sys.stderr.write(os.environ.get("ERROR", ""))
+sys.exit(int(os.environ.get("RC", "0")))
+"""
+
+
+def test_the_queue_is_parsed_while_squeue_writes_it_and_its_exit_is_checked_after(tmp_path, monkeypatch):
+    """`CliClient` parses the tight read's records as squeue writes them (`_Following`): with a squeue that
+    writes in pieces of 7,000 bytes (records cut anywhere) 30 ms apart, the parse has read records before
+    squeue ended, and reads the jobs and digest of the same output written at once; while it waited for
+    more it parsed the tags of the jobs read so far (`_TagsAhead`). What squeue's exit
+    says is checked after the parse: an unreachable controller is SlurmUnavailable, an error printed with
+    exit status 0 sends the round to --json, and so does a last record cut short."""
+    import sys
+
+    from msched.slurm.cli import client as client_module
+    from msched.tag import parse_tag
+
+    plain = _client(tmp_path)
+    plain.nodes()
+    jobs, digest = plain.jobs(), plain.read_digest("s")
+    (tmp_path / "bin" / "squeue").write_text(SLOW_SQUEUE.format(python=sys.executable))
+    monkeypatch.setattr(client_module, "FOLLOW_BYTES", 4096)
+    running_reads: list[bool] = []
+    readinto = client_module._Following.readinto
+
+    def spy(self, buf):  # noqa: ANN001, ANN202
+        n = readinto(self, buf)
+        running_reads.append(n > 0 and self.started.proc.poll() is None)
+        return n
+
+    monkeypatch.setattr(client_module._Following, "readinto", spy)
+    tags_parsed: list[int] = []
+    ahead = client_module._TagsAhead.__call__
+
+    def tags_spy(self):  # noqa: ANN001, ANN202
+        busy = ahead(self)
+        tags_parsed.append(self.done)
+        return busy
+
+    monkeypatch.setattr(client_module._TagsAhead, "__call__", tags_spy)
+    parse_tag.cache_clear()
+    slow = CliClient(Config(), bin_dir=tmp_path / "bin", env={"STEP": "7000", "PAUSE": "0.03"})
+    slow.nodes()
+    assert slow.jobs() == jobs and slow.last_read == "tight" and slow.read_digest("s") == digest
+    assert sum(running_reads) >= 2          # records parsed while squeue still wrote
+    # and, while it waited for more, the tags of the jobs read so far (cached for the round's own asks)
+    assert max(tags_parsed) >= len(jobs) // 2 and parse_tag.cache_info().currsize >= max(tags_parsed) // 4
+    misses = parse_tag.cache_info().misses
+    assert [j.tag for j in slow.jobs()[:max(tags_parsed)]] == [j.tag for j in jobs[:max(tags_parsed)]]
+    assert parse_tag.cache_info().misses == misses     # asked again: every one of them a cached parse
+
+    down = CliClient(Config(), bin_dir=tmp_path / "bin", env={
+        "STEP": "7000", "PAUSE": "0", "RC": "1", "ERROR": "squeue: error: Unable to contact slurm controller"})
+    with pytest.raises(SlurmUnavailable, match="Unable to contact"):
+        down.jobs()
+    printed_error = CliClient(Config(), bin_dir=tmp_path / "bin",
+                              env={"STEP": "7000", "PAUSE": "0", "ERROR": "squeue: error: Invalid field"})
+    assert printed_error._tight_read(["-t", "all"], NARROW) is None
+    (tmp_path / "bin" / "squeue.out").write_bytes((tmp_path / "bin" / "squeue.out").read_bytes()[:-1])
+    cut_short = CliClient(Config(), bin_dir=tmp_path / "bin", env={"STEP": "7000", "PAUSE": "0"})
+    assert cut_short._tight_read(["-t", "all"], NARROW) is None
+
+
 # ------------------------------------------------------------------ the jobcomp file's old lines
 JOBCOMP = [ln for ln in (DATA / "jobcomp.txt").read_text().splitlines()
            if ln.startswith("JobId=") and re.search(r" EndTime=\d", ln)]
@@ -199,13 +273,16 @@ _COMMENT_AT = sum(NARROW[:21])          # TIGHT_FIELDS: Comment is the 22nd fiel
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, len(_RECORDS) - 1), st.binary(max_size=520).filter(lambda b: b"\0" not in b),
                           st.sampled_from(["", "reason", "newline", "number"])), max_size=25),
-       st.integers(1, 4), st.booleans())
-def test_the_tight_read_parsed_from_its_file_a_chunk_at_a_time_reads_as_the_whole_bytes(picks, per_chunk, ragged):
+       st.integers(1, 4), st.booleans(), st.integers(1, 6000))
+def test_the_tight_read_parsed_from_its_file_a_chunk_at_a_time_reads_as_the_whole_bytes(picks, per_chunk, ragged,
+                                                                                        step):
     """`parse_tight` on the open file squeue wrote (what a round reads now: CHUNK_BYTES at a time, never
-    the whole output) gives what it gives on the whole bytes: the same jobs, the same ids left for the
-    wide read, the same digest lines, or None for both (a refused read, whichever chunk refuses it), for
-    recorded records in any order and number, each with any comment (one that fills its width too) or
-    broken (an unknown reason, a record not ending in its newline, a bad number), chunks of 1-4 records."""
+    the whole output), and on squeue's output as it comes (a reader that hands over `step` bytes at a
+    time, records cut anywhere, as `_Following` does while squeue writes) gives what it gives on the whole
+    bytes: the same jobs, the same ids left for the wide read, the same digest lines, or None for both (a
+    refused read, whichever chunk refuses it), for recorded records in any order and number, each with
+    any comment (one that fills its width too) or broken (an unknown reason, a record not ending in its
+    newline, a bad number), chunks of 1-4 records."""
     import io
 
     from msched.slurm.cli import tight
@@ -234,11 +311,28 @@ def test_the_tight_read_parsed_from_its_file_a_chunk_at_a_time_reads_as_the_whol
         fh = io.BytesIO(b"head" + raw)
         fh.seek(4)                      # from the file's position on
         from_file = parse_tight(fh, Config(), NODE_TYPES, NARROW, why, file_lines)
+        trickle_lines: list = []
+        trickle_why: list[str] = []
+        trickled = parse_tight(_Trickle(raw, step), Config(), NODE_TYPES, NARROW, trickle_why, trickle_lines)
     finally:
         tight.CHUNK_BYTES = saved
-    assert (whole is None) == (from_file is None) and (from_file is not None or why)
+    assert (whole is None) == (from_file is None) == (trickled is None)
+    assert (from_file is not None or why) and (trickled is not None or trickle_why)
     if whole is not None:
-        assert repr(whole) == repr(from_file) and whole_lines == file_lines
+        assert repr(whole) == repr(from_file) == repr(trickled) and whole_lines == file_lines == trickle_lines
+
+
+class _Trickle:
+    """Bytes read back at most `step` at a time (a command's output while it still writes it)."""
+
+    def __init__(self, data: bytes, step: int):
+        self.data, self.step, self.at = data, step, 0
+
+    def readinto(self, buf) -> int:  # noqa: ANN001
+        n = min(len(buf), self.step, len(self.data) - self.at)
+        buf[:n] = self.data[self.at:self.at + n]
+        self.at += n
+        return n
 
 
 # ------------------------------------------------------------------ jobs that ended before the window, by id only

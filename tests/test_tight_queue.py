@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from msched.config import Config
 from msched.slurm.cli.client import _digest_lines
-from msched.slurm.cli.parsers import parse_squeue, user_text
+from msched.slurm.cli.parsers import DIGEST_JOB_FIELDS, parse_squeue, user_text
 from msched.slurm.cli.tight import NARROW, RECORD_BYTES, TIGHT_FIELDS, WIDE, parse_tight
 
 DATA = Path(__file__).parent / "data" / "slurm"
@@ -97,6 +97,32 @@ def test_recorded_tight_reads_give_the_json_reads_jobs():
     assert by[ids["no-limit"]].time_limit_s is None
     assert by[ids["admin-comment"]].admin_comment == "msched:v1;model=vgg16 stamped"
     assert {j.state for j in tight} >= {"PENDING", "RUNNING", "COMPLETED", "CANCELLED"}
+
+
+def test_a_read_parses_each_record_as_it_would_alone():
+    """parse_tight works out each distinct value of the fields that repeat once per read (its `_Seen`):
+    the recorded reads parsed whole give the jobs, digest lines and ended ids of each record parsed on its
+    own (a read of one record shares nothing), and every digest line is `digest_line` of its record."""
+    from msched.slurm.cli.tight import _record, digest_line
+
+    for raw, widths in ((NARROW_RAW, NARROW), (WIDE_RAW, WIDE)):
+        size = sum(widths) + 1
+        for ended_before in (None, 4e9):
+            lines: list[tuple[int, bytes]] = []
+            ended = None if ended_before is None else (ended_before, [])
+            whole = parse_tight(raw, Config(), NODE_TYPES, widths, None, lines, ended)
+            alone_jobs, alone_cut, alone_lines, alone_ended = [], [], [], []
+            for at in range(0, len(raw), size):
+                one_ended = None if ended_before is None else (ended_before, alone_ended)
+                jobs, cut = parse_tight(raw[at:at + size], Config(), NODE_TYPES, widths, None, alone_lines, one_ended)
+                alone_jobs += jobs
+                alone_cut += cut
+            assert whole == (alone_jobs, alone_cut) and whole[0]
+            assert lines == alone_lines and len(lines) == len(whole[0]) + (len(ended[1]) if ended else 0)
+            assert ended is None or ended[1] == alone_ended
+            assert ended is None or widths == WIDE or ended[1]      # the recording's finished jobs
+            by_id = {int(v[0]): v for v in _record(widths).iter_unpack(raw)}
+            assert all(line == digest_line(by_id[number]) for number, line in lines)
 
 
 def _offsets(field: str, widths=NARROW) -> tuple[int, int]:  # noqa: ANN001
@@ -257,3 +283,46 @@ def test_a_round_plans_and_writes_the_same_with_the_tight_read_on_and_off(slurm_
         assert written
     finally:
         store.dispose()
+
+
+def test_commands_run_with_one_time_zone_unless_the_caller_set_one(monkeypatch):
+    """Every Slurm command runs with TZ naming glibc's default zone file when none is set (squeue's
+    mktime then reads it once instead of once per time it prints); a TZ the caller set is kept."""
+    from msched.slurm.cli.client import LOCAL_ZONE, CliClient
+
+    monkeypatch.delenv("TZ", raising=False)
+    env = CliClient(Config())._env()
+    assert env["TZ"] == LOCAL_ZONE == ":/etc/localtime"
+    assert env["SLURM_TIME_FORMAT"] == "%s"
+    monkeypatch.setenv("TZ", "Europe/Zurich")
+    assert CliClient(Config())._env()["TZ"] == "Europe/Zurich"
+    assert "SLURM_TIME_FORMAT" not in CliClient(Config())._json_env()
+
+
+@pytest.mark.slurm
+def test_dev_cluster_squeue_prints_the_same_bytes_with_the_clients_time_zone(slurm_cluster, janitor,
+                                                                            monkeypatch):
+    """The tight read's squeue, the digest's squeue and sinfo print the same bytes with the client's TZ
+    as with TZ unset (every time they print is epoch seconds): the zone saves squeue's CPU, nothing else."""
+    import subprocess
+
+    from msched.slurm.cli.client import CliClient
+    from msched.slurm.cli.parsers import NODE_FIELDS
+    from msched.slurm.cli.tight import tight_format
+
+    sub = slurm_cluster.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--gres=gpu:1",
+                             "--begin=now+3600", "--wrap", "true"])
+    janitor.add(sub.stdout.strip())
+    monkeypatch.delenv("TZ", raising=False)
+    client = CliClient(Config())
+    with_zone = client._env()
+    without = {k: v for k, v in with_zone.items() if k != "TZ"}
+    for argv in (["squeue", "-h", "-t", "all", "-O", tight_format()],
+                 ["squeue", "-h", "-t", "all", "-S", "i", "-O", client._format(DIGEST_JOB_FIELDS)],
+                 ["sinfo", "-h", "-N", "-O", client._format(NODE_FIELDS)]):
+        for _ in range(3):          # a job of another test may change between the two reads
+            a = subprocess.run(argv, capture_output=True, env=with_zone, check=True).stdout
+            b = subprocess.run(argv, capture_output=True, env=without, check=True).stdout
+            if a == b:
+                break
+        assert a == b and a, argv

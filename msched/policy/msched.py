@@ -42,6 +42,7 @@ from msched.policy.base import (
     as_is_runtime,
     default_types,
     feasible_types,
+    placed_at,
     queue_key,
     runtime_guess,
 )
@@ -49,7 +50,7 @@ from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, subm
 from msched.policy.drain import drained_plan, drained_snapshot
 from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
-from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan, decision_at
 from msched.policy.timeline import Timeline
 
 
@@ -109,8 +110,14 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
 
 
 _MISS = object()
+_PLACE = object()        # a managed job's place in `_QueueMemo`'s merge pattern
+KEEP_PLACES = True       # `_QueueMemo.construct_order` fills a kept pattern of the merge (off: `fill_places` each
+                         # time; tests/test_fast_paths.py)
 SHARE_ENTRIES = True     # the per-queue memos of one context share their per-job entries (`_entry_pool`); off: each
                          # memo computes its own (tests/test_fast_paths.py)
+ONE_NODE_BOOKING = True  # construct books a one-node job on the node its type's cached start names (`Timeline.book`)
+                         # instead of building its placement and committing it (off: `commit(place(...))`, the same
+                         # booking; tests/test_fast_paths.py)
 FASTEST_FIRST = True     # construct looks at a job's candidate types fastest first (`_decode_entry`); off: as given
                          # (tests/test_fast_paths.py)
 
@@ -124,10 +131,11 @@ def _decode_entry(job: PendingJob, cand, runtime, starving: set[str], fastest_fi
     g = job.num_gpus
     typed = job.managed and not job.pinned_type and runtime is job.est_runtime_s
     given = cand
-    if fastest_first and chosen_by_completion(job, starving):
+    by_completion = chosen_by_completion(job, starving)
+    if fastest_first and by_completion:
         inf = float("inf")
-        cand = tuple(sorted(cand, key=lambda t: (runtime.get(t, inf), t)))
-    return cand, runtime, chosen_by_completion(job, starving), g, g if g > 1 else 1, job.job_id, typed, given
+        cand = tuple([t for _, t in sorted([(runtime.get(t, inf), t) for t in cand])])   # by (runtime, name)
+    return cand, runtime, by_completion, g, g if g > 1 else 1, job.job_id, typed, given
 
 
 def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[str, str] | None, tl: Timeline,
@@ -148,12 +156,13 @@ def _replay_prefix(resume: tuple, construct: list[PendingJob], fixed: Mapping[st
         if (fx or ofx) and fx.get(job.job_id) != ofx.get(job.job_id):
             break
         q += 1
+    book = tl.book
     for k in range(q):
         e = done[k]
-        p = e[1]
-        if p is None:
+        b = e[1]
+        if b is None:
             continue
-        tl.commit(p, p.start + e[2])
+        book(b[0], b[1], b[2], e[3].end)
         jid = e[0].job_id
         placed[jid] = e[3]
         if e[4] is not None:
@@ -333,7 +342,8 @@ class MschedPolicy(MschedOncePolicy):
         booked timeline.
 
         `journal`: a list this decode appends what it did to, one entry per job of the queue it walks
-        (the job, its placement or None, its runtime there, its `Placed`, its chosen constraint or None).
+        (the job, its booking (type, nodes, GPUs per node: `Timeline.book`'s) or None, its runtime there, its
+        `Placed`, its chosen constraint or None).
         `resume`: (journal, fixed) of an earlier decode of the same snapshot, starving set, `relative` and
         `timeline` (the optimizing planner's search): the longest prefix of this queue that it walked
         with the same job objects and the same fixed types is booked as it booked it (its placements
@@ -347,18 +357,21 @@ class MschedPolicy(MschedOncePolicy):
         if not self.reuse_per_queue:
             construct = construct_order(snapshot.pending, order)
 
-            def entry(job: PendingJob) -> tuple:
-                return _decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+            def entries(walk: list[PendingJob]) -> list[tuple]:
+                return [_decode_entry(job, *self._candidates(job, types, starving, tl), starving, False)
+                        for job in walk]
         else:
             memo = self._queue_memo(snapshot, starving)
             construct = memo.construct_order(order)
-            entry = functools.partial(memo.entry, types=types, tl=tl)
+            entries = functools.partial(memo.entries, types=types, tl=tl)
         if relative is None:
             relative = type_demand(order, types) if self.affinity > 0 else {}
         chosen: dict[str, tuple[str, ...]] = {}
         placed: dict[str, Placed] = {}
         start_time = tl.start_time
         tops = tl._top                  # start_time's cache, read here first (the same answer, without a call)
+        book = tl.book
+        one_node = ONE_NODE_BOOKING
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         prune = self.prune_slow_types
         miss = _MISS
@@ -368,8 +381,7 @@ class MschedPolicy(MschedOncePolicy):
             q = _replay_prefix(resume, construct, fixed, tl, placed, chosen, journal)
             if q:
                 walk = construct[q:]
-        for job in walk:
-            cand, runtime, by_completion, g, tg, jid, typed, given = entry(job)
+        for job, (cand, runtime, by_completion, g, tg, jid, typed, given) in zip(walk, entries(walk), strict=True):
             best_t = None
             best_done = best_rt = best_s = 0.0
             want = fixed.get(jid) if fixed and by_completion else None
@@ -407,24 +419,38 @@ class MschedPolicy(MschedOncePolicy):
                 best_t = want
             elif by_completion and self.affinity > 0 and len(done) > 1:
                 best_t = self._affine(runtime, done, best_done, now, relative)
-            p = tl.place(best_t, g)
             rt = runtime[best_t]
-            tl.commit(p, p.start + rt)
-            at = placed[jid] = Placed(p.gpu_type, p.start, p.start + rt)
+            hit = tops[best_t][tg]
+            if hit[1] >= 0 and one_node:
+                # on one node: the node its cached start names is booked (as `commit(place(...))` books it)
+                start = hit[0]
+                booking = (best_t, (hit[1],), tg)
+                book(best_t, booking[1], tg, start + rt)
+            else:
+                p = tl.place(best_t, g)
+                start = p.start
+                booking = (p.gpu_type, p.nodes, p.per_node)
+                tl.commit(p, start + rt)
+            at = placed[jid] = placed_at(best_t, start, start + rt)
             if typed:
-                c = chosen[jid] = given if jid in starving else (p.gpu_type,)
+                c = chosen[jid] = given if jid in starving else (best_t,)
             else:
                 c = None
             if journal is not None:
-                journal.append((job, p, rt, at, c))
+                journal.append((job, booking, rt, at, c))
         return placed, chosen, tl
 
     def _queue_memo(self, snapshot: ClusterSnapshot, starving: set[str]) -> _QueueMemo:
-        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot and
-        starving set (the same objects) are the ones it was made for."""
-        memo = getattr(self, "_memo", None)
-        if memo is None or memo.snapshot is not snapshot or memo.starving is not starving:
-            memo = self._memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        """What every decode of this queue shares (`reuse_per_queue`): kept while the plan's snapshot (the same
+        object) and starving set (the same jobs) are the ones it was made for. The last two are kept: the
+        optimizing planner decodes the whole queue, then its head (a snapshot of its own) and the whole
+        queue again (`_whole`, with the search's starving set: equal, not the same object)."""
+        memos = self.__dict__.setdefault("_memos", [])
+        for memo in memos:
+            if memo.snapshot is snapshot and (memo.starving is starving or memo.starving == starving):
+                return memo
+        memo = _QueueMemo(self, snapshot, starving, self._entry_pool(snapshot, starving))
+        memos[:] = [memo, *memos[:1]]
         return memo
 
     def _entry_pool(self, snapshot: ClusterSnapshot, starving: set[str]) -> tuple[dict, dict] | None:
@@ -464,9 +490,10 @@ class MschedPolicy(MschedOncePolicy):
         order, so the constructed schedule is what Slurm will do with the queue."""
         rank = {j.job_id: k for k, j in enumerate(order)}
         inf = float("inf")
-        prio_order = sorted(order, key=lambda j: (j.job_id not in starving,
-                                                  placed[j.job_id].start if j.job_id in placed else inf,
-                                                  rank[j.job_id]))
+        # starving first, then by planned start, then in `order` (k: the sort's stability, made explicit)
+        keys = sorted([(jid not in starving, p.start if (p := placed.get(jid)) is not None else inf, rank[jid], k)
+                       for k, jid in enumerate([j.job_id for j in order])])
+        prio_order = [order[key[3]] for key in keys]
         # plain jobs keep their rank (managed jobs permuted among the places they hold) unless the site
         # opted in to "managed jobs first" (README: Security model)
         plain = {j.job_id: j.priority for j in snapshot.pending if not j.managed}
@@ -474,7 +501,9 @@ class MschedPolicy(MschedOncePolicy):
         ids = [j.job_id for j in prio_order]
         prio = assign_keeping_plain(ids, current, plain, self.managed_first)
         # 3. the constructed schedule is what Slurm will do with a queue in planned-start order
-        decisions = [self._decision(j, prio[j.job_id], chosen.get(j.job_id, ()), placed) for j in prio_order]
+        decisions = [decision_at(j.job_id, prio[j.job_id], chosen.get(j.job_id, ()),
+                                 p.start if (p := placed.get(j.job_id)) else None, p.end if p else None,
+                                 j.est_runtime_s) for j in prio_order]
         return self._plan(decisions, placed, tl, snapshot)
 
     def _affine(self, runtime, done: dict[str, float], best: float, now: float, relative: dict[str, float]) -> str:
@@ -508,11 +537,6 @@ class MschedPolicy(MschedOncePolicy):
         t = default_types(job, tl)
         return t, as_is_runtime(job, t, self.unknown_runtime_s)
 
-    @staticmethod
-    def _decision(job: PendingJob, priority: int, types: tuple[str, ...], placed: Mapping[str, Placed]):
-        p = placed.get(job.job_id)
-        return JobDecision(job.job_id, priority, types, p.start if p else None, p.end if p else None,
-                           job.est_runtime_s)
 
 
 class _QueueMemo:
@@ -528,6 +552,7 @@ class _QueueMemo:
         self.policy, self.snapshot, self.starving = policy, snapshot, starving
         self.plain = sorted((j for j in snapshot.pending if not j.managed), key=queue_key)
         self.slots = sorted((j for j in snapshot.pending if j.managed), key=arrival_key)
+        self._pattern: list | None = None        # `construct_order`'s merge, once asked
         # job id -> (job, its candidates) and (job, its decode entry); shared with other memos of the same
         # context when `pool` is given (`MschedPolicy._entry_pool`)
         self._cand: dict[str, tuple]
@@ -535,8 +560,15 @@ class _QueueMemo:
         self._cand, self._entry = pool if pool is not None else ({}, {})
 
     def construct_order(self, order: Sequence[PendingJob]) -> list[PendingJob]:
-        """`construct_order(snapshot.pending, order)` from the sorted lists kept."""
-        return fill_places(self.plain, self.slots, order)
+        """`construct_order(snapshot.pending, order)` from the sorted lists kept: `fill_places`' merge, whose
+        places depend on the queue only, kept as a pattern (the plain jobs, `_PLACE` where a managed job
+        goes) that each order fills in one pass."""
+        if len(order) < len(self.slots) or not KEEP_PLACES:
+            return fill_places(self.plain, self.slots, order)
+        if self._pattern is None:
+            self._pattern = fill_places(self.plain, self.slots, [_PLACE] * len(self.slots))
+        fill = iter(order).__next__
+        return [fill() if j is _PLACE else j for j in self._pattern]
 
     def candidates(self, job: PendingJob, types: list[str], tl: Timeline) -> tuple:
         hit = self._cand.get(job.job_id)
@@ -551,6 +583,12 @@ class _QueueMemo:
             hit = self._entry[job.job_id] = (job, _decode_entry(job, *self.candidates(job, types, tl), self.starving,
                                                                 FASTEST_FIRST))
         return hit[1]
+
+    def entries(self, walk: Sequence[PendingJob], types: list[str], tl: Timeline) -> list[tuple]:
+        """`entry` of each job of a decode's walk, in one pass (the kept ones read without a call each)."""
+        get = self._entry.get
+        return [hit[1] if (hit := get(job.job_id)) is not None and hit[0] is job else self.entry(job, types, tl)
+                for job in walk]
 
 
 class OraclePolicy(MschedPolicy):

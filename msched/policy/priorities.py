@@ -296,8 +296,12 @@ class HeldPlaces:
         self.current = current
         self.plain = plain
         others = [j for j in plain if j not in managed_set]
-        queue = sorted([*managed_set, *others],
-                       key=lambda j: (-(current[j] if j in managed_set else plain[j]), _id_key(j)))
+        # Slurm's queue: (-value, its id key) sorted as tuples built in one pass (the id key ends with the
+        # job id itself, so no two are equal and the job is read back from it)
+        keys = [(-current[j], _id_key(j)) for j in managed_set]
+        keys += [(-plain[j], _id_key(j)) for j in others]
+        keys.sort()
+        queue = [key[1][1] for key in keys]
         self.slurm_rank = {j: k for k, j in enumerate(queue)}
         self.runs: list[tuple[list[str], int | None, int | None]] = []     # (jobs holding the places, hi, lo)
         run: list[str] = []

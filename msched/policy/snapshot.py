@@ -138,6 +138,23 @@ class JobDecision:
     est_runtime_s: Mapping[str, float] = field(default_factory=dict)
 
 
+def decision_at(job_id: str, priority: int, gpu_types: tuple[str, ...], est_start: float | None,
+                est_end: float | None, est_runtime_s: Mapping[str, float]) -> JobDecision:
+    """`JobDecision(...)` of every field, entered straight into the instance's dict: the frozen dataclass's
+    __init__ sets each through `object.__setattr__` (~1.07 us against ~0.38 us; a plan and a settled plan
+    make one per managed job, ~8,000 each at 10,000 pending). The same frozen instance, equal, hashed
+    and shown alike (tests/test_fast_paths.py)."""
+    d = object.__new__(JobDecision)
+    x = d.__dict__
+    x["job_id"] = job_id
+    x["priority"] = priority
+    x["gpu_types"] = gpu_types
+    x["est_start"] = est_start
+    x["est_end"] = est_end
+    x["est_runtime_s"] = est_runtime_s
+    return d
+
+
 @dataclass
 class Plan:
     policy: str

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from msched.policy.snapshot import NodeState, RunningJob
 
+_UNKNOWN = object()     # `start_time`'s cache holds no answer
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -124,6 +126,7 @@ class Timeline:
         self._pristine = True                               # nothing booked since it was built or copied
         self._origin: Timeline | None = None                # pristine timeline this one was copied from
         self._dirty: dict[str, set[int]] = {}               # per type, nodes booked since that copy
+        self._scanned: dict[tuple[str, int], tuple] = {}     # `_scan`'s (dirty, its size, origin part) per (type, GPUs)
 
     def _copy_of(self, src: Timeline) -> None:
         self.now, self.names, self.types = src.now, src.names, src.types
@@ -136,6 +139,7 @@ class Timeline:
         self._heaps_of = defaultdict(dict)
         self._top = defaultdict(dict, {t: dict(d) for t, d in src._top.items()})
         self._pristine = True
+        self._scanned = {}
         if src._pristine:                      # heaps come from src when first asked for
             self._origin, self._dirty = src, {}
         elif src._origin is not None and src._origin._pristine:
@@ -183,6 +187,7 @@ class Timeline:
                 heapq.heapify(h)
             self._heaps[key] = h
             self._heaps_of[gpu_type][g] = h
+            self._scanned.pop(key, None)           # the heap answers from now on (`_start`)
         return h
 
     def _entry(self, i: int, g: int) -> tuple[float, int, int, int]:
@@ -196,62 +201,67 @@ class Timeline:
         """Just the earliest start of `earliest` (the planner's hot path: cached until the type changes)."""
         g = num_gpus if num_gpus > 1 else 1
         top = self._top[gpu_type]
-        if g in top:
-            hit = top[g]
-            return None if hit is None else hit[0]
-        mx = self.max_node.get(gpu_type)
-        value: tuple[float, int] | None
-        if mx is None:
-            value = None
-        elif g > mx:
-            p = self.earliest(gpu_type, g)
-            value = None if p is None else (p.start, -1)
-        else:
-            h = self._heaps.get((gpu_type, g))
-            origin = self._origin
-            if h is None and origin is not None and origin._pristine:
-                dirty = self._dirty.get(gpu_type)
-                if not dirty:
-                    # nothing of this type booked since the copy: the origin's answer (and its cache) is this one's
-                    origin.start_time(gpu_type, g)
-                    value = origin._top[gpu_type][g]
-                    top[g] = value
-                    return None if value is None else value[0]
-                cap = Timeline.scan_dirty_max
-                if Timeline.scan_dirty and (cap is None or len(dirty) <= cap):
-                    value = self._scan(origin, gpu_type, g, dirty)
-                    top[g] = value
-                    return None if value is None else value[0]
-            if h is None and self._pristine and Timeline.sorted_pristine:
-                # nothing booked: every node's key is current, and the smallest is the heap's top
-                keys = self._sorted_entries(gpu_type, g)
-                value = (keys[0][0], keys[0][3]) if keys else None
-                top[g] = value
-                return None if value is None else value[0]
-            if h is None:
-                h = self._heap(gpu_type, g)
-            ver = self.version
-            while h and h[0][2] != ver[h[0][3]]:
-                heapq.heappop(h)
-            value = (h[0][0], h[0][3]) if h else None
-        top[g] = value
+        value = top.get(g, _UNKNOWN)
+        if value is _UNKNOWN:
+            kept = self._scanned.get((gpu_type, g))
+            if kept is not None and len(kept[0]) == kept[1] and self._origin._pristine:
+                value = self._scan(kept[0], kept[2], g)      # no new node of the type booked since: `_start`
+            else:
+                value = self._start(gpu_type, g)
+            top[g] = value
         return None if value is None else value[0]
 
-    def _scan(self, origin: Timeline, gpu_type: str, g: int, dirty: set[int]) -> tuple[float, int] | None:
+    def _start(self, gpu_type: str, g: int) -> tuple[float, int] | None:
+        """`start_time`'s (start, node) when its cache does not hold it (node -1: on whole nodes)."""
+        mx = self.max_node.get(gpu_type)
+        if mx is None:
+            return None
+        if g > mx:
+            p = self.earliest(gpu_type, g)
+            return None if p is None else (p.start, -1)
+        h = self._heaps.get((gpu_type, g))
+        origin = self._origin
+        if h is None and origin is not None and origin._pristine:
+            dirty = self._dirty.get(gpu_type)
+            if not dirty:
+                # nothing of this type booked since the copy: the origin's answer (and its cache) is this one's
+                origin.start_time(gpu_type, g)
+                return origin._top[gpu_type][g]
+            cap = Timeline.scan_dirty_max
+            if Timeline.scan_dirty and (cap is None or len(dirty) <= cap):
+                first = None          # the origin's smallest key among the nodes this copy has not booked
+                for e in origin._sorted_entries(gpu_type, g):
+                    if e[3] not in dirty:
+                        first = e
+                        break
+                self._scanned[(gpu_type, g)] = (dirty, len(dirty), first)
+                return self._scan(dirty, first, g)
+        if h is None and self._pristine and Timeline.sorted_pristine:
+            # nothing booked: every node's key is current, and the smallest is the heap's top
+            keys = self._sorted_entries(gpu_type, g)
+            return (keys[0][0], keys[0][3]) if keys else None
+        if h is None:
+            h = self._heap(gpu_type, g)
+        ver = self.version
+        while h and h[0][2] != ver[h[0][3]]:
+            heapq.heappop(h)
+        return (h[0][0], h[0][3]) if h else None
+
+    def _scan(self, dirty: set[int], first: tuple | None, g: int) -> tuple[float, int] | None:
         """`start_time`'s answer without a heap (`scan_dirty`): the smallest heap key (`_entry`) among the
-        origin's nodes this copy has not booked (their keys are the origin's: the same free list and
-        version) and the booked ones (a handful in a decode: their keys now). What a heap of this copy
-        would give, without copying the origin's heap and pushing every booking into it."""
-        best = None
-        for e in origin._sorted_entries(gpu_type, g):
-            if e[3] not in dirty:
-                best = e
-                break
+        origin's nodes this copy has not booked (`first`: their keys are the origin's, the same free list
+        and version) and the booked ones (`dirty`, a handful in a decode: their keys now). What a heap of
+        this copy would give, without copying the origin's heap and pushing every booking into it.
+        `first` is kept per (type, GPU count) while the copy books no other node of the type (`_scanned`:
+        the booked nodes only grow, and the origin is pristine, so the same count is the same set)."""
+        best = first
         size, free, ver = self.size, self.free, self.version
         for i in dirty:
             if size[i] >= g:
                 f = free[i]
                 t = f[g - 1]
+                if best is not None and t > best[0]:
+                    continue                     # a later start: its key is larger whatever follows
                 e = (t, bisect.bisect_right(f, t), ver[i], i)
                 if best is None or e < best:
                     best = e
@@ -307,41 +317,42 @@ class Timeline:
 
     def commit(self, placement: Placement, end: float) -> None:
         """Book the placement's GPUs from its start until `end`."""
-        self._book(placement.gpu_type, placement.nodes, placement.per_node, end)
+        self.book(placement.gpu_type, placement.nodes, placement.per_node, end)
 
-    def commit_earliest(self, gpu_type: str, num_gpus: int, end: float) -> None:
-        """`commit(place(gpu_type, num_gpus), end)` for a job on one node right after `start_time` named
-        that start: the node its cached answer holds is booked without building the two placements
-        (simulate's one-node path, three objects a job fewer over a 10,000-job evaluation)."""
-        g = num_gpus if num_gpus > 1 else 1
-        hit = self._top[gpu_type].get(g)
-        if hit is None or hit[1] < 0:
-            placement = self.place(gpu_type, g)
-            if placement is None:
-                raise ValueError(f"no node of {gpu_type} can take {g} GPUs")
-            self.commit(placement, end)
-            return
-        self._book(gpu_type, (hit[1],), g, end)
-
-    def _book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
+    def book(self, gpu_type: str, nodes: tuple[int, ...], per_node: int, end: float) -> None:
+        """`per_node` GPUs of each of `nodes` (of `gpu_type`) busy until `end`: a placement's booking
+        (`commit`), or the one a one-node job's cached start names (`start_time` keeps (start, node) in
+        `_top[type][GPUs]`: `commit(place(...))` books that node; simulate's and construct's one-node paths
+        book it without building the placement), or a journal's (construct's `resume`)."""
         self._top[gpu_type].clear()
         self._pristine = False
-        dirty = self._dirty.setdefault(gpu_type, set()) if self._origin is not None else None
+        if self._origin is not None:
+            dirty = self._dirty.get(gpu_type)
+            if dirty is None:
+                dirty = self._dirty[gpu_type] = set()
+        else:
+            dirty = None
+        free, owned, version = self.free, self._owned, self.version
+        heaps = self._heaps_of.get(gpu_type)       # a node's heaps are its type's
         for i in nodes:
-            f = self.free[i]
-            if i not in self._owned:             # shared with a copy: copy it first
-                f = self.free[i] = list(f)
-                self._owned.add(i)
+            f = free[i]
+            if i not in owned:                   # shared with a copy: copy it first
+                f = free[i] = list(f)
+                owned.add(i)
             if dirty is not None:
                 dirty.add(i)
             del f[:per_node]                     # the earliest-free GPUs of the node are the ones taken
-            for _ in range(per_node):
+            if per_node == 1:
                 bisect.insort(f, end)
-            self.version[i] += 1
-            size = self.size[i]
-            for g, h in self._heaps_of[self.types[i]].items():
-                if g <= size:
-                    heapq.heappush(h, self._entry(i, g))
+            else:                                # as many insorts of `end`: after the times <= end
+                k = bisect.bisect_right(f, end)
+                f[k:k] = [end] * per_node
+            version[i] += 1
+            if heaps:
+                size = self.size[i]
+                for g, h in heaps.items():
+                    if g <= size:
+                        heapq.heappush(h, self._entry(i, g))
 
     def free_at(self) -> dict[str, float]:
         """Per type, the earliest time one GPU is free after everything booked so far: the earliest start
@@ -551,5 +562,6 @@ def _shifted(prev: Timeline, prev_nodes: tuple, prev_running: tuple, now: float,
     t._pristine = True
     t._origin = None
     t._dirty = {}
+    t._scanned = {}
     t._inc = (index, new_on, new_rest, new_on_node)
     return t

@@ -88,7 +88,7 @@ from dataclasses import dataclass, field
 from msched.policy.base import Placed, as_is_runtime, default_types, queue_key, simulate
 from msched.policy.planner import BATCH_SHARE
 from msched.policy.priorities import keeping_plain
-from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
+from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan, decision_at
 from msched.policy.timeline import Timeline
 
 DEFAULT_WRITE_BUDGET = 3000        # ~0.33-0.4 ms per REQUEST_UPDATE_JOB idle: ~1 s of controller time per round;
@@ -485,39 +485,43 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     def differs(j: str) -> bool:
         return new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j]
 
-    def runtime(j: str) -> float:
-        p = new_eval.placed.get(j)
-        return (p.end - p.start) if p is not None else unknown_runtime_s
-
-    gain = {j: inc_eval.end(j) - new_eval.end(j) for j in new}
-    gain = {j: (g if math.isfinite(g) else (math.inf if g > 0 else 0.0)) for j, g in gain.items()}
+    # each job's planned end under both (`Evaluation.end`: inf when not placed), read once for every job
+    inf, isfinite = math.inf, math.isfinite
+    inc_placed, new_placed = inc_eval.placed, new_eval.placed
+    inc_end = {j: p.end if (p := inc_placed.get(j)) is not None else inf for j in new}
+    gain = {j: inc_end[j] - (p.end if (p := new_placed.get(j)) is not None else inf) for j in new}
+    gain = {j: (g if isfinite(g) else (inf if g > 0 else 0.0)) for j, g in gain.items()}
     report.gain = gain
     age = starvation_age_s if starvation_age_s is not None else snapshot.starvation_age_s
-    def starving_unwidened(j: str) -> bool:
-        return age is not None and now - pending[j].submit_time > age and \
-            set(new_types[j]) - set(inc_types.get(j, ()))
 
-    arrived = [j for j in new if incumbent is None or j not in incumbent]
+    known = incumbent.priority if incumbent is not None else {}
+    arrived = [j for j in new if j not in known]
     first = incumbent is None or not len(incumbent)      # msched holds nothing yet: write the plan as it stands
-    obliged = arrived if first else [j for j in new if starving_unwidened(j)
-                                     or (j in plan.obliged and new_types[j] != inc_types.get(j, ()))]
+    # obliged besides: a starving job not yet widened (the new plan gives it types the incumbent did not),
+    # and a job the plan itself retypes on purpose (`Plan.obliged`: drain's narrowed jobs) whose type changed
+    plan_obliged = plan.obliged
+    obliged = arrived if first else [] if age is None and not plan_obliged else [
+        j for j in new
+        if (age is not None and now - pending[j].submit_time > age and set(new_types[j]) - set(inc_types.get(j, ())))
+        or (j in plan_obliged and new_types[j] != inc_types.get(j, ()))]
     report.new_jobs = len(arrived)
     obliged_set = set(obliged)
-    def worth(j: str) -> bool:
-        """The job's own finish improves by the margin of its runtime, or of its horizon when that is
-        longer: a job planned days out is re-planned many times before it starts, and moving it now
-        buys little a later round could not (an estimate's error grows with the horizon too)."""
-        return share[j] > job_margin
-
-    def relative_gain(j: str) -> float:
-        horizon = inc_eval.end(j) - now
-        scale = max(runtime(j), horizon if math.isfinite(horizon) else 0.0, 1.0)
-        return gain[j] / scale
-
-    share = report.relative = {j: relative_gain(j) for j in new}
+    # 2.'s measure: the gain relative to the job's runtime (in the new plan; unknown_runtime_s when not
+    # placed) or to its horizon (its planned end minus now) when that is longer. A job is worth its move
+    # when its own finish improves by the margin of that: a job planned days out is re-planned many times
+    # before it starts, and moving it now buys little a later round could not (an estimate's error grows
+    # with the horizon too)
+    share = report.relative = {}
+    for j in new:
+        p = new_placed.get(j)
+        horizon = inc_end[j] - now
+        share[j] = gain[j] / max((p.end - p.start) if p is not None else unknown_runtime_s,
+                                 horizon if isfinite(horizon) else 0.0, 1.0)
     rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
     waiting: set[str] = set()
-    optional = [j for j in new if j not in obliged_set and differs(j) and (not opts.own_finish or worth(j))]
+    optional = [j for j in new if j not in obliged_set
+                and (new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j])     # differs(j)
+                and (not opts.own_finish or share[j] > job_margin)]
     report.candidates = len(optional)
     if incumbent is not None:
         report.changes = len(arrived) + sum(1 for j in incumbent.priority if j not in pending)
@@ -605,11 +609,10 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     report.makespan_held = ev.makespan_end - now
     report.mean_end_held = ev.mean_end - now if math.isfinite(ev.mean_end) else None
     report.placed = set(new) - waiting     # a job whose move waits (budget, rate limit) keeps its old entry
-    decisions = []
-    for j in sorted(new, key=lambda j: -prio[j]):
-        p = ev.placed.get(j)
-        decisions.append(JobDecision(j, prio[j], tuple(types.get(j, ())), p.start if p else None,
-                                     p.end if p else None, new[j].est_runtime_s))
+    placed = ev.placed
+    decisions = [decision_at(j, prio[j], tuple(types.get(j, ())), p.start if (p := placed.get(j)) else None,
+                             p.end if p else None, new[j].est_runtime_s)
+                 for _, _, j in sorted([(-prio[j], k, j) for k, j in enumerate(new)])]   # by priority, stable
     out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
                free_time=plan.floored(ev.timeline.free_at()), free_floor=plan.free_floor)
     return out, report
