@@ -29,6 +29,8 @@ START_SLACK_S = 60.0      # a planned start within this of now is a start now: n
 DRAIN_SLACK = 2.0         # a narrow job leaves a drained type only for one that runs it within this factor of it
                           # (unbounded, seed 4 of the load-6 workload: a 2-GPU lm sent to a K80 ran 663 h, makespan
                           # 446 -> 809 h)
+NARROW_MAX_GPUS: int | None = None   # only jobs of at most this many GPUs are kept off a drained type (None: every
+                          # job narrower than a node)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +102,8 @@ def _kept_types(job: PendingJob, drained: set[str], width: Mapping[str, int],
                 slack: float) -> tuple[str, ...] | None:
     """The types a narrow job is planned with while `drained` drain: those that run it within `slack` of its
     runtime on the drained type (None, so left as it is, where it has none)."""
-    if not job.managed or job.pinned_type or not job.est_runtime_s:
+    if not job.managed or job.pinned_type or not job.est_runtime_s or \
+            (NARROW_MAX_GPUS is not None and job.num_gpus > NARROW_MAX_GPUS):
         return None
     feasible = [t for t in job.est_runtime_s if t in width and (not job.allowed_types or t in job.allowed_types)]
     hit = [t for t in feasible if t in drained and job.num_gpus < width[t]]

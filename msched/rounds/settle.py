@@ -17,7 +17,9 @@ only the changes worth their writes:
    incumbent as found. Obliging every arrival to move made each arrival cost writes whatever it
    gained (measured: an overloaded online trace 5.3 -> 5.1 writes per job; a 10,000-job burst into an
    empty incumbent on the dev cluster 5,551 writes instead of ~6,000).
-   Starving jobs not yet widened must move whatever they gain, and so must every job when msched
+   Starving jobs not yet widened must move whatever they gain, as must the jobs the plan names in
+   `Plan.obliged` once their types change (a drain the evaluation's model cannot see: msched.policy.drain),
+   and so must every job when msched
    holds no job to anything yet (`incumbent=None` or an empty one: the first round on a new store,
    the simulator's first round): that round writes the plan as it stands, within the budget.
 3. Moves are taken by gain relative to the job's runtime or horizon (the measure of 2), largest first,
