@@ -234,6 +234,7 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
     order = slurm_order(snapshot, priority, memo)
 
     tl = Timeline(snapshot.now, snapshot.nodes, snapshot.running)
+    by_type = tl.by_type
 
     def choose(job: PendingJob, tl: Timeline, _not_before: float):
         held = types.get(job.job_id) if job.managed and not job.pinned_type else None
@@ -241,10 +242,13 @@ def evaluate(snapshot: ClusterSnapshot, priority: Mapping[str, int], types: Mapp
         hit = memo.get(key)
         if hit is not None:
             return hit
-        ts = tuple(t for t in held if t in tl.by_type) if held else ()
+        ts = tuple([t for t in held if t in by_type]) if held else ()
         if not ts:
             ts = default_types(job, tl)
-        memo[key] = hit = (ts, as_is_runtime(job, ts, unknown_runtime_s))
+        # the job's own estimates where they hold every type it may take (simulate reads only those):
+        # `as_is_runtime`'s values, without a dict of them
+        est = job.est_runtime_s
+        memo[key] = hit = (ts, est if est and all([t in est for t in ts]) else as_is_runtime(job, ts, unknown_runtime_s))
         return hit
 
     # a job's choice depends on the job and the types it is held to only (and the cluster's types, the same
