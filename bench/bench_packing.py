@@ -56,12 +56,13 @@ def run_seed(seed: int, n_jobs: int, load: float, static: bool, threshold: float
              shard_nodes: int | None = None, guard: str = "bound", cluster_spec: str | None = None,
              kinds: tuple[str, ...] = KINDS, memory=None, jitter_s: float | None = None,  # noqa: ANN001
              spread_s: float | None = None, spread_draw: int = 0, queue_share: float = 1.0,
-             exclude: bool = False, starvation_h: float | None = 24.0) -> dict:
+             exclude: bool = False, starvation_h: float | None = 24.0, drain: bool = False) -> dict:
     w = wl.gavel_workload(n_jobs, seed, static=static, load=load,
                           **({"cluster": cluster_spec} if cluster_spec else {}))
     cluster = with_shard_nodes(parse_cluster(w.cluster), shard_nodes)
     truth = PerfTable.load(w.truth)
-    starve = {"starvation_age_s": None if starvation_h is None else starvation_h * H}
+    starve = {"starvation_age_s": None if starvation_h is None else starvation_h * H,
+              "policy_options": {"drain_wide": True} if drain else {}}
     base = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill", **starve)
     packed = SimSetup(cluster, truth, truth, Classifier(list(w.references), truth), scheduler="backfill", **starve,
                       packing=SimPacking(truth_pairs, threshold=threshold, only_when_busy=only_when_busy,
@@ -662,6 +663,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wide", action="store_true",
                     help="print, per seed and run, the wait of the job that ends last and what its GPU type ran "
                          "meanwhile (`wide_wait`)")
+    ap.add_argument("--drain", action="store_true",
+                    help="every msched run keeps narrow jobs off the types whole-node jobs wait on (policy option "
+                         "drain_wide, msched.policy.drain); with --kinds packed --control-jitter 0: msched alone, drained")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     kinds = tuple(k for k in args.kinds.split(",") if k)
@@ -709,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'every node' if args.shard_nodes is None else f'{args.shard_nodes} node(s) per GPU type'} shard-capable "
           f"(2 shards/GPU), threshold {args.threshold:g}, guard {args.guard}"
           f", memory {args.memory}, predictor {args.predictor}"
-          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{', ExcNodeList lever' if args.exclude else ''}{'' if args.starvation_age == 24 else f', starvation guard {args.starvation_age:g} h' if args.starvation_age > 0 else ', no starvation guard'}{f', cluster {args.cluster}' if args.cluster else ''}")
+          f"{f', CONTROL: no packing, arrivals moved by up to {args.control_jitter:g} s' if args.control_jitter else ''}{', packing only when busy' if args.when_busy else ''}{f', arrivals spread by up to {args.spread:g} s (draw {args.spread_draw})' if args.spread else ''}{', any wait' if args.any_wait else ''}{f', queue share {args.queue_share:g}' if args.queue_share < 1 else ''}{', ExcNodeList lever' if args.exclude else ''}{'' if args.starvation_age == 24 else f', starvation guard {args.starvation_age:g} h' if args.starvation_age > 0 else ', no starvation guard'}{f', cluster {args.cluster}' if args.cluster else ''}{', drain_wide' if args.drain else ''}")
     print(f"{'seed':>4} | {'fifo':>7} {'msched':>7} {'packed':>7} {'ratio':>6} | {'JCT ratio':>9} | "
           f"{'shard':>5} {'pairs':>5} {'<1.0':>4} {'oom':>4} {'slowest':>7} {'pair MAE':>8} {'alone':>5} {'gain':>6} | last job (packing)")
     rows = []
@@ -717,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         r = run_seed(seed, args.jobs, args.load, args.static, args.threshold, truth_pairs, args.when_busy,
                      not args.any_wait, args.wait_share, args.shard_nodes, args.guard, args.cluster, kinds, memory,
                      args.control_jitter, args.spread, args.spread_draw, args.queue_share, args.exclude,
-                     args.starvation_age if args.starvation_age > 0 else None)
+                     args.starvation_age if args.starvation_age > 0 else None, args.drain)
         rows.append(r)
         ms = {k: r[k]["makespan_s"] for k in KINDS}
         jct = _ratio(r["packed"]["mean_jct_s"], r["msched"]["mean_jct_s"])

@@ -14,7 +14,8 @@ Phases (wall seconds, measured by wrapping the functions a round calls; `round_s
 - squeue: `squeue --json` read and parsed (`CliClient._queue`), sinfo (`nodes`), finished jobs;
 - snapshot: `build_snapshot`; planner: `policy.plan`; settle: `msched.rounds.settle.settle`;
 - writes: `update_jobs` (one squeue and the scontrol batches);
-- store: the database's share (`RoundOutcome.db_seconds`: checks, ingest, record, prune).
+- store: the database's share (`RoundOutcome.db_seconds`: checks, ingest, record, prune); `store: ingest`, the light
+  store's ingestion alone.
 Beside them: this process's CPU (user + system) and peak RSS, and the Slurm commands' (every child
 process the round waited for: squeue, sinfo, scontrol): their CPU and the largest one's peak RSS
 (`getrusage(RUSAGE_CHILDREN)`), with the CPU of the children of each phase.
@@ -186,6 +187,9 @@ def measure(state: Path, name: str, write_budget: int | None = None, tight: bool
                         ("_light_round", "light check")):
         if hasattr(Reorderer, attr):
             phases.wrap(Reorderer, attr, phase)
+    from msched.store.light import LightStore
+
+    phases.wrap(LightStore, "ingest", "store: ingest")      # the new jobs' rows (light store: event rounds)
     cfg = _site(state, name, write_budget)._replace(tight_queue=tight)
     store = _round_store(cfg)           # as `msched reorder` opens it: the light view where it can
     w0, c0 = time.perf_counter(), time.process_time()

@@ -119,12 +119,14 @@ sys.exit(int(os.environ.get("RC", "0")))
 def test_the_queue_is_parsed_while_squeue_writes_it_and_its_exit_is_checked_after(tmp_path, monkeypatch):
     """`CliClient` parses the tight read's records as squeue writes them (`_Following`): with a squeue that
     writes in pieces of 7,000 bytes (records cut anywhere) 30 ms apart, the parse has read records before
-    squeue ended, and reads the jobs and digest of the same output written at once. What squeue's exit
+    squeue ended, and reads the jobs and digest of the same output written at once; while it waited for
+    more it parsed the tags of the jobs read so far (`_TagsAhead`). What squeue's exit
     says is checked after the parse: an unreachable controller is SlurmUnavailable, an error printed with
     exit status 0 sends the round to --json, and so does a last record cut short."""
     import sys
 
     from msched.slurm.cli import client as client_module
+    from msched.tag import parse_tag
 
     plain = _client(tmp_path)
     plain.nodes()
@@ -140,10 +142,25 @@ def test_the_queue_is_parsed_while_squeue_writes_it_and_its_exit_is_checked_afte
         return n
 
     monkeypatch.setattr(client_module._Following, "readinto", spy)
+    tags_parsed: list[int] = []
+    ahead = client_module._TagsAhead.__call__
+
+    def tags_spy(self):  # noqa: ANN001, ANN202
+        busy = ahead(self)
+        tags_parsed.append(self.done)
+        return busy
+
+    monkeypatch.setattr(client_module._TagsAhead, "__call__", tags_spy)
+    parse_tag.cache_clear()
     slow = CliClient(Config(), bin_dir=tmp_path / "bin", env={"STEP": "7000", "PAUSE": "0.03"})
     slow.nodes()
     assert slow.jobs() == jobs and slow.last_read == "tight" and slow.read_digest("s") == digest
     assert sum(running_reads) >= 2          # records parsed while squeue still wrote
+    # and, while it waited for more, the tags of the jobs read so far (cached for the round's own asks)
+    assert max(tags_parsed) >= len(jobs) // 2 and parse_tag.cache_info().currsize >= max(tags_parsed) // 4
+    misses = parse_tag.cache_info().misses
+    assert [j.tag for j in slow.jobs()[:max(tags_parsed)]] == [j.tag for j in jobs[:max(tags_parsed)]]
+    assert parse_tag.cache_info().misses == misses     # asked again: every one of them a cached parse
 
     down = CliClient(Config(), bin_dir=tmp_path / "bin", env={
         "STEP": "7000", "PAUSE": "0", "RC": "1", "ERROR": "squeue: error: Unable to contact slurm controller"})

@@ -16,7 +16,7 @@ _REPLANNING = _COMMON | {"objective", "starvation_age_s", "hysteresis", "affinit
                          "time_box_s", "head_jobs", "tolerance", "cpsat_jobs", "cpsat_work", "lp_start",
                          "informed_slack", "batch_objective", "price_quantile", "price_window_s", "price_measure", "free_slack", "wait_factor",
                          "wait_weight", "age_weight", "settled_s", "settled_work", "settled_evals",
-                         "short_first", "balance_types", "short_types", "short_reference"}
+                         "short_first", "balance_types", "short_types", "short_reference", "drain_wide"}
 # the policies, in listing order, and the options each takes (options a policy does not know are
 # ignored for the ones listed here)
 _OPTIONS = {"fifo": _COMMON, "fastest": _COMMON | {"perf", "ranking"}, "msched-once": _COMMON,
@@ -45,7 +45,8 @@ def get_policy(name: str, **opts):  # noqa: ANN201 - a Policy (msched.policy.bas
     """A fresh policy object. Options: slack, backfill, unknown_runtime_s (all); objective,
     starvation_age_s, hysteresis, affinity, managed_first, planner ("optimize", "greedy" or "cpsat"), time_box_s,
     head_jobs, tolerance, cpsat_jobs, cpsat_work, lp_start, batch_objective, settled_s, settled_work, settled_evals,
-    short_first, balance_types, short_types, short_reference (msched, oracle: msched.policy.planner), informed_slack
+    short_first, balance_types, short_types, short_reference (msched, oracle: msched.policy.planner), drain_wide
+    (msched, oracle: msched.policy.drain), informed_slack
     (msched, oracle: msched.policy.choice.submit_slack); perf or ranking (fastest). Options a
     policy does not know are
     ignored for the ones listed here, so one option set can build every policy of a comparison."""

@@ -32,7 +32,7 @@ Plan (DESIGN policy point 5, guards point 6):
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from msched.config import OBJECTIVES
 from msched.policy.base import (
@@ -47,6 +47,7 @@ from msched.policy.base import (
     runtime_guess,
 )
 from msched.policy.choice import DEFAULT_INFORMED_SLACK, completion_choice, submit_slack
+from msched.policy.drain import drained_plan, drained_snapshot
 from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan, decision_at
@@ -220,8 +221,10 @@ class MschedPolicy(MschedOncePolicy):
                  informed_slack: float | None = DEFAULT_INFORMED_SLACK, price_quantile: float | None = None,
                  price_window_s: float | None = None, price_measure: str = "saving",
                  free_slack: float | None = None, wait_factor: float = 1.0, wait_weight: float = 0.0,
-                 age_weight: float = 0.0, **opts):
+                 age_weight: float = 0.0, drain_wide: bool = False, **opts):
         super().__init__(**opts)
+        # keep narrow jobs off a type whole-node jobs wait on (msched.policy.drain; BENCHMARKS.md, wide18)
+        self.drain_wide = bool(drain_wide)
         if wait_weight < 0 or age_weight < 0:
             raise ValueError(f"wait_weight and age_weight must be >= 0 (got {wait_weight}, {age_weight})")
         # the round's plan for mean JCT (jct11; both off by default, BENCHMARKS.md "Online mean JCT, round
@@ -305,9 +308,24 @@ class MschedPolicy(MschedOncePolicy):
 
     # ------------------------------------------------------------------ plan
     def plan(self, snapshot: ClusterSnapshot) -> Plan:
+        return self.with_drain(snapshot, self._greedy_plan)
+
+    def _greedy_plan(self, snapshot: ClusterSnapshot) -> Plan:
         self._prune_pool(snapshot)
         order, starving = self.order(snapshot)
         return self.plan_for_order(snapshot, order, starving)
+
+    def with_drain(self, snapshot: ClusterSnapshot, plan_of: Callable[[ClusterSnapshot], Plan]) -> Plan:
+        """`plan_of(snapshot)`, planned again with the narrow jobs kept off the types whole-node jobs wait on
+        when `drain_wide` is set and some type drains (`msched.policy.drain`)."""
+        plan = plan_of(snapshot)
+        if not self.drain_wide:
+            return plan
+        drained = drained_snapshot(snapshot, plan)
+        if drained is None:
+            return plan
+        snap, drain = drained
+        return drained_plan(plan if snap is None else plan_of(snap), drain, snapshot)
 
     def plan_for_order(self, snapshot: ClusterSnapshot, order: list[PendingJob], starving: set[str],
                        fixed: Mapping[str, str] | None = None) -> Plan:

@@ -438,6 +438,9 @@ class OptimizingPolicy(MschedPolicy):
         whether or not this round's short-first candidates beat the makespan plan (the rounds weigh one
         measure round after round). Settle weighs it only with `SettleOptions.allowance_share` set: off
         by default, as it drifted the batch's makespan (BENCHMARKS.md, jct14)."""
+        return self.with_drain(snapshot, self._allowance_plan)
+
+    def _allowance_plan(self, snapshot: ClusterSnapshot) -> Plan:
         out = self._searched(snapshot)
         slack = self.last_search.get("short_slack")
         if slack is not None:

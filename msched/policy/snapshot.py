@@ -166,6 +166,19 @@ class Plan:
     # past it: balanced's short-first batch plan, msched.policy.planner); None: the round's objective
     measure: str | None = None
     makespan_slack_s: float = 0.0
+    # pending jobs whose new types settle must write whatever the evaluation says they gain or lose (the
+    # plan knows something its model of Slurm does not: msched.policy.drain)
+    obliged: frozenset[str] = frozenset()
+    # per GPU type, the earliest free time the plan publishes for msub whatever a held plan's evaluation says
+    # (msched.policy.drain: a type kept for waiting whole-node jobs)
+    free_floor: dict[str, float] = field(default_factory=dict)
+
+    def floored(self, free: Mapping[str, float]) -> dict[str, float]:
+        """`free` (free times per type) raised to this plan's `free_floor`."""
+        out = dict(free)
+        for t, v in self.free_floor.items():
+            out[t] = max(out.get(t, v), v)
+        return out
 
     def by_job(self) -> dict[str, JobDecision]:
         return {d.job_id: d for d in self.decisions}

@@ -17,7 +17,9 @@ only the changes worth their writes:
    incumbent as found. Obliging every arrival to move made each arrival cost writes whatever it
    gained (measured: an overloaded online trace 5.3 -> 5.1 writes per job; a 10,000-job burst into an
    empty incumbent on the dev cluster 5,551 writes instead of ~6,000).
-   Starving jobs not yet widened must move whatever they gain, and so must every job when msched
+   Starving jobs not yet widened must move whatever they gain, as must the jobs the plan names in
+   `Plan.obliged` once their types change (a drain the evaluation's model cannot see: msched.policy.drain),
+   and so must every job when msched
    holds no job to anything yet (`incumbent=None` or an empty one: the first round on a new store,
    the simulator's first round): that round writes the plan as it stands, within the budget.
 3. Moves are taken by gain relative to the job's runtime or horizon (the measure of 2), largest first,
@@ -506,9 +508,13 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     known = incumbent.priority if incumbent is not None else {}
     arrived = [j for j in new if j not in known]
     first = incumbent is None or not len(incumbent)      # msched holds nothing yet: write the plan as it stands
-    # obliged besides: a starving job not yet widened (the new plan gives it types the incumbent did not)
-    obliged = arrived if first else [] if age is None else [
-        j for j in new if now - pending[j].submit_time > age and set(new_types[j]) - set(inc_types.get(j, ()))]
+    # obliged besides: a starving job not yet widened (the new plan gives it types the incumbent did not),
+    # and a job the plan itself retypes on purpose (`Plan.obliged`: drain's narrowed jobs) whose type changed
+    plan_obliged = plan.obliged
+    obliged = arrived if first else [] if age is None and not plan_obliged else [
+        j for j in new
+        if (age is not None and now - pending[j].submit_time > age and set(new_types[j]) - set(inc_types.get(j, ())))
+        or (j in plan_obliged and new_types[j] != inc_types.get(j, ()))]
     report.new_jobs = len(arrived)
     obliged_set = set(obliged)
     # 2.'s measure: the gain relative to the job's runtime (in the new plan; unknown_runtime_s when not
@@ -619,7 +625,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
                              p.end if p else None, new[j].est_runtime_s)
                  for _, _, j in sorted([(-prio[j], k, j) for k, j in enumerate(new)])]   # by priority, stable
     out = Plan(policy=plan.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
-               free_time=ev.timeline.free_at())
+               free_time=plan.floored(ev.timeline.free_at()), free_floor=plan.free_floor)
     return out, report
 
 
@@ -785,5 +791,5 @@ def settle_head(snapshot: ClusterSnapshot, plan_of: Callable[[ClusterSnapshot], 
         decisions.append(JobDecision(j.job_id, prio[j.job_id], tuple(types.get(j.job_id, ())), p.start if p else None,
                                      p.end if p else None, j.est_runtime_s))
     out = Plan(policy=held.policy, decisions=decisions, est_makespan_end=ev.makespan_end,
-               free_time=ev.timeline.free_at())
+               free_time=new_plan.floored(ev.timeline.free_at()), free_floor=new_plan.free_floor)
     return out, new_plan, report

@@ -105,6 +105,7 @@ ACTIVITY_LINES = ("Data since", "Jobs submitted:", "Jobs started:", "Jobs comple
 QUEUE_REUSE_S = 120.0      # finished_jobs reuses the queue jobs() read this recently (one squeue per round)
 FOLLOW_BYTES = 256 * 1024  # a followed read (`_Following`) hands over this much at a time while its command writes
 FOLLOW_POLL_S = 0.001      # how often it looks for more
+TAGS_AHEAD = 64            # jobs whose tags the tight read parses at a time while it waits (`_TagsAhead`)
 PENDING_BY_ID = 3          # a round that writes this many jobs or fewer asks squeue for each by id (`pending_job_ids`)
 LOCAL_ZONE = ":/etc/localtime"   # the TZ every Slurm command runs with where none is set (`CliClient._env`)
 _GONE = "Invalid job id specified"      # squeue -j of a job the controller no longer knows (exit status 1)
@@ -206,12 +207,13 @@ class _Started:
             self.out.close()
             self.err.close()
 
-    def follow(self) -> _Following:
-        """Its standard output read while the command still writes it (`_Following`)."""
+    def follow(self, idle: Callable[[], bool] | None = None) -> _Following:
+        """Its standard output read while the command still writes it (`_Following`, `idle` its work while
+        it waits)."""
         if self.proc is None:
             self.abandon()
             raise _not_found(self.argv[0])
-        return _Following(self)
+        return _Following(self, idle)
 
     def _wait(self) -> None:
         if self.proc is None:
@@ -237,8 +239,9 @@ class _Following:
     printing 15 MB; the round had waited for all of it before parsing any (settle18i). `finish` waits for
     the command to end and gives its exit status and standard error; `close` ends one not finished."""
 
-    def __init__(self, started: _Started):
+    def __init__(self, started: _Started, idle: Callable[[], bool] | None = None):
         self.started = started
+        self.idle = idle            # work to do while waiting for more (True: it did some, ask again)
         # read at offsets of its own (pread): the file's offset is the command's too (its standard output
         # shares the open file), so a seek or read here would move where the command writes
         self.fd = started.out.fileno()
@@ -258,7 +261,8 @@ class _Following:
             if time.monotonic() > self.started.deadline:
                 self.started.abandon()
                 raise _no_answer(self.started.argv[0], self.started.timeout_s)
-            time.sleep(FOLLOW_POLL_S)
+            if self.idle is None or not self.idle():
+                time.sleep(FOLLOW_POLL_S)
         n = os.preadv(self.fd, [buf], self.at)
         self.at += n
         return n
@@ -278,6 +282,24 @@ class _Following:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _TagsAhead:
+    """The tight read's work while it waits for squeue to write more (`_Following`'s `idle`): the tags of
+    the jobs read so far, TAGS_AHEAD at a time. A round asks every job's tag (ingestion first, then the
+    snapshot), and `SlurmJob.tag`'s parse is cached by the comment's text (`msched.tag.parse_tag`), so
+    those parses are done here, in time the round spent waiting (~0.04 s of CPU at 10,000 jobs, settle18i)."""
+
+    def __init__(self, jobs: list[SlurmJob]):
+        self.jobs = jobs            # the list the parse appends to
+        self.done = 0
+
+    def __call__(self) -> bool:
+        batch = self.jobs[self.done:self.done + TAGS_AHEAD]
+        for job in batch:
+            job.tag                 # noqa: B018 - parsed for its cache
+        self.done += len(batch)
+        return bool(batch)
 
 
 class CliClient(SlurmClient):
@@ -411,13 +433,14 @@ class CliClient(SlurmClient):
         except subprocess.TimeoutExpired:
             raise _no_answer(argv[0], self.timeout_s) from None
 
-    def _follow(self, argv: list[str]) -> _Following:
-        """A read-only command's output as it writes it (`_Following`): the one `prefetch` started with the
-        same argv, else one started now. A missing command is SlurmUnavailable."""
+    def _follow(self, argv: list[str], idle: Callable[[], bool] | None = None) -> _Following:
+        """A read-only command's output as it writes it (`_Following`, `idle` its work while it waits): the
+        one `prefetch` started with the same argv, else one started now. A missing command is
+        SlurmUnavailable."""
         env = self._env()
         argv = [self._cmd(argv[0]), *argv[1:]]
         started = self._prefetched.pop(_prefetch_key(argv, env), None) or _Started(argv, env, self.timeout_s)
-        return started.follow()
+        return started.follow(idle)
 
     def prefetch(self) -> bool:
         """`SlurmClient.prefetch`: start the round's reads now, in the background, each into a file: the
@@ -569,8 +592,9 @@ class CliClient(SlurmClient):
         # parse runs beside squeue's printing (`_Following`); what squeue's exit says is checked after
         argv = ["squeue", "-h", *selection, "-O", tight_format(widths)]
         why: list[str] = []
-        with self._follow(argv) as stdout:
-            out = parse_tight(stdout, self.config, self._node_types, widths, why, lines, self._ended)
+        jobs: list[SlurmJob] = []
+        with self._follow(argv, _TagsAhead(jobs)) as stdout:
+            out = parse_tight(stdout, self.config, self._node_types, widths, why, lines, self._ended, into=jobs)
             message = self._unclean(argv, stdout.finish())
         if message is not None:
             log.info("queue: squeue -O printed an error (%s): read by squeue --json", message)

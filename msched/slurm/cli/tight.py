@@ -146,7 +146,8 @@ def _limit_s(text: str) -> float | None:
 def parse_tight(raw: bytes | BinaryIO, config: Config, node_types: Mapping[str, str | None],
                 widths: tuple[int, ...] = NARROW, why: list[str] | None = None,
                 digest: list[tuple[int, bytes]] | None = None,
-                ended: tuple[float, list[str]] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
+                ended: tuple[float, list[str]] | None = None,
+                into: list[SlurmJob] | None = None) -> tuple[list[SlurmJob], list[str]] | None:
     """(the jobs, the ids of jobs with a field that filled its width) of `squeue -h -O
     <tight_format(widths)>` output, each job as `parse_squeue` reads it from `squeue --json`; a job with
     a full field is left out (the caller reads it again wider). None when this output cannot be read
@@ -165,14 +166,17 @@ def parse_tight(raw: bytes | BinaryIO, config: Config, node_types: Mapping[str, 
     before it) is not read into a SlurmJob (nor checked field by field): its id goes to the list, its
     digest line is made as any job's. A round wants such jobs by id only (`SlurmClient.finished_before`):
     at 10,000 pending they were half the records (the finished ones squeue keeps for MinJobAge), and
-    half of the parse's CPU and ~1 KB each through the round."""
+    half of the parse's CPU and ~1 KB each through the round.
+
+    `into`: the list the jobs are appended to as they are read (and returned), for a caller that works on
+    them while the rest of a followed read arrives (msched.slurm.cli.client._TagsAhead)."""
     why = [] if why is None else why
     size = sum(widths) + 1
     if isinstance(raw, bytes) and len(raw) % size:
         why.append(f"{len(raw)} bytes are not whole records of {size}")
         return None
     record = _record(widths)
-    jobs: list[SlurmJob] = []
+    jobs: list[SlurmJob] = [] if into is None else into
     cut: list[str] = []
     seen = _Seen()
     read = [0]
