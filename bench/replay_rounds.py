@@ -58,6 +58,10 @@ def replay(raw: bytes) -> dict:
     call = pickle.loads(raw)
     cls, state = pickle.loads(call["policy"])
     policy = cls.__new__(cls)
+    try:        # an option a later tree added (a capture by an older one lacks it): its default
+        policy.__dict__.update(vars(cls()))
+    except TypeError:
+        pass
     policy.__dict__.update(state)
     snapshot = call["snapshot"]
     fresh_process_caches()
