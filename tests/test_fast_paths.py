@@ -517,8 +517,15 @@ def _same_plans_with_the_switch_off(snap, opts: dict, module, switch: str) -> No
         setattr(module, switch, True)
     assert _decisions(fast) == _decisions(plain)
     assert fast.est_makespan_end == plain.est_makespan_end and fast.free_time == plain.free_time
-    searched = {k: v for k, v in getattr(fast_policy, "last_search", {}).items() if k != "seconds"}
-    assert searched == {k: v for k, v in getattr(plain_policy, "last_search", {}).items() if k != "seconds"}
+    # time aside: its wall seconds, and CP-SAT's own count of deterministic time, a float sum that two solves
+    # of the same model have reported one unit in the last place apart (5.686879999999997e-05 against ...98e-05)
+    fast_search = dict(getattr(fast_policy, "last_search", {}))
+    plain_search = dict(getattr(plain_policy, "last_search", {}))
+    for record in (fast_search, plain_search):
+        record.pop("seconds", None)
+    work = "cpsat_deterministic_s"
+    assert fast_search.pop(work, 0.0) == pytest.approx(plain_search.pop(work, 0.0), rel=1e-9, abs=1e-12)
+    assert fast_search == plain_search
 
 
 @settings(max_examples=80, deadline=None)
