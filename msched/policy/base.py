@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from msched.policy import feasibility
 from msched.policy.choice import DEFAULT_SLACK, DEFAULT_UNKNOWN_RUNTIME_S
 from msched.policy.snapshot import ClusterSnapshot, JobDecision, PendingJob, Plan
-from msched.policy.timeline import Timeline
+from msched.policy.timeline import NOT_CACHED, Timeline
 
 # simulate() reads a one-node job's start from the timeline's cached earliest start per type and books
 # the node that start names (Timeline.book; tests/test_fast_paths.py: the same placements with it off)
 ONE_NODE_FAST_PATH = True
-_NOT_CACHED = object()      # no answer in the timeline's start cache (a cached None: the type never fits)
 
 
 def queue_key(job: PendingJob, priority: int | None = None) -> tuple:
@@ -123,7 +122,7 @@ def simulate(snapshot: ClusterSnapshot, order: Sequence[PendingJob],
     max_node = tl.max_node              # per type with nodes, its widest node (a job that fits one fits)
     tops = tl._top                      # start_time's cache: (start, node) per type and GPU count
     start_time, book = tl.start_time, tl.book
-    unknown = _NOT_CACHED
+    unknown = NOT_CACHED
     for job, pick in zip(order, choices if choices is not None else [None] * len(order), strict=True):
         types, runtime = pick if pick is not None else choose(job, tl, last_start)
         best = None

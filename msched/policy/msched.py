@@ -51,7 +51,7 @@ from msched.policy.drain import drained_plan, drained_snapshot
 from msched.policy.price import MEASURES as PRICE_MEASURES
 from msched.policy.priorities import assign_keeping_plain
 from msched.policy.snapshot import ClusterSnapshot, PendingJob, Plan, decision_at
-from msched.policy.timeline import Timeline
+from msched.policy.timeline import NOT_CACHED, Timeline
 
 
 def type_demand(jobs: list[PendingJob], types: list[str]) -> dict[str, float]:
@@ -109,7 +109,6 @@ def fill_places(plain: Sequence[PendingJob], slots: Sequence[PendingJob],
     return out
 
 
-_MISS = object()
 _PLACE = object()        # a managed job's place in `_QueueMemo`'s merge pattern
 KEEP_PLACES = True       # `_QueueMemo.construct_order` fills a kept pattern of the merge (off: `fill_places` each
                          # time; tests/test_fast_paths.py)
@@ -376,7 +375,7 @@ class MschedPolicy(MschedOncePolicy):
         one_node = ONE_NODE_BOOKING
         reach = 1.0 + (self.affinity if self.affinity > 0 else 0.0)
         prune = self.prune_slow_types
-        miss = _MISS
+        miss = NOT_CACHED
         lam = self.wait_weight
         walk = construct
         if resume is not None:

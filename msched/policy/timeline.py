@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from msched.policy.snapshot import NodeState, RunningJob
 
-_UNKNOWN = object()     # `start_time`'s cache holds no answer
+# `start_time`'s cache (`_top[type][GPUs]`) holds no answer for a (type, GPU count); a cached None means the type
+# never fits. The hot paths that read the cache directly (simulate, construct) test against this one object.
+NOT_CACHED = object()
 
 
 @dataclass(frozen=True)
@@ -201,8 +203,8 @@ class Timeline:
         """Just the earliest start of `earliest` (the planner's hot path: cached until the type changes)."""
         g = num_gpus if num_gpus > 1 else 1
         top = self._top[gpu_type]
-        value = top.get(g, _UNKNOWN)
-        if value is _UNKNOWN:
+        value = top.get(g, NOT_CACHED)
+        if value is NOT_CACHED:
             kept = self._scanned.get((gpu_type, g))
             if kept is not None and len(kept[0]) == kept[1] and self._origin._pristine:
                 value = self._scan(kept[0], kept[2], g)      # no new node of the type booked since: `_start`
