@@ -531,7 +531,7 @@ def settle(snapshot: ClusterSnapshot, plan: Plan, incumbent: Incumbent | None, *
     rank = {j: (-share[j], -gain[j], new_rank[j]) for j in new}     # the order moves are taken in
     waiting: set[str] = set()
     optional = [j for j in new if j not in obliged_set
-                and (new_types[j] != inc_types.get(j, ()) or new_prio[j] != inc_prio[j])     # differs(j)
+                and differs(j)
                 and (not opts.own_finish or share[j] > job_margin)]
     report.candidates = len(optional)
     if incumbent is not None:
