@@ -70,11 +70,10 @@ def replay(raw: bytes) -> dict:
     c1 = time.process_time()
     held, report = settle(snapshot, plan, call["incumbent"], **call["how"])
     c2 = time.process_time()
-    return {"planner_cpu_s": c1 - c0, "settle_cpu_s": c2 - c1, "plan": plan_digest(plan),
-            "held": plan_digest(held) + "/" + report_digest(report),
-            "captured": plan_digest(plan) == plan_digest(call["plan"])
-            and plan_digest(held) + "/" + report_digest(report)
-            == plan_digest(call["held"]) + "/" + report_digest(call["report"]),
+    digests = plan_digest(plan), plan_digest(held) + "/" + report_digest(report)
+    captured = plan_digest(call["plan"]), plan_digest(call["held"]) + "/" + report_digest(call["report"])
+    return {"planner_cpu_s": c1 - c0, "settle_cpu_s": c2 - c1, "plan": digests[0], "held": digests[1],
+            "captured": digests == captured,
             "pending": len(snapshot.pending), "moved": report.moved, "kept": report.kept}
 
 
